@@ -1,0 +1,169 @@
+"""One source of truth for constants: model architectures and GPU specs, read from data files.
+
+Model configs are HF ``config.json`` dicts (plus an ``_infer_lab`` block with the hub id and
+notes). GPU specs carry datasheet numbers and an indicative price with its source and date.
+Notebooks and CLI read these; nobody re-types a number.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .units import GiB
+
+
+class UnknownNameError(KeyError):
+    """An unknown model or GPU name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def _data_dir():
+    return resources.files("infer_lab") / "data"
+
+
+@lru_cache(maxsize=1)
+def _model_files() -> dict[str, Any]:
+    folder = _data_dir() / "models"
+    return {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
+
+
+def list_models() -> list[str]:
+    """Names of the catalogued architectures, e.g. ``['deepseek-v3', 'llama-3-70b', ...]``."""
+    return sorted(_model_files())
+
+
+def _unknown(kind: str, name: str, known: list[str], extra: str = "") -> UnknownNameError:
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    return UnknownNameError(f"Unknown {kind} {name!r}.{hint} Known {kind}s: {', '.join(known)}.{extra}")
+
+
+def load_model_config(name_or_path: str | os.PathLike) -> dict[str, Any]:
+    """The HF-style config dict of a catalogued model name or a ``config.json`` path.
+
+    Raises :class:`UnknownNameError` (listing the known names) for anything else.
+    """
+    text = str(name_or_path)
+    files = _model_files()
+    if text in files:
+        cfg = json.loads(files[text].read_text())
+        cfg.setdefault("_infer_lab", {})["name"] = text
+        return cfg
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" and path.is_file():
+        cfg = json.loads(path.read_text())
+        cfg.setdefault("_infer_lab", {}).setdefault("name", path.parent.name or path.stem)
+        return cfg
+    raise _unknown("model", text, list_models(), " A path to an HF config.json also works.")
+
+
+def model_info(name_or_path: str) -> dict[str, Any]:
+    """The ``_infer_lab`` block of a model: display name, hub id, notes."""
+    return dict(load_model_config(name_or_path).get("_infer_lab", {}))
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet numbers of one GPU. Rates are dense peak; bytes and bytes/s are exact units."""
+
+    name: str
+    vendor: str
+    arch: str
+    memory_gib: float
+    memory_type: str
+    hbm_bandwidth_tbps: float
+    bf16_tflops: float | None
+    fp16_tflops: float | None
+    fp8_tflops: float | None
+    int8_tops: float | None
+    tdp_w: float
+    price_usd_per_hour: float
+    price_source: str
+    price_date: str
+
+    @property
+    def memory_bytes(self) -> int:
+        """Marketed capacity in bytes (GiB-based)."""
+        return int(self.memory_gib * GiB)
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        """Peak memory bandwidth in bytes per second."""
+        return self.hbm_bandwidth_tbps * 1e12
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense peak tensor FLOP/s for a compute dtype (bf16, fp16, fp8, int8); falls back to 16-bit."""
+        table = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp8": self.fp8_tflops, "int8": self.int8_tops}
+        if dtype in ("fp32", "float32"):
+            dtype = "bf16"  # tensor cores via TF32/bf16; the planner assumes 16-bit compute
+        value = table.get(dtype)
+        if value is None:
+            value = self.bf16_tflops or self.fp16_tflops
+        return float(value) * 1e12
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Arithmetic intensity (FLOP/byte) where the roofline turns from memory- to compute-bound."""
+        return self.peak_flops(dtype) / self.bandwidth_Bps
+
+
+@lru_cache(maxsize=1)
+def _gpu_table() -> dict[str, Any]:
+    return json.loads((_data_dir() / "gpus.json").read_text())
+
+
+def list_gpus() -> list[str]:
+    """Catalogued GPU names, in catalog order."""
+    return [k for k in _gpu_table() if not k.startswith("_")]
+
+
+def gpu_catalog_about() -> dict[str, str]:
+    """Units, sources and the date of the prices in the GPU catalog."""
+    return dict(_gpu_table()["_about"])
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """Look a GPU up by catalog name, alias or a device name such as ``'NVIDIA H100 80GB HBM3'``."""
+    table = _gpu_table()
+    key = resolve_gpu_name(name)
+    if key is None:
+        raise _unknown("GPU", name, list_gpus())
+    entry = table[key]
+    return GPUSpec(name=key, price_date=table["_about"]["price_date"], **entry)
+
+
+def resolve_gpu_name(name: str) -> str | None:
+    """Catalog key for a name or alias, or a best guess from a driver-reported device name."""
+    table = _gpu_table()
+    if name in table and not name.startswith("_"):
+        return name
+    aliases = table.get("_aliases", {})
+    if name in aliases:
+        return aliases[name]
+    norm = name.upper().replace("NVIDIA", "").replace("AMD", "").replace("INSTINCT", "").strip()
+    lowered = {k.upper(): k for k in list_gpus()}
+    if norm in lowered:
+        return lowered[norm]
+    # Driver names such as "NVIDIA H100 80GB HBM3" or "NVIDIA A100-SXM4-40GB".
+    if "H200" in norm:
+        return "H200"
+    if "H100" in norm:
+        return "H100-PCIe" if "PCIE" in norm else "H100-SXM"
+    if "A100" in norm:
+        return "A100-40GB" if "40GB" in norm else "A100-80GB"
+    if "RTX PRO 6000" in norm:
+        return "RTX-Pro-6000-Blackwell"
+    for key in ("B200", "L40S", "A10G", "L4", "T4", "MI300X"):
+        if key in norm.split() or norm.startswith(key):
+            return key
+    return None

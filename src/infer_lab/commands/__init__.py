@@ -1,0 +1,1 @@
+"""Subcommands of ``infer-lab``; see :mod:`infer_lab.cli` for the contract."""

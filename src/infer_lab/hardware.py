@@ -1,0 +1,204 @@
+"""What hardware you have, what its datasheet promises, and what it actually achieves.
+
+The achieved ceilings (copy bandwidth and matmul FLOP/s) are measured, not assumed, and feed
+every later prediction: a roofline built on datasheet numbers flatters every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from .catalog import GPUSpec, get_gpu, resolve_gpu_name
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The current compute device. Memory in bytes, clocks in MHz, power in W."""
+
+    kind: str  # "cuda" or "cpu"
+    name: str
+    memory_total_bytes: int
+    memory_free_bytes: int
+    cores: int | None = None
+    driver: str | None = None
+    cuda_version: str | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    catalog_name: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_bytes() -> tuple[int, int]:
+    total = free = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+    except OSError:
+        total = free = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return total, free
+
+
+def _nvml(index: int) -> dict[str, Any]:
+    """Clocks, power and driver from NVML; empty when nvidia-ml-py or the driver is missing."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        out = {
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        }
+        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in out.items()}
+    except Exception:  # NVML errors are diagnostics, never fatal
+        return {}
+
+
+def detect(device: torch.device | str | None = None) -> DeviceInfo:
+    """Describe the device: the first CUDA GPU (or ``device``), else the CPU."""
+    dev = torch.device(device) if device is not None else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type == "cuda":
+        index = dev.index or 0
+        props = torch.cuda.get_device_properties(index)
+        free, total = torch.cuda.mem_get_info(index)
+        return DeviceInfo(kind="cuda", name=props.name, memory_total_bytes=int(total), memory_free_bytes=int(free),
+                          cores=props.multi_processor_count, cuda_version=torch.version.cuda,
+                          catalog_name=resolve_gpu_name(props.name), **_nvml(index))
+    total, free = _ram_bytes()
+    return DeviceInfo(kind="cpu", name=_cpu_model(), memory_total_bytes=total, memory_free_bytes=free,
+                      cores=os.cpu_count())
+
+
+def device_label(device: torch.device | str | None = None) -> str:
+    """Short hardware label for plot titles, e.g. ``'NVIDIA H200'`` or ``'CPU: AMD EPYC (2 cores)'``."""
+    info = detect(device)
+    return info.name if info.kind == "cuda" else f"CPU: {info.name} ({info.cores} cores)"
+
+
+def catalog_spec(info: DeviceInfo | None = None) -> GPUSpec | None:
+    """Datasheet entry for the detected GPU, or None (CPU or an uncatalogued GPU)."""
+    info = info or detect()
+    return get_gpu(info.catalog_name) if info.catalog_name else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Micro-benchmarks
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Measured ceilings of a device: bytes/s of a device copy and FLOP/s of a large matmul."""
+
+    device: str
+    device_name: str
+    bandwidth_Bps: float
+    matmul_flops: float
+    matmul_dtype: str
+    copy_bytes: int
+    matmul_n: int
+
+    @property
+    def ridge_point(self) -> float:
+        """Measured FLOP per byte where the roofline bends."""
+        return self.matmul_flops / self.bandwidth_Bps
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ridge_point"] = self.ridge_point
+        return d
+
+
+def measure_bandwidth(device: torch.device | str = "cpu", n_bytes: int = 256 * 2**20, repeats: int = 10) -> float:
+    """Achieved memory bandwidth in bytes/s of ``dst.copy_(src)``: reads + writes ``2 * n_bytes``."""
+    from .harness import summarize, time_call
+
+    dev = torch.device(device)
+    src = torch.empty(n_bytes // 4, dtype=torch.float32, device=dev).fill_(1.0)
+    dst = torch.empty_like(src)
+    times = time_call(lambda: dst.copy_(src), device=dev, warmup=2, repeats=repeats)
+    return 2 * src.numel() * 4 / summarize(times).p50
+
+
+def measure_matmul_flops(device: torch.device | str = "cpu", n: int = 1024, dtype: torch.dtype | None = None,
+                         repeats: int = 5) -> float:
+    """Achieved FLOP/s of an ``n x n @ n x n`` matmul (2 n^3 FLOPs), median over repeats."""
+    from .harness import summarize, time_call
+
+    dev = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    times = time_call(lambda: a @ b, device=dev, warmup=2, repeats=repeats)
+    return 2 * n**3 / summarize(times).p50
+
+
+@lru_cache(maxsize=8)
+def _ceilings_cached(device: str, quick: bool) -> Ceilings:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        copy_bytes, n = (512 * 2**20, 4096) if quick else (2 * 2**30, 8192)
+        dtype = torch.bfloat16
+    else:
+        copy_bytes, n = (64 * 2**20, 1024) if quick else (256 * 2**20, 2048)
+        dtype = torch.float32
+    bw = measure_bandwidth(dev, copy_bytes, repeats=5 if quick else 20)
+    flops = measure_matmul_flops(dev, n, dtype, repeats=3 if quick else 10)
+    return Ceilings(device=str(dev), device_name=device_label(dev), bandwidth_Bps=bw, matmul_flops=flops,
+                    matmul_dtype=str(dtype).replace("torch.", ""), copy_bytes=copy_bytes, matmul_n=n)
+
+
+def measure_ceilings(device: torch.device | str | None = None, quick: bool = True) -> Ceilings:
+    """Measured copy bandwidth and matmul FLOP/s of the device (cached per process).
+
+    ``quick`` uses small sizes (under a second on a laptop CPU); the full run uses 2 GiB copies
+    and 8192^3 matmuls on a GPU.
+    """
+    dev = torch.device(device) if device is not None else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    return _ceilings_cached(str(dev), quick)
+
+
+def ceilings_vs_spec(ceilings: Ceilings, spec: GPUSpec | None) -> list[dict[str, Any]]:
+    """Rows comparing measured ceilings with the datasheet, with their ratio (None without a spec)."""
+    rows = [
+        {"what": "memory bandwidth", "unit": "GB/s", "measured": ceilings.bandwidth_Bps / 1e9,
+         "datasheet": spec.bandwidth_Bps / 1e9 if spec else None},
+        {"what": f"matmul ({ceilings.matmul_dtype})", "unit": "TFLOP/s", "measured": ceilings.matmul_flops / 1e12,
+         "datasheet": spec.peak_flops("bf16") / 1e12 if spec else None},
+        {"what": "ridge point", "unit": "FLOP/B", "measured": ceilings.ridge_point,
+         "datasheet": spec.ridge_point() if spec else None},
+    ]
+    for r in rows:
+        r["measured/datasheet"] = r["measured"] / r["datasheet"] if r["datasheet"] else None
+    return rows

@@ -1,0 +1,249 @@
+"""The measurement harness: honest timing of prefill and decode.
+
+Rules it follows everywhere: warm-up runs that are thrown away, device synchronization around
+every timed region, several repeats, and percentiles (p50/p90/p99) rather than one number.
+Memory is counted from tensors: weights from the parameters, KV from the cache tensors
+themselves (never peak-minus-baseline, which would include activations and logits).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def progress(iterable: Iterable, desc: str = "", total: int | None = None, disable: bool | None = None):
+    """A tqdm progress bar (marimo and Jupyter render it; terminals too)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, disable=disable, leave=False)
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for queued GPU work, so wall-clock timing measures the work and not its launch."""
+    dev = torch.device(device) if device is not None else None
+    if (dev is None and torch.cuda.is_available()) or (dev is not None and dev.type == "cuda"):
+        torch.cuda.synchronize(dev)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of repeated measurements, in the unit of the samples."""
+
+    n: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    def as_dict(self, prefix: str = "", scale: float = 1.0) -> dict[str, float]:
+        """Flat dict, e.g. ``{'itl_ms_p50': ...}`` with ``prefix='itl_ms_'`` and ``scale=1e3``."""
+        return {f"{prefix}{k}": (v * scale if k != "n" else v) for k, v in asdict(self).items()}
+
+
+def summarize(samples: Sequence[float]) -> Stats:
+    """Mean, std, min, max and p50/p90/p99 (linear interpolation between order statistics)."""
+    arr = np.asarray(list(samples), dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("summarize() needs at least one sample")
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return Stats(n=int(arr.size), mean=float(arr.mean()), std=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+                 min=float(arr.min()), p50=float(p50), p90=float(p90), p99=float(p99), max=float(arr.max()))
+
+
+def time_call(fn: Callable[[], Any], device: torch.device | str | None = None, warmup: int = 1,
+              repeats: int = 5) -> list[float]:
+    """Wall-clock seconds of ``fn()`` per repeat, after ``warmup`` discarded calls, synchronized."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory from tensors
+
+
+def cache_tensor_bytes(cache: Any) -> int:
+    """Bytes held by a transformers KV cache, summed over its K and V tensors.
+
+    Works with ``DynamicCache``/``StaticCache`` (transformers >= 4.56 ``.layers``) and legacy
+    tuples of ``(k, v)`` per layer.
+    """
+    if cache is None:
+        return 0
+    total = 0
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name, None)
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+        return total
+    for item in cache:
+        for t in item:
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+def peak_allocated_bytes(device: torch.device) -> int | None:
+    """Peak bytes allocated by torch on a CUDA device since the last reset; None on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return None
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation timing with the transformers model (the baseline everything is compared to)
+
+
+@dataclass
+class GenerationRecord:
+    """One timed greedy generation: times in seconds, memory in bytes."""
+
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    ttft_s: float
+    itl_s: list[float]
+    e2e_s: float
+    kv_bytes: int
+    weight_bytes: int
+    peak_allocated_bytes: int | None
+    token_ids: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token after the first: (E2E - TTFT) / (tokens - 1)."""
+        return (self.e2e_s - self.ttft_s) / max(self.new_tokens - 1, 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second over the whole request (all sequences of the batch)."""
+        return self.batch * self.new_tokens / self.e2e_s
+
+    def row(self) -> dict[str, Any]:
+        """A flat, tidy record for a DataFrame (ms for times)."""
+        itl = summarize(self.itl_s) if self.itl_s else None
+        row = {"batch": self.batch, "prompt_len": self.prompt_len, "new_tokens": self.new_tokens,
+               "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3, "e2e_ms": self.e2e_s * 1e3,
+               "tokens_per_s": self.tokens_per_s, "kv_bytes": self.kv_bytes, "weight_bytes": self.weight_bytes,
+               "peak_allocated_bytes": self.peak_allocated_bytes}
+        if itl:
+            row.update(itl.as_dict("itl_ms_", 1e3))
+        return row
+
+
+@torch.inference_mode()
+def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRecord:
+    """Greedy decode with the transformers model and a DynamicCache, timing every step.
+
+    Prefill (the whole prompt in one forward pass) is the TTFT; each later single-token forward
+    pass with the cache is one ITL sample. Every step is synchronized before the clock stops.
+    """
+    from transformers import DynamicCache
+
+    if new_tokens < 1:
+        raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
+    model, dev = lm.model, lm.device
+    ids = input_ids.to(dev)
+    reset_peak(dev)
+    cache = DynamicCache(config=model.config)
+    synchronize(dev)
+    t_start = time.perf_counter()
+    out = model(ids, past_key_values=cache, use_cache=True)
+    nxt = out.logits[:, -1:].argmax(-1)
+    synchronize(dev)
+    ttft = time.perf_counter() - t_start
+    generated = [nxt]
+    itl = []
+    for _ in range(new_tokens - 1):
+        t0 = time.perf_counter()
+        out = model(nxt, past_key_values=cache, use_cache=True)
+        nxt = out.logits[:, -1:].argmax(-1)
+        synchronize(dev)
+        itl.append(time.perf_counter() - t0)
+        generated.append(nxt)
+    e2e = time.perf_counter() - t_start
+    tokens = torch.cat(generated, dim=1).tolist()
+    return GenerationRecord(batch=ids.shape[0], prompt_len=ids.shape[1], new_tokens=new_tokens, ttft_s=ttft,
+                            itl_s=itl, e2e_s=e2e, kv_bytes=cache_tensor_bytes(cache), weight_bytes=lm.weight_bytes,
+                            peak_allocated_bytes=peak_allocated_bytes(dev), token_ids=tokens)
+
+
+def measure_generation(lm, input_ids: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
+                       label: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Repeat :func:`timed_generate` after warm-up; one tidy row per repeat (with ``repeat`` and labels)."""
+    for _ in range(warmup):
+        timed_generate(lm, input_ids, min(new_tokens, 4))
+    rows = []
+    for r in range(repeats):
+        row = timed_generate(lm, input_ids, new_tokens).row()
+        row.update(label or {})
+        row["repeat"] = r
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment metadata and tidy results
+
+
+def env_metadata(lm=None) -> dict[str, Any]:
+    """Where a number came from: device, driver, library versions, model, dtype, weights source, date."""
+    import transformers
+
+    from .hardware import detect
+
+    info = detect()
+    meta: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device_kind": info.kind, "device_name": info.name, "driver": info.driver,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "python": platform.python_version(), "platform": platform.platform(),
+    }
+    if lm is not None:
+        meta.update({"model": lm.name, "weights": lm.source, "dtype": str(lm.dtype).replace("torch.", ""),
+                     "n_params": lm.n_params, "weight_bytes": lm.weight_bytes})
+    return meta
+
+
+def to_frame(rows: Sequence[dict[str, Any]], meta: dict[str, Any] | None = None):
+    """Rows to a pandas DataFrame; metadata columns (device, model, ...) are added when given."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows))
+    for key in ("device_name", "model", "dtype", "weights"):
+        if meta and key in meta:
+            df[key] = meta[key]
+    return df

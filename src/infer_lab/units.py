@@ -1,0 +1,40 @@
+"""Byte units, spelled out. GB = 1e9 bytes, GiB = 2**30 bytes; we never mix them silently."""
+
+from __future__ import annotations
+
+KB = 1_000
+MB = 1_000_000
+GB = 1_000_000_000
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def gb(n_bytes: float) -> float:
+    """Bytes to decimal gigabytes (1e9 B)."""
+    return n_bytes / GB
+
+
+def gib(n_bytes: float) -> float:
+    """Bytes to binary gibibytes (2**30 B)."""
+    return n_bytes / GiB
+
+
+def fmt_bytes(n_bytes: float, digits: int = 3) -> str:
+    """Human label with both unit systems, e.g. ``'0.537 GB (0.500 GiB)'``.
+
+    Picks KB/MB/GB (decimal) by magnitude and shows the matching binary unit beside it,
+    so "131 KB" and "128 KiB" appear together and nobody confuses them.
+    """
+    n = float(n_bytes)
+    for dec, bin_, dname, bname in ((GB, GiB, "GB", "GiB"), (MB, MiB, "MB", "MiB"), (KB, KiB, "KB", "KiB")):
+        if abs(n) >= dec:
+            return f"{n / dec:.{digits}g} {dname} ({n / bin_:.{digits}g} {bname})"
+    return f"{int(n)} B"
+
+
+def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` naming the argument when a size is zero or negative."""
+    if value is None or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
