@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -155,15 +156,16 @@ def resolve_gpu_name(name: str) -> str | None:
     if norm in lowered:
         return lowered[norm]
     # Driver names such as "NVIDIA H100 80GB HBM3" or "NVIDIA A100-SXM4-40GB".
-    if "H200" in norm:
+    words = set(re.split(r"[\s\-_]+", norm))
+    if "H200" in words:
         return "H200"
-    if "H100" in norm:
-        return "H100-PCIe" if "PCIE" in norm else "H100-SXM"
-    if "A100" in norm:
-        return "A100-40GB" if "40GB" in norm else "A100-80GB"
+    if "H100" in words:
+        return "H100-PCIe" if "PCIE" in words else "H100-SXM"
+    if "A100" in words:
+        return "A100-40GB" if "40GB" in words else "A100-80GB"
     if "RTX PRO 6000" in norm:
         return "RTX-Pro-6000-Blackwell"
     for key in ("B200", "L40S", "A10G", "L4", "T4", "MI300X"):
-        if key in norm.split() or norm.startswith(key):
+        if key in words:
             return key
     return None

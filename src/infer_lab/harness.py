@@ -164,6 +164,14 @@ class GenerationRecord:
         return row
 
 
+def cache_kwarg(model) -> str:
+    """The forward() keyword for the KV cache: ``cache`` in newer transformers, else ``past_key_values``."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 @torch.inference_mode()
 def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRecord:
     """Greedy decode with the transformers model and a DynamicCache, timing every step.
@@ -179,9 +187,10 @@ def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRe
     ids = input_ids.to(dev)
     reset_peak(dev)
     cache = DynamicCache(config=model.config)
+    kw = cache_kwarg(model)
     synchronize(dev)
     t_start = time.perf_counter()
-    out = model(ids, past_key_values=cache, use_cache=True)
+    out = model(ids, use_cache=True, **{kw: cache})
     nxt = out.logits[:, -1:].argmax(-1)
     synchronize(dev)
     ttft = time.perf_counter() - t_start
@@ -189,7 +198,7 @@ def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRe
     itl = []
     for _ in range(new_tokens - 1):
         t0 = time.perf_counter()
-        out = model(nxt, past_key_values=cache, use_cache=True)
+        out = model(nxt, use_cache=True, **{kw: cache})
         nxt = out.logits[:, -1:].argmax(-1)
         synchronize(dev)
         itl.append(time.perf_counter() - t0)

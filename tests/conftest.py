@@ -1,0 +1,18 @@
+"""Shared fixtures. The embedded model loads once per test session (about 1 s from cache)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Notebooks and the tour size themselves down in CI.
+os.environ.setdefault("INFER_LAB_QUICK", "1")
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The real SmolLM2-135M-Instruct (fp32, CPU): the model every engine path is checked against."""
+    from infer_lab.models import load_model
+
+    return load_model("smollm2-135m", device="cpu")

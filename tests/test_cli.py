@@ -1,0 +1,66 @@
+"""The CLI commands of the walking skeleton exit 0 and their --json parses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infer_lab.cli import main
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("env", "generate", "tour", "models"):
+        assert cmd in out
+
+
+def test_env_json(capsys):
+    data = _json(capsys, ["env", "--json"])
+    assert data["ceilings"]["bandwidth_Bps"] > 0 and data["versions"]["torch"]
+    assert data["device"]["kind"] in ("cpu", "cuda")
+
+
+def test_models_json(capsys):
+    rows = _json(capsys, ["models", "--json"])
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["mistral-7b"]["params"] == 7_248_023_552 and by_name["smollm2-135m"]["embedded"]
+
+
+def test_generate_json(capsys):
+    data = _json(capsys, ["generate", "--json", "--max-new-tokens", "12", "What is the capital of France?"])
+    assert data["text"] == "The capital of France is Paris."
+    assert isinstance(data["token_ids"], list) and data["ttft_ms"] > 0
+    assert len(data["itl_ms"]) == 11
+
+
+def test_generate_random_weights(capsys):
+    data = _json(capsys, ["generate", "--json", "--weights", "random", "--max-new-tokens", "3", "--prompt-len", "5"])
+    assert len(data["token_ids"]) == 3 and data["weights"] == "random"
+
+
+def test_bad_input_is_one_clear_line(capsys):
+    assert main(["generate", "--model", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "Unknown model 'nope'" in err and "mistral-7b" in err and "Traceback" not in err
+    assert main(["generate", "--max-new-tokens", "0"]) == 2
+
+
+def test_tour_writes_report(tmp_path, capsys):
+    out = tmp_path / "tour"
+    assert main(["tour", "--quick", "--out", str(out), "--only", "m00", "m01"]) == 0
+    report = (out / "report.md").read_text()
+    results = json.loads((out / "results.json").read_text())
+    assert "Feel the pain" in report and "Traceback" not in report
+    assert set(results["steps"]) == {"m00_setup", "m01_feel_the_pain"}
+    assert all(step["ok"] for step in results["steps"].values())
+    assert results["environment"]["device_name"]
+    assert len(list(out.glob("*.png"))) >= 5
