@@ -110,7 +110,8 @@ def _(hardware, lm, mo, pd, plots, results, source):
     _rows = results["memory"]
     _per_token = _rows[0]["kv_bytes_per_token"]
     mo.vstack([
-        plots.memory_growth(_rows, source, budget_bytes=_info.memory_total_bytes, budget_label=_label),
+        plots.memory_growth(_rows, source, budget_bytes=_info.memory_total_bytes, budget_label=_label,
+                            max_context=lm.config.max_position_embeddings),
         mo.md(f"Measured: **{_per_token:,.0f} bytes of KV per token** for this model "
               f"({_per_token / 1024:.1f} KiB). At this rate the {_label.lower()} of this machine "
               f"({_info.memory_total_bytes / 1e9:.1f} GB) holds "

@@ -8,6 +8,8 @@ import pytest
 
 # Notebooks and the tour size themselves down in CI.
 os.environ.setdefault("INFER_LAB_QUICK", "1")
+# Tests are hermetic: nothing may reach a model hub (CI has no network for it anyway).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from .harness import cache_kwarg, cache_tensor_bytes, progress, summarize, synchronize, timed_generate
+from .harness import (
+    cache_kwarg,
+    cache_tensor_bytes,
+    progress,
+    summarize,
+    synchronize,
+    timed_generate,
+)
 
 
 @dataclass(frozen=True)

@@ -30,24 +30,41 @@ def ceilings_bar(rows: Sequence[dict[str, Any]], source: str):
 
 
 def memory_growth(rows: Sequence[dict[str, Any]], source: str, budget_bytes: int | None = None,
-                  budget_label: str = "device memory"):
-    """Weights + measured KV vs context (1 user) and vs users (fixed context), in GB (1e9 B)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for ax, axis, xkey, xlabel in ((axes[0], "context", "context", "context length (tokens), 1 user"),
-                                   (axes[1], "users", "users", "concurrent users")):
+                  budget_label: str = "device memory", max_context: int = 32768, users_context: int = 4096):
+    """Weights + KV vs context (1 user) and vs users, in GB (1e9 B).
+
+    Dots are measured (KV bytes from the cache tensors after a real prefill). The line extends
+    the measured bytes per token linearly, and is labelled as such, to show where the budget runs out.
+    """
+    import numpy as np
+
+    per_token = rows[0]["kv_bytes_per_token"]
+    weights = rows[0]["weight_bytes"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    panels = ((axes[0], "context", max(max_context, max(r["context"] for r in rows)), 1,
+               "context length (tokens), 1 user"),
+              (axes[1], "users", 1024, users_context, f"concurrent users at {users_context} tokens each"))
+    for ax, axis, x_max, tokens_per_x, xlabel in panels:
+        x = np.geomspace(1, x_max, 200)
+        ax.plot(x, (weights + per_token * tokens_per_x * x) / GB, color="tab:red",
+                label=f"weights + KV (extrapolated from measured {per_token:,.0f} B/token)")
+        ax.axhline(weights / GB, color="tab:gray", lw=1, label=f"weights ({weights / GB:.2f} GB)")
         sel = [r for r in rows if r["axis"] == axis]
-        x = [r[xkey] for r in sel]
-        w = [r["weight_bytes"] / GB for r in sel]
-        kv = [r["kv_bytes"] / GB for r in sel]
-        ax.bar([str(v) for v in x], w, label="weights", color="tab:gray")
-        ax.bar([str(v) for v in x], kv, bottom=w, label="KV cache (measured)", color="tab:red")
+        if axis == "context":
+            ax.plot([r["context"] for r in sel], [(r["weight_bytes"] + r["kv_bytes"]) / GB for r in sel], "ko",
+                    label="measured after a prefill")
         if budget_bytes:
             ax.axhline(budget_bytes / GB, color="k", ls="--", lw=1, label=f"{budget_label} ({budget_bytes / GB:.1f} GB)")
+            limit = (budget_bytes - weights) / (per_token * tokens_per_x)
+            if 1 <= limit <= x_max:
+                ax.axvline(limit, color="k", ls=":", lw=1)
+                ax.annotate(f"full at {limit:,.0f}", (limit, budget_bytes / GB), textcoords="offset points",
+                            xytext=(-5, -14), ha="right", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel(xlabel)
-        if axis == "users":
-            ax.set_title(f"context {sel[0]['context']} tokens per user", fontsize=9)
-    axes[0].set_ylabel("GB (1e9 bytes)")
-    axes[0].legend(fontsize=8)
+    axes[0].set_ylabel("GB (1e9 bytes), log scale")
+    axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Memory grows with tokens and users: {source}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -89,6 +106,7 @@ def serving_gantt(result: dict[str, Any], source: str):
         ax.set_title(f"{mode}: {summary['output_tokens_per_s']:.1f} tok/s", fontsize=10)
         ax.set_xlabel("seconds since all requests arrived")
         ax.set_ylabel("request")
+        ax.set_yticks([r["request"] for r in reqs])
         ax.invert_yaxis()
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(f"Naive serving is sequential ({result['n_requests']} requests, {result['prompt_len']} in / "

@@ -18,7 +18,8 @@ def run(ctx: TourContext) -> StepResult:
     src = lm.describe()
     info = hardware.detect(lm.device)
     figs = [
-        ctx.save_figure(plots.memory_growth(res["memory"], src, info.memory_total_bytes), "m01_memory"),
+        ctx.save_figure(plots.memory_growth(res["memory"], src, info.memory_total_bytes,
+                                           max_context=lm.config.max_position_embeddings), "m01_memory"),
         ctx.save_figure(plots.ttft_curve(res["ttft"], src), "m01_ttft"),
         ctx.save_figure(plots.serving_gantt(res["serving"], src), "m01_serving"),
         ctx.save_figure(plots.itl_grid(res["itl"], src), "m01_itl"),
