@@ -1,0 +1,186 @@
+"""infer-lab capacity: what fits, how fast and at what cost, per GPU."""
+
+from __future__ import annotations
+
+NAME = "capacity"
+ORDER = 24
+HELP = "capacity planner: users, ITL/TTFT, tokens/s and $ per million tokens per GPU"
+DESCRIPTION = """\
+GPU memory = weights + overhead + KV; max users = KV budget / KV per user; ITL and TTFT
+from the roofline; $ per million tokens = $/hour / tokens per hour. Without --gpu every
+catalog GPU is compared (each at the smallest count of 1/2/4/8 that fits), best first.
+Predictions are roofline bounds: real engines reach a fraction of them.
+
+  infer-lab capacity --model mistral-7b --context 4096 --itl-slo-ms 50
+  infer-lab capacity --model llama-3-70b --gpu H200 --gpus 2 --context 8192 --users 32
+  infer-lab capacity --model llama-3-8b --preset premium-chat --json
+"""
+
+
+def add_arguments(p) -> None:
+    from ..analysis.capacity import PRESETS
+
+    p.add_argument("--model", default="mistral-7b", help="catalog name or path to a config.json")
+    p.add_argument("--gpu", default=None, help="catalog GPU name (default: compare all)")
+    p.add_argument(
+        "--gpus", type=int, default=None, help="GPUs of that type (default 1; with no --gpu: auto)"
+    )
+    p.add_argument(
+        "--preset", choices=list(PRESETS), help="a workload preset (flags below override it)"
+    )
+    p.add_argument(
+        "--weight-dtype",
+        default=None,
+        help="fp32, bf16, fp16, fp8, int8, int4, nf4, mxfp4 (default bf16)",
+    )
+    p.add_argument("--kv-dtype", default=None, choices=["fp32", "bf16", "fp16", "fp8", "int8"])
+    p.add_argument("--context", type=int, default=None, help="tokens per sequence (default 4096)")
+    p.add_argument(
+        "--prompt", type=int, default=None, help="prompt tokens for the TTFT (default: --context)"
+    )
+    p.add_argument(
+        "--users",
+        type=int,
+        default=None,
+        help="concurrent users (default: the most within the SLO)",
+    )
+    p.add_argument(
+        "--target-tokens-per-s",
+        type=float,
+        default=None,
+        help="throughput to reach instead of --users",
+    )
+    p.add_argument("--itl-slo-ms", type=float, default=None)
+    p.add_argument("--ttft-slo-ms", type=float, default=None)
+    p.add_argument(
+        "--min-users", type=int, default=None, help="fewer users than this misses the SLO"
+    )
+    p.add_argument(
+        "--memory-fraction", type=float, default=0.9, help="share of GPU memory the server may use"
+    )
+    p.add_argument(
+        "--price-usd-per-hour", type=float, default=None, help="your price per GPU-hour (one --gpu)"
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def run(args) -> int:
+    import json
+
+    from ..analysis.capacity import cheapest, compare_gpus, get_preset, plan, price_vs_cost
+    from ..units import fmt_bytes
+
+    kwargs = dict(
+        context=4096,
+        prompt_tokens=None,
+        itl_slo_ms=None,
+        ttft_slo_ms=None,
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        min_users=1,
+    )
+    if args.preset:
+        work = get_preset(args.preset)
+        kwargs.update(
+            context=work.context,
+            prompt_tokens=work.prompt_tokens,
+            itl_slo_ms=work.itl_slo_ms,
+            ttft_slo_ms=work.ttft_slo_ms,
+            weight_dtype=work.weight_dtype,
+            kv_dtype=work.kv_dtype,
+            min_users=work.min_users,
+        )
+    for flag, key in (
+        ("context", "context"),
+        ("prompt", "prompt_tokens"),
+        ("itl_slo_ms", "itl_slo_ms"),
+        ("ttft_slo_ms", "ttft_slo_ms"),
+        ("weight_dtype", "weight_dtype"),
+        ("kv_dtype", "kv_dtype"),
+        ("min_users", "min_users"),
+    ):
+        if getattr(args, flag) is not None:
+            kwargs[key] = getattr(args, flag)
+    kwargs.update(
+        users=args.users,
+        target_tokens_per_s=args.target_tokens_per_s,
+        memory_fraction=args.memory_fraction,
+    )
+    if args.gpu:
+        plans = [
+            plan(
+                args.model,
+                args.gpu,
+                1 if args.gpus is None else args.gpus,
+                price_usd_per_hour=args.price_usd_per_hour,
+                **kwargs,
+            )
+        ]
+    else:
+        if args.price_usd_per_hour is not None:
+            raise ValueError(
+                "--price-usd-per-hour needs one --gpu (each catalog GPU has its own price)"
+            )
+        plans = compare_gpus(args.model, n_gpus=args.gpus, **kwargs)
+    best = cheapest(plans)
+    paradox = price_vs_cost(plans)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "inputs": {
+                        "model": args.model,
+                        "gpu": args.gpu,
+                        "preset": args.preset,
+                        **kwargs,
+                    },
+                    "plans": [p.as_dict() for p in plans],
+                    "cheapest_meeting_slo": f"{best.n_gpus}x {best.gpu}" if best else None,
+                    "price_vs_cost": paradox,
+                },
+                indent=1,
+            )
+        )
+        return 0
+    p0 = plans[0]
+    slo = (
+        ", ".join(
+            f"{k} {v:g} ms"
+            for k, v in (("ITL SLO", kwargs["itl_slo_ms"]), ("TTFT SLO", kwargs["ttft_slo_ms"]))
+            if v
+        )
+        or "no latency SLO"
+    )
+    print(
+        f"{p0.model}: weights {p0.weight_dtype}, KV {p0.kv_dtype}, context {p0.context:,}, prompt "
+        f"{p0.prompt_tokens:,}, {slo}; roofline bounds, catalog prices"
+    )
+    print(
+        f"{'GPU':>28s} {'fits':>5s} {'users':>6s} {'ITL ms':>8s} {'TTFT ms':>8s} {'tok/s':>9s} {'$/h':>7s} "
+        f"{'$/M out':>8s} {'$/M in':>8s}  verdict"
+    )
+    for p in plans:
+        label = f"{p.n_gpus}x {p.gpu}"
+        if p.itl_ms is None:
+            print(f"{label:>28s} {'no':>5s}  short by {fmt_bytes(p.fit.shortfall_bytes)}")
+            continue
+        verdict = "meets SLO" if p.meets_slo else p.why_not
+        print(
+            f"{label:>28s} {'yes' if p.fits else 'no':>5s} {p.users:6d} {p.itl_ms:8.1f} {p.ttft_ms:8.0f} "
+            f"{p.tokens_per_s:9,.0f} {p.usd_per_hour:7.2f} {p.usd_per_m_output_tokens:8.3f} "
+            f"{p.usd_per_m_input_tokens:8.3f}  {verdict}"
+        )
+    if best:
+        print(
+            f"\ncheapest meeting the SLOs: {best.n_gpus}x {best.gpu} at ${best.usd_per_m_output_tokens:.3f} "
+            "per M output tokens"
+        )
+    else:
+        print("\nno configuration meets the SLOs")
+    if paradox and paradox["expensive_gpu_wins"]:
+        print(
+            f"the cheapest per hour ({paradox['cheapest_per_hour']}, ${paradox['cheapest_per_hour_usd_per_hour']:.2f}/h) "
+            f"costs {paradox['cost_per_token_ratio']:.1f}x more per token than {paradox['cheapest_per_token']} "
+            f"(${paradox['cheapest_per_token_usd_per_hour']:.2f}/h)"
+        )
+    return 0
