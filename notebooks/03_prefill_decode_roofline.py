@@ -234,7 +234,21 @@ def _(mo, nb, pd):
             "_No saved GPU results (`assets/results/*predicted_vs_measured*.json`) yet: run this "
             "notebook on a GPU and press the save button below to add one._"
         )
-    mo.vstack([mo.md("## The same comparison on a GPU"), _out])
+    _items = [mo.md("## The same comparison on a GPU"), _out]
+    _baseline = nb.saved_results("*hf-baseline*.json")
+    if _baseline:
+        from infer_lab.analysis.compare import saved_baseline_vs_roofline
+
+        _items += [
+            mo.md(
+                f"### HF transformers (eager) vs the roofline\n{nb.saved_label(_baseline[0])}. "
+                "The roof uses the copy bandwidth and bf16 matmul rate measured in that same run. "
+                "A decode step that should take a few milliseconds takes tens: the eager loop "
+                "launches hundreds of small kernels per token and waits on the CPU between them."
+            ),
+            pd.DataFrame(saved_baseline_vs_roofline(_baseline[0])).round(3),
+        ]
+    mo.vstack(_items)
     return
 
 

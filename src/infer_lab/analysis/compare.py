@@ -217,3 +217,26 @@ def save_results(rows: list[dict[str, Any]], lm: Any, roof: Roof, folder: Any) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     return path
+
+
+def saved_baseline_vs_roofline(saved: dict[str, Any]) -> list[dict[str, Any]]:
+    """Predicted vs measured for a saved HF-baseline GPU run (``assets/results/*hf-baseline*.json``).
+
+    The roof is the ceilings measured in that same run (copy bandwidth, bf16 matmul); the
+    measurements are the saved TTFT and decode-step times of HF eager transformers. Rows carry
+    the ratio, so the gap (kernel launches dominate the eager decode step) is a computed number.
+    """
+    data = saved["data"]
+    roof = Roof(f"{saved['environment']['device_name']} (measured in that run)",
+                data["bf16_matmul_TFLOPs"] * 1e12, data["copy_TBps"] * 1e12, "measured")
+    model = saved["model"]
+    rows = []
+    for r in data["ctx_sweep"]:
+        pre = predict_prefill(model, roof, 1, r["ctx"])
+        dec = predict_decode(model, roof, 1, r["ctx"])
+        rows.append(_row("TTFT (prefill)", "ms", pre.time_s * 1e3, r["ttft_ms"], batch=1, context=r["ctx"]))
+        rows.append(_row("decode step (ITL)", "ms", dec.time_s * 1e3, r["itl_ms"], batch=1, context=r["ctx"]))
+    for r in data["batch_sweep"]:
+        dec = predict_decode(model, roof, r["batch"], 512)
+        rows.append(_row("decode step (ITL)", "ms", dec.time_s * 1e3, r["step_ms"], batch=r["batch"], context=512))
+    return rows
