@@ -1,0 +1,133 @@
+"""infer-lab bench engine: throughput and latency of the from-scratch serving engine."""
+
+from __future__ import annotations
+
+NAME = "bench"
+ORDER = 60
+HELP = "benchmark the from-scratch serving engine (throughput, TTFT/ITL percentiles, KV blocks)"
+DESCRIPTION = """\
+Run N random-prompt requests (EOS ignored, exact lengths) through the engine of modules 07-10
+and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
+Every optimization is a switch, so its effect can be measured:
+
+  infer-lab bench engine --requests 16 --concurrency 16 --compare-hf      continuous batching vs HF, one by one
+  infer-lab bench engine --mode static                                   static batching (slots idle until all finish)
+  infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
+  infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
+  infer-lab bench engine --model mistral-7b --weights random --requests 256 --prompt-len 512 --output-len 128
+
+--json prints one JSON object on stdout (progress goes to stderr).
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("target", choices=["engine"], help="what to benchmark (the serving engine)")
+    p.add_argument(
+        "--model", default="smollm2-135m", help="catalog name, config.json path or hub id"
+    )
+    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    p.add_argument(
+        "--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)"
+    )
+    p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="batch slots: requests running at once (default 16)",
+    )
+    p.add_argument(
+        "--prompt-len", type=int, default=64, help="prompt tokens per request (default 64)"
+    )
+    p.add_argument(
+        "--output-len", type=int, default=32, help="output tokens per request (default 32)"
+    )
+    p.add_argument(
+        "--mode", choices=["static", "continuous"], default="continuous", help="batching policy"
+    )
+    p.add_argument(
+        "--kv", choices=["paged", "contiguous", "nocache"], default="paged", help="KV cache layout"
+    )
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (paged)")
+    p.add_argument("--prefix-cache", choices=["none", "hash", "radix"], default="none")
+    p.add_argument(
+        "--shared-prefix", type=int, default=0, help="leading prompt tokens shared by all requests"
+    )
+    p.add_argument(
+        "--chunk-tokens", type=int, default=None, help="chunked prefill: token budget per step"
+    )
+    p.add_argument(
+        "--compare-hf",
+        action="store_true",
+        help="also time transformers generate, one request at a time",
+    )
+    p.add_argument(
+        "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON only")
+
+
+def run(args) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..engine.bench import benchmark_with_metadata
+    from ..models import load_model
+
+    if args.chunk_tokens is not None and args.chunk_tokens < 1:
+        raise ValueError(f"--chunk-tokens must be >= 1, got {args.chunk_tokens}")
+    lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    print(
+        f"[bench] {lm.describe()}: {args.requests} requests, concurrency {args.concurrency}, "
+        f"prompt {args.prompt_len}, output {args.output_len}, {args.mode}, kv {args.kv}",
+        file=sys.stderr,
+    )
+    result = benchmark_with_metadata(
+        lm,
+        compare_hf=args.compare_hf,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        prompt_len=args.prompt_len,
+        output_len=args.output_len,
+        mode=args.mode,
+        prefix_cache=args.prefix_cache,
+        chunk_tokens=args.chunk_tokens,
+        kv_mode=args.kv,
+        block_size=args.block_size,
+        shared_prefix_len=args.shared_prefix,
+    )
+    result["command"] = (
+        "infer-lab " + " ".join(sys.argv[1:])
+        if sys.argv[0].endswith("infer-lab")
+        else "infer-lab bench engine (via python)"
+    )
+    text = json.dumps(result, indent=None if args.json else 2)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(text)
+        return 0
+    ttft, itl = result["ttft_ms"], result["itl_ms"]
+    print(
+        f"output {result['output_tokens_per_s']:.1f} tok/s, {result['requests_per_s']:.2f} req/s; "
+        f"TTFT p50 {ttft['p50']:.1f} ms p99 {ttft['p99']:.1f} ms; "
+        + (
+            f"ITL p50 {itl['p50']:.1f} ms p99 {itl['p99']:.1f} ms"
+            if itl
+            else "no ITL (1 token each)"
+        )
+    )
+    if result.get("kv_blocks_total"):
+        print(
+            f"KV blocks: peak {result['kv_blocks_peak_used']} of {result['kv_blocks_total']}; "
+            f"prefix hit rate {result['prefix_hit_rate']:.1%}; preemptions {result['num_preemptions']}"
+        )
+    if "baseline_hf_sequential_tokens_per_s" in result:
+        print(
+            f"HF generate one by one: {result['baseline_hf_sequential_tokens_per_s']:.1f} tok/s -> engine is "
+            f"{result['speedup_vs_hf_sequential']:.2f}x"
+        )
+    return 0

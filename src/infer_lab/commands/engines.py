@@ -1,0 +1,124 @@
+"""infer-lab engines: start and stop vLLM / SGLang for a fair comparison with the same loadgen."""
+
+from __future__ import annotations
+
+NAME = "engines"
+ORDER = 62
+HELP = "launch or stop vLLM / SGLang servers (subprocesses with documented flags), or list them"
+DESCRIPTION = """\
+Start a production engine as a background process, wait until its /health answers, record
+its version and PID, and stop it later by PID. Then measure it with the same `infer-lab
+loadgen` you use on ours (same workload, concurrency, repeats: a fair comparison).
+
+  infer-lab engines list
+  infer-lab engines launch vllm --model mistralai/Mistral-7B-Instruct-v0.3 --prefix-caching on
+  infer-lab engines launch vllm --model M --kv-cache-dtype fp8 --chunked-prefill on --ngram-spec 4
+  infer-lab engines launch sglang --model M --prefix-caching off          (radix cache off)
+  infer-lab engines launch vllm --model meta-llama/Meta-Llama-3-70B-Instruct --tp 4   (tensor parallel)
+  infer-lab engines launch vllm --model M --dry-run        just print the command line
+  infer-lab engines stop vllm          (or --pid N, or --port P; no argument stops every launched engine)
+
+Flags and what they become:
+  --prefix-caching on|off   vLLM --enable-prefix-caching / --no-enable-prefix-caching; SGLang off = --disable-radix-cache
+  --kv-cache-dtype fp8      vLLM --kv-cache-dtype fp8; SGLang --kv-cache-dtype fp8_e5m2
+  --chunked-prefill on|off  vLLM --enable-chunked-prefill; SGLang --chunked-prefill-size N (off = -1)
+  --ngram-spec K            vLLM --speculative-config {"method": "ngram", "num_speculative_tokens": K}
+  --tp N                    vLLM --tensor-parallel-size N; SGLang --tp-size N
+Anything after `--` is passed to the engine unchanged. vLLM and SGLang need Linux and an
+NVIDIA GPU; when one is not installed, launch says so and how to install it.
+"""
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    sub.add_parser("list", help="which engines are installed, and which launched ones are running")
+    lp = sub.add_parser("launch", help="start an engine and wait until it is healthy")
+    lp.add_argument("engine", choices=["vllm", "sglang"])
+    lp.add_argument("--model", required=True, help="hub id or local path")
+    lp.add_argument("--host", default="127.0.0.1")
+    lp.add_argument("--port", type=int, default=8000)
+    lp.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
+    lp.add_argument("--prefix-caching", choices=["on", "off"], default=None)
+    lp.add_argument("--kv-cache-dtype", default=None, help="e.g. fp8")
+    lp.add_argument("--chunked-prefill", choices=["on", "off"], default=None)
+    lp.add_argument(
+        "--ngram-spec", type=int, default=0, help="vLLM n-gram speculative tokens (0 = off)"
+    )
+    lp.add_argument("--max-model-len", type=int, default=None)
+    lp.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for /health")
+    lp.add_argument("--dry-run", action="store_true", help="print the command line and exit")
+    lp.add_argument("--json", action="store_true")
+    lp.add_argument("extra", nargs="*", help="after --: passed to the engine unchanged")
+    sp = sub.add_parser("stop", help="stop launched engines by name, PID or port")
+    sp.add_argument("engine", nargs="?", choices=["vllm", "sglang"])
+    sp.add_argument("--pid", type=int, default=None)
+    sp.add_argument("--port", type=int, default=None)
+    sp.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    import json
+    import shlex
+    import sys
+    from dataclasses import asdict
+
+    from .. import engines
+
+    if args.action is None:
+        raise ValueError("choose an action: list, launch or stop (see infer-lab engines --help)")
+    if args.action == "list":
+        info = engines.which_engines()
+        for name, d in info.items():
+            state = (
+                f"installed ({d['version']})"
+                if d["installed"]
+                else f"not installed: {d['install']}"
+            )
+            print(f"{name:7s} {state}")
+        for rec in engines.running():
+            print(f"running: {rec.engine} pid {rec.pid} at {rec.url} (version {rec.version})")
+        return 0
+    if args.action == "stop":
+        stopped = engines.stop(args.engine, pid=args.pid, port=args.port)
+        if args.json:
+            print(json.dumps(stopped))
+        else:
+            for s in stopped:
+                print(
+                    f"stopped {s['engine']} pid {s['pid']} ({s['url']})"
+                    + ("" if s["was_running"] else " (had already exited)")
+                )
+            if not stopped:
+                print("no launched engine matched", file=sys.stderr)
+        return 0
+    onoff = {"on": True, "off": False, None: None}
+    opts = engines.EngineOptions(
+        model=args.model,
+        port=args.port,
+        host=args.host,
+        tensor_parallel=args.tp,
+        prefix_caching=onoff[args.prefix_caching],
+        kv_cache_dtype=args.kv_cache_dtype,
+        chunked_prefill=onoff[args.chunked_prefill],
+        ngram_speculative_tokens=args.ngram_spec,
+        max_model_len=args.max_model_len,
+        extra_args=list(args.extra),
+    )
+    cmd = engines.build_command(args.engine, opts)
+    if args.dry_run:
+        print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
+        return 0
+    if not engines.is_installed(args.engine):
+        raise engines.EngineNotInstalledError(
+            f"{args.engine} is not installed in this Python ({sys.executable}); "
+            f"install it with: {engines.INSTALL_HINT[args.engine]}"
+        )
+    print(f"[engines] starting: {shlex.join(cmd)}", file=sys.stderr)
+    rec = engines.launch(args.engine, opts, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(asdict(rec)))
+    else:
+        print(
+            f"{rec.engine} {rec.version} ready at {rec.url} in {rec.ready_s:.0f} s (pid {rec.pid}, log {rec.log_file})"
+        )
+    return 0

@@ -1,0 +1,131 @@
+"""infer-lab serve: an OpenAI-compatible HTTP server on our engine or the HF baseline."""
+
+from __future__ import annotations
+
+NAME = "serve"
+ORDER = 60
+HELP = "serve a model over an OpenAI-compatible HTTP API (our engine, or HF one request at a time)"
+DESCRIPTION = """\
+Serve a model over the OpenAI API: POST /v1/completions, POST /v1/chat/completions (with the
+model's chat template), GET /v1/models, GET /health, GET /version and GET /metrics (Prometheus:
+running/waiting requests, KV blocks used/total, prefix-cache hits, TTFT/ITL/E2E histograms,
+tokens generated). Streaming is SSE ending with `data: [DONE]`; add
+"stream_options": {"include_usage": true} to get token counts in the last chunk.
+
+  infer-lab serve                                     embedded SmolLM2-135M, our engine, port 8000
+  infer-lab serve --engine hf                         the naive baseline: one request at a time
+  infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
+
+Then, from another terminal:
+
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
+
+or the official client:  openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none").
+It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). Ctrl-C stops
+accepting requests and lets in-flight ones finish for up to --shutdown-timeout seconds, then
+cancels them.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "--model", default="smollm2-135m", help="catalog name, config.json path or hub id"
+    )
+    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    p.add_argument(
+        "--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)"
+    )
+    p.add_argument(
+        "--engine",
+        choices=["ours", "hf"],
+        default="ours",
+        help="ours: the from-scratch engine; hf: transformers, one request at a time (default: ours)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1: this machine only)",
+    )
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/ endpoints"
+    )
+    p.add_argument(
+        "--served-model-name", default=None, help="the model id clients send (default: --model)"
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="prompt + answer limit in tokens (default: the model's max_position_embeddings)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests get to finish on Ctrl-C before they are cancelled",
+    )
+    g = p.add_argument_group("engine flags (--engine ours)")
+    g.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to our engine's config, e.g. block_size=16 or prefix_caching=radix; repeatable",
+    )
+
+
+def _parse_options(items: list[str]) -> dict:
+    out: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--engine-option needs KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        low = value.lower()
+        if low in ("true", "on", "yes"):
+            out[key] = True
+        elif low in ("false", "off", "no"):
+            out[key] = False
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+    return out
+
+
+def run(args) -> int:
+    import sys
+
+    from ..models import load_model
+    from ..server import serve
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    options = _parse_options(args.engine_option)
+    if options and args.engine == "hf":
+        raise ValueError("--engine-option applies to --engine ours only")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
+    lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    print(
+        f"[serve] {lm.describe()} with engine {args.engine} on http://{args.host}:{args.port}",
+        file=sys.stderr,
+    )
+    serve(
+        lm,
+        engine=args.engine,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        shutdown_timeout_s=args.shutdown_timeout,
+        **options,
+    )
+    return 0

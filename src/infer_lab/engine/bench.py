@@ -1,0 +1,243 @@
+"""Benchmarks of the engine: throughput, TTFT/ITL percentiles and KV use for one configuration.
+
+These are measurements, never timed tests: warm-up first, every request timed from its arrival,
+percentiles instead of single numbers. On a GPU every step ends with a synchronization
+(``logits.cpu()`` inside sampling), so wall-clock times are honest.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..harness import env_metadata, summarize
+from .engine import Engine, EngineConfig
+from .model import EngineModel
+from .sequence import RequestOutput, SamplingParams
+
+
+def engine_model(lm: Any) -> EngineModel:
+    """The :class:`EngineModel` wrapping ``lm`` (built once per loaded model and remembered in ``lm.extra``)."""
+    cached = lm.extra.get("engine_model")
+    if cached is None:
+        cached = lm.extra["engine_model"] = EngineModel.from_hf(lm.model)
+    return cached
+
+
+def percentiles_ms(samples_s: list[float]) -> dict[str, float] | None:
+    """p50/p90/p99/mean of seconds, in milliseconds; None when there are no samples."""
+    if not samples_s:
+        return None
+    s = summarize(samples_s)
+    return {"p50": s.p50 * 1e3, "p90": s.p90 * 1e3, "p99": s.p99 * 1e3, "mean": s.mean * 1e3}
+
+
+def workload(
+    lm: Any, requests: int, prompt_len: int, shared_prefix_len: int = 0, seed: int = 0
+) -> list[list[int]]:
+    """``requests`` random prompts of ``prompt_len`` tokens whose first ``shared_prefix_len`` are shared."""
+    if shared_prefix_len > prompt_len:
+        raise ValueError(
+            f"shared_prefix_len ({shared_prefix_len}) cannot exceed prompt_len ({prompt_len})"
+        )
+    ids = lm.random_ids(requests, prompt_len, seed=seed).cpu()
+    if shared_prefix_len:
+        ids[:, :shared_prefix_len] = ids[0, :shared_prefix_len]
+    return ids.tolist()
+
+
+def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float) -> dict[str, Any]:
+    """The tidy result of a finished engine run (the JSON of ``infer-lab bench engine``)."""
+    n_out = sum(len(o.token_ids) for o in outputs)
+    ttft = [o.ttft_s for o in outputs if o.ttft_s is not None]
+    itl = [x for o in outputs for x in o.itl_s]
+    log = engine.step_log
+    kv = engine.kv
+    pool = getattr(kv, "pool", None)
+    pc = engine.prefix_cache
+    return {
+        "output_tokens": n_out,
+        "elapsed_s": elapsed_s,
+        "output_tokens_per_s": n_out / elapsed_s,
+        "requests_per_s": len(outputs) / elapsed_s,
+        "ttft_ms": percentiles_ms(ttft),
+        "itl_ms": percentiles_ms(itl),
+        "steps": len(log),
+        "mean_batch_size": sum(r.num_seqs for r in log) / max(len(log), 1),
+        "mean_idle_slots": sum(r.idle_slots for r in log) / max(len(log), 1),
+        "kv_blocks_total": pool.num_blocks if pool else None,
+        "kv_blocks_peak_used": kv.peak_blocks_used if pool else None,
+        "kv_block_size": engine.config.block_size if pool else None,
+        "prefix_hit_rate": pc.stats.hit_rate if pc else 0.0,
+        "prefix_hit_tokens": pc.stats.hit_tokens if pc else 0,
+        "num_preemptions": engine.scheduler.num_preemptions,
+        "failed_requests": sum(1 for o in outputs if o.finish_reason == "error"),
+    }
+
+
+def run_engine_benchmark(
+    lm: Any,
+    requests: int = 16,
+    concurrency: int = 16,
+    prompt_len: int = 64,
+    output_len: int = 32,
+    mode: str = "continuous",
+    prefix_cache: str = "none",
+    chunk_tokens: int | None = None,
+    kv_mode: str = "paged",
+    block_size: int = 16,
+    num_blocks: int | None = None,
+    shared_prefix_len: int = 0,
+    output_lens: list[int] | None = None,
+    seed: int = 0,
+    warmup: bool = True,
+) -> dict[str, Any]:
+    """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
+
+    Args:
+        concurrency: batch slots (``max_num_seqs``).
+        prompt_len, output_len: tokens per request (``output_lens`` overrides per request).
+        mode: ``"continuous"`` or ``"static"`` batching.
+        prefix_cache: ``"none"``, ``"hash"`` or ``"radix"``.
+        chunk_tokens: per-step token budget with chunked prefill (None: no chunking).
+    Returns:
+        :func:`summarize_run` fields plus ``config`` and ``environment``.
+    """
+    for name, value in (
+        ("requests", requests),
+        ("concurrency", concurrency),
+        ("prompt_len", prompt_len),
+        ("output_len", output_len),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    lens = output_lens or [output_len] * requests
+    if len(lens) != requests:
+        raise ValueError("output_lens needs one entry per request")
+    config = EngineConfig(
+        kv_mode=kv_mode,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        policy=mode,
+        max_num_seqs=concurrency,
+        chunked_prefill=chunk_tokens is not None,
+        max_num_batched_tokens=chunk_tokens or 512,
+        prefix_cache=prefix_cache,
+        max_model_len=prompt_len + max(lens) + 1,
+    )
+    model = engine_model(lm)
+    if warmup:
+        Engine(model, config).generate(
+            workload(lm, 2, min(prompt_len, 8), seed=seed + 1),
+            SamplingParams(max_tokens=2, ignore_eos=True),
+        )
+    prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
+    engine = Engine(model, config)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lens]
+    t0 = time.perf_counter()
+    outputs = engine.generate(prompts, params)
+    elapsed = time.perf_counter() - t0
+    result = summarize_run(engine, outputs, elapsed)
+    result["config"] = {
+        "requests": requests,
+        "concurrency": concurrency,
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "mode": mode,
+        "prefix_cache": prefix_cache,
+        "chunk_tokens": chunk_tokens,
+        "kv_mode": kv_mode,
+        "block_size": block_size,
+        "shared_prefix_len": shared_prefix_len,
+    }
+    return result
+
+
+@torch.inference_mode()
+def hf_sequential_tokens_per_s(
+    lm: Any,
+    requests: int,
+    prompt_len: int,
+    output_len: int,
+    seed: int = 0,
+    shared_prefix_len: int = 0,
+) -> dict[str, float]:
+    """Baseline: transformers ``generate`` one request after another (exactly ``output_len`` tokens each)."""
+    prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
+    device = lm.device
+    lm.model.generate(
+        torch.tensor([prompts[0][:8]], device=device),
+        max_new_tokens=2,
+        min_new_tokens=2,
+        do_sample=False,
+    )  # warm-up
+    t0 = time.perf_counter()
+    for p in prompts:
+        lm.model.generate(
+            torch.tensor([p], device=device),
+            max_new_tokens=output_len,
+            min_new_tokens=output_len,
+            do_sample=False,
+        )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - t0
+    return {"tokens_per_s": requests * output_len / elapsed, "elapsed_s": elapsed}
+
+
+def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """:func:`run_engine_benchmark` plus environment metadata and, optionally, the HF sequential baseline."""
+    result = run_engine_benchmark(lm, **kwargs)
+    if compare_hf:
+        cfg = result["config"]
+        base = hf_sequential_tokens_per_s(
+            lm,
+            cfg["requests"],
+            cfg["prompt_len"],
+            cfg["output_len"],
+            seed=kwargs.get("seed", 0),
+            shared_prefix_len=cfg["shared_prefix_len"],
+        )
+        result["baseline_hf_sequential_tokens_per_s"] = base["tokens_per_s"]
+        result["speedup_vs_hf_sequential"] = result["output_tokens_per_s"] / base["tokens_per_s"]
+    result["environment"] = env_metadata(lm)
+    return result
+
+
+def generate_text(
+    lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged"
+) -> dict:
+    """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
+
+    Args:
+        lm: a loaded model (:func:`infer_lab.models.load_model`).
+        prompt_ids: the prompt, ``(1, n)`` or ``(n,)`` tensor or a list of ids.
+        max_new_tokens: tokens to generate (stops early at EOS for real weights).
+        mode: ``"hf"`` (transformers with its DynamicCache), ``"nocache"``, ``"contiguous"`` or ``"paged"``.
+    Returns:
+        ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds).
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids)
+    ids = ids.reshape(1, -1)
+    if mode == "hf":
+        from ..harness import timed_generate
+
+        rec = timed_generate(lm, ids, max_new_tokens)
+        return {"token_ids": rec.token_ids[0], "ttft_s": rec.ttft_s, "itl_s": rec.itl_s}
+    if mode not in ("nocache", "contiguous", "paged"):
+        raise ValueError(f"mode must be one of hf, nocache, contiguous, paged; got {mode!r}")
+    model = engine_model(lm)
+    config = EngineConfig(
+        kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1
+    )
+    Engine(model, config).generate(
+        [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)
+    )  # warm-up
+    out = Engine(model, config).generate(
+        [ids[0]], SamplingParams(max_tokens=max_new_tokens, ignore_eos=lm.is_random)
+    )[0]
+    return {"token_ids": out.token_ids, "ttft_s": out.ttft_s, "itl_s": out.itl_s}

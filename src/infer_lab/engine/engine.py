@@ -1,0 +1,475 @@
+"""The engine loop: requests in, one scheduled forward pass per ``step()``, tokens out.
+
+Public API (small on purpose; an HTTP server drives it from a background thread)::
+
+    engine = Engine.from_loaded(lm, EngineConfig(kv_mode="paged", prefix_cache="radix"))
+    rid = engine.add_request(prompt_ids, SamplingParams(max_tokens=64), on_token=callback)
+    while engine.has_unfinished():
+        engine.step()              # one forward pass for every scheduled request
+    engine.cancel(rid)             # any time, from any thread: frees the request's KV at once
+    outputs = engine.generate([ids1, ids2], SamplingParams(max_tokens=32))   # the whole loop
+
+Thread safety: ``add_request``, ``cancel``, ``step`` and the read-only helpers take one lock,
+so a server thread may call ``add_request``/``cancel`` while another thread loops on ``step``.
+Callbacks run in the thread that calls ``step``, *after* the lock is released, so a callback
+may call ``cancel`` or ``add_request``. Callbacks must be quick (they delay the next step).
+
+Each callback receives :class:`~.sequence.TokenEvent` objects: one per generated token, and a
+final one with ``finished=True`` and ``finish_reason`` in ``stop | length | cancelled | error``.
+
+Errors: bad input raises :class:`RequestRejected` (a ``ValueError``) from ``add_request`` and
+changes nothing else. If a forward pass raises, only the requests in that step finish with
+``finish_reason="error"`` and ``error`` saying why; the others carry on.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .kv_cache import ContiguousKVCache, NoKVCache, PagedKVCache
+from .model import AttentionMetadata, EngineModel
+from .prefix_cache import HashPrefixCache, PrefixCache, RadixPrefixCache
+from .sampling import make_generator, sample_token
+from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
+
+KV_MODES = ("nocache", "contiguous", "paged")
+PREFIX_CACHES = ("none", "hash", "radix")
+
+
+class RequestRejected(ValueError):
+    """A request the engine cannot take (too long, empty, bad sampling settings); nothing changed."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Every switch of the engine, so each optimization can be turned off and measured.
+
+    Attributes:
+        kv_mode: ``"nocache"`` (recompute everything), ``"contiguous"`` (a max-length region per
+            request) or ``"paged"`` (blocks on demand).
+        block_size: tokens per KV block (paged mode).
+        num_blocks: blocks in the pool; default ``max_num_seqs * ceil(max_model_len / block_size)``,
+            the same memory the contiguous mode reserves. Must hold one full-length request.
+        max_model_len: longest prompt + output in tokens; default ``min(model limit, 2048)``.
+        policy: ``"continuous"`` or ``"static"`` batching.
+        max_num_seqs: batch slots (requests running at once).
+        chunked_prefill: split prompts under ``max_num_batched_tokens`` per step.
+        max_num_batched_tokens: token budget of one step when chunking (tokens).
+        prefix_cache: ``"none"``, ``"hash"`` (block-aligned) or ``"radix"`` (token-granular); paged only.
+        step_log_limit: how many recent :class:`StepRecord` to keep (``None``: all; a long-running
+            server sets a bound so the log cannot grow without limit).
+    """
+
+    kv_mode: str = "paged"
+    block_size: int = 16
+    num_blocks: int | None = None
+    max_model_len: int | None = None
+    policy: str = "continuous"
+    max_num_seqs: int = 16
+    chunked_prefill: bool = False
+    max_num_batched_tokens: int = 512
+    prefix_cache: str = "none"
+    step_log_limit: int | None = None
+
+    def validate(self) -> None:
+        if self.kv_mode not in KV_MODES:
+            raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {self.kv_mode!r}")
+        if self.prefix_cache not in PREFIX_CACHES:
+            raise ValueError(
+                f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {self.prefix_cache!r}"
+            )
+        if self.prefix_cache != "none" and self.kv_mode != "paged":
+            raise ValueError("prefix caching shares KV blocks, so it needs kv_mode='paged'")
+        if self.chunked_prefill and self.kv_mode == "nocache":
+            raise ValueError(
+                "chunked prefill needs a KV cache to keep the earlier chunks (kv_mode != 'nocache')"
+            )
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+
+
+@dataclass
+class StepRecord:
+    """What one ``step()`` did: sizes in tokens/requests, time in seconds, KV in blocks."""
+
+    step: int
+    num_seqs: int
+    num_tokens: int
+    prefill_tokens: int
+    decode_tokens: int
+    idle_slots: int
+    preempted: int
+    duration_s: float
+    kv_blocks_used: int
+    failed: bool = False
+
+
+@dataclass
+class _Pending:
+    events: list[tuple[Callable[[TokenEvent], Any], TokenEvent]] = field(default_factory=list)
+
+
+class Engine:
+    """A mini serving engine over an :class:`EngineModel` (see the module docstring for the API)."""
+
+    def __init__(self, model: EngineModel, config: EngineConfig | None = None):
+        config = config or EngineConfig()
+        config.validate()
+        self.model = model
+        self.config = config
+        shape = model.shape
+        self.max_model_len = config.max_model_len or min(shape.max_position_embeddings, 2048)
+        if self.max_model_len > shape.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's "
+                f"{shape.max_position_embeddings} positions"
+            )
+        self.prefix_cache: PrefixCache | None = None
+        if config.kv_mode == "paged":
+            blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
+            num_blocks = config.num_blocks or config.max_num_seqs * blocks_per_seq
+            if num_blocks < blocks_per_seq:
+                raise ValueError(
+                    f"num_blocks={num_blocks} cannot hold even one request of max_model_len="
+                    f"{self.max_model_len} ({blocks_per_seq} blocks of {config.block_size}); "
+                    "raise num_blocks or lower max_model_len"
+                )
+            self.kv = PagedKVCache(shape, num_blocks, config.block_size, model.dtype, model.device)
+            if config.prefix_cache == "hash":
+                self.prefix_cache = HashPrefixCache(self.kv)
+            elif config.prefix_cache == "radix":
+                self.prefix_cache = RadixPrefixCache(self.kv)
+        elif config.kv_mode == "contiguous":
+            self.kv = ContiguousKVCache(
+                shape, config.max_num_seqs, self.max_model_len, model.dtype, model.device
+            )
+        else:
+            self.kv = NoKVCache()
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                policy=config.policy,
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                chunked_prefill=config.chunked_prefill,
+            ),
+            self.kv,
+            self.prefix_cache,
+        )
+        self.eos_token_id = shape.eos_token_id
+        self.requests: dict[str, Sequence] = {}
+        self.step_log: collections.deque[StepRecord] = collections.deque(maxlen=config.step_log_limit)
+        self._ids = itertools.count()
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_loaded(cls, lm: Any, config: EngineConfig | None = None) -> Engine:
+        """An engine over an :class:`infer_lab.models.LoadedModel` (its weights are shared, not copied)."""
+        return cls(EngineModel.from_hf(lm.model), config)
+
+    # ---------------------------------------------------------------------------------------
+    # Requests
+
+    def add_request(
+        self,
+        prompt_ids: Seq[int] | torch.Tensor,
+        params: SamplingParams | None = None,
+        on_token: Callable[[TokenEvent], Any] | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Queue a request and return its id. Raises :class:`RequestRejected` on bad input.
+
+        Args:
+            prompt_ids: the prompt's token ids (a list, or a 1-D / (1, n) tensor).
+            params: sampling and stopping settings (default: greedy, 16 tokens).
+            on_token: called with a :class:`TokenEvent` per generated token and once at the end.
+            request_id: your own id (must be unused); default ``"req-<n>"``.
+        """
+        params = params or SamplingParams()
+        try:
+            params.validate()
+        except ValueError as exc:
+            raise RequestRejected(str(exc)) from None
+        ids = _as_id_list(prompt_ids)
+        vocab = self.model.shape.vocab_size
+        if not ids:
+            raise RequestRejected("the prompt is empty: give at least one token id")
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise RequestRejected(f"token ids must be in [0, {vocab}); got {min(ids)}..{max(ids)}")
+        if len(ids) >= self.max_model_len:
+            raise RequestRejected(
+                f"the prompt has {len(ids)} tokens but the engine's max context is "
+                f"{self.max_model_len} tokens (prompt + at least one new token)"
+            )
+        with self._lock:
+            rid = request_id or f"req-{next(self._ids)}"
+            if rid in self.requests:
+                raise RequestRejected(f"request id {rid!r} is already in use")
+            seq = Sequence(
+                request_id=rid,
+                prompt_ids=ids,
+                params=params,
+                arrival_s=time.perf_counter(),
+                on_token=on_token,
+            )
+            if not params.greedy:
+                seq.generator = make_generator(params.seed)
+            self.requests[rid] = seq
+            self.scheduler.add(seq)
+        return rid
+
+    def cancel(self, request_id: str) -> bool:
+        """Stop a request now and free its KV memory; False if it is unknown or already finished."""
+        with self._lock:
+            seq = self.requests.get(request_id)
+            if seq is None or seq.is_finished:
+                return False
+            pending = _Pending()
+            self._finish(seq, "cancelled", pending)
+        _dispatch(pending)
+        return True
+
+    def has_unfinished(self) -> bool:
+        """True while any request is waiting or running."""
+        with self._lock:
+            return self.scheduler.has_unfinished()
+
+    def output(self, request_id: str) -> RequestOutput:
+        """The request's tokens so far (and its timings and finish reason, once finished)."""
+        with self._lock:
+            return RequestOutput.from_sequence(self.requests[request_id])
+
+    def release(self, request_id: str) -> RequestOutput:
+        """Forget a finished request and return its output.
+
+        The engine keeps finished requests so that :meth:`output` works after a run; a server
+        that runs for days releases each one when it completes, so memory stays bounded.
+        Raises ``KeyError`` for an unknown id and ``ValueError`` while the request still runs.
+        """
+        with self._lock:
+            seq = self.requests[request_id]
+            if not seq.is_finished:
+                raise ValueError(f"request {request_id!r} is still running: cancel it first")
+            del self.requests[request_id]
+            return RequestOutput.from_sequence(seq)
+
+    # ---------------------------------------------------------------------------------------
+    # The step
+
+    def step(self) -> list[TokenEvent]:
+        """Schedule, run one forward pass, sample, stream; returns the events of this step."""
+        pending = _Pending()
+        with self._lock:
+            sched = self.scheduler.schedule()
+            if sched.scheduled:
+                t0 = time.perf_counter()
+                failed = False
+                try:
+                    logits = self._forward(sched)
+                except Exception as exc:  # a failing pass must not take the other requests down
+                    failed = True
+                    why = f"engine step failed: {type(exc).__name__}: {exc}"
+                    for item in sched.scheduled:
+                        self._finish(item.seq, "error", pending, error=why)
+                else:
+                    self._advance(sched, logits, pending)
+                self._log(sched, time.perf_counter() - t0, failed)
+        _dispatch(pending)
+        return [event for _, event in pending.events]
+
+    def _forward(self, sched: SchedulerOutput) -> torch.Tensor:
+        ids, positions, slots, sample_rows = [], [], [], []
+        for item in sched.scheduled:
+            seq, start, n = item.seq, item.start, item.num_new_tokens
+            ids += seq.all_ids[start : start + n]
+            positions += range(start, start + n)
+            slots += self.kv.slots(seq, start, n)
+            if item.completes_context:
+                sample_rows.append(len(ids) - 1)
+        device = self.model.device
+        meta = AttentionMetadata(
+            query_lens=[s.num_new_tokens for s in sched.scheduled],
+            context_lens=[s.start + s.num_new_tokens for s in sched.scheduled],
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device)
+            if self.kv.stores_kv
+            else None,
+            sample_indices=sample_rows,
+        )
+        self.kv.fill_metadata(meta, [s.seq for s in sched.scheduled])
+        return self.model.forward(
+            torch.tensor(ids, dtype=torch.long, device=device),
+            torch.tensor(positions, dtype=torch.long, device=device),
+            meta,
+            self.kv if self.kv.stores_kv else None,
+        )
+
+    def _advance(self, sched: SchedulerOutput, logits: torch.Tensor, pending: _Pending) -> None:
+        row = 0
+        now = time.perf_counter()
+        for item in sched.scheduled:
+            seq = item.seq
+            if self.kv.stores_kv:
+                seq.num_computed = item.start + item.num_new_tokens
+            if not item.completes_context:
+                continue
+            token = sample_token(logits[row].cpu(), seq.params, seq.generator)
+            row += 1
+            if not seq.prefill_done:
+                seq.prefill_done = True
+                seq.first_token_s = now
+                if self.prefix_cache is not None:
+                    self.prefix_cache.insert(seq)
+            seq.output_ids.append(token)
+            seq.token_times_s.append(now)
+            reason = self._stop_reason(seq, token)
+            if seq.on_token is not None:
+                pending.events.append(
+                    (
+                        seq.on_token,
+                        TokenEvent(
+                            seq.request_id,
+                            token,
+                            len(seq.output_ids) - 1,
+                            finished=reason is not None,
+                            finish_reason=reason,
+                            time_s=now,
+                        ),
+                    )
+                )
+            if reason is not None:
+                self._finish(seq, reason, pending, notify=False)
+
+    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.params
+        if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
+            return "stop"
+        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(
+        self,
+        seq: Sequence,
+        reason: str,
+        pending: _Pending,
+        error: str | None = None,
+        notify: bool = True,
+    ) -> None:
+        if self.prefix_cache is not None and reason in ("stop", "length"):
+            self.prefix_cache.insert(seq)
+        self.scheduler.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason, seq.error = reason, error
+        seq.num_computed = 0
+        if notify and seq.on_token is not None:
+            pending.events.append(
+                (
+                    seq.on_token,
+                    TokenEvent(
+                        seq.request_id,
+                        None,
+                        len(seq.output_ids),
+                        finished=True,
+                        finish_reason=reason,
+                        error=error,
+                        time_s=time.perf_counter(),
+                    ),
+                )
+            )
+
+    def _log(self, sched: SchedulerOutput, duration_s: float, failed: bool) -> None:
+        prefill = sum(
+            s.num_new_tokens
+            for s in sched.scheduled
+            if s.num_new_tokens > 1 or not s.seq.prefill_done
+        )
+        used = self.kv.pool.num_used if isinstance(self.kv, PagedKVCache) else 0
+        self.step_log.append(
+            StepRecord(
+                step=len(self.step_log),
+                num_seqs=len(sched.scheduled),
+                num_tokens=sched.num_tokens,
+                prefill_tokens=prefill,
+                decode_tokens=sched.num_tokens - prefill,
+                idle_slots=sched.idle_slots,
+                preempted=len(sched.preempted),
+                duration_s=duration_s,
+                kv_blocks_used=used,
+                failed=failed,
+            )
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # Whole runs
+
+    def generate(
+        self,
+        prompts: Seq[Seq[int] | torch.Tensor],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        arrival_steps: Seq[int] | None = None,
+        on_token: Callable[[TokenEvent], Any] | None = None,
+    ) -> list[RequestOutput]:
+        """Run ``prompts`` to completion and return their outputs in order.
+
+        Args:
+            prompts: token-id lists (or tensors), one per request.
+            params: one :class:`SamplingParams` for all, or one per prompt.
+            arrival_steps: optional step number at which each request arrives (staggered arrivals).
+            on_token: streaming callback for every request.
+        """
+        per = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        arrivals = list(arrival_steps) if arrival_steps is not None else [0] * len(prompts)
+        if len(per) != len(prompts) or len(arrivals) != len(prompts):
+            raise ValueError("params and arrival_steps need one entry per prompt")
+        order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
+        ids: dict[int, str] = {}
+        step, k = 0, 0
+        while k < len(order) or self.has_unfinished():
+            while k < len(order) and arrivals[order[k]] <= step:
+                i = order[k]
+                ids[i] = self.add_request(prompts[i], per[i], on_token)
+                k += 1
+            self.step()
+            step += 1
+        return [self.output(ids[i]) for i in range(len(prompts))]
+
+    def blocks_in_use_by_requests(self) -> int:
+        """Blocks referenced by live requests (0 after a run: anything else is a leak)."""
+        with self._lock:
+            return sum(len(s.block_table) for s in self.requests.values())
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (their blocks go back to the pool)."""
+        with self._lock:
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
+
+
+def _as_id_list(prompt_ids: Seq[int] | torch.Tensor) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() == 2 and prompt_ids.shape[0] == 1:
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.dim() != 1:
+            raise RequestRejected(
+                f"prompt_ids must be 1-D (or 1 x n), got shape {tuple(prompt_ids.shape)}"
+            )
+        return [int(t) for t in prompt_ids.tolist()]
+    try:
+        return [int(t) for t in prompt_ids]
+    except (TypeError, ValueError):
+        raise RequestRejected("prompt_ids must be a sequence of integer token ids") from None
+
+
+def _dispatch(pending: _Pending) -> None:
+    for callback, event in pending.events:
+        callback(event)

@@ -1,0 +1,320 @@
+"""Where K and V live between steps: none, one max-length region per request, or fixed-size blocks.
+
+All three present the model with the same thing: per layer a flat store of *slots*
+``(num_slots, kv_heads, head_dim)``; a token's K/V sits in one slot. They differ in how
+slots are handed to requests:
+
+* :class:`NoKVCache` keeps nothing; every step recomputes every token (O(N^2) work).
+* :class:`ContiguousKVCache` reserves ``max_model_len`` slots per request up front, the way
+  early servers did: simple, but a 50-token answer still holds memory for thousands.
+* :class:`PagedKVCache` hands out blocks of ``block_size`` slots on demand from a
+  :class:`BlockPool` (free list + reference counts), and each request keeps a *block table*
+  (logical block i -> physical block), as in vLLM's PagedAttention. Blocks can be shared
+  between requests (prefix caching) because they are reference counted.
+
+Every cache reports :class:`KVMemoryReport` (bytes used, reserved and wasted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .model import AttentionMetadata, ModelShape
+from .sequence import Sequence
+
+
+class OutOfKVMemory(RuntimeError):
+    """No free slots or blocks are left for this request right now (the scheduler queues or preempts)."""
+
+
+@dataclass(frozen=True)
+class KVMemoryReport:
+    """KV memory at one moment, in bytes. ``wasted = reserved - used``.
+
+    ``used`` counts slots that hold a token's K/V; ``reserved`` counts slots handed to requests
+    (or held by the prefix cache); ``capacity`` is the whole store.
+    """
+
+    capacity_bytes: int
+    reserved_bytes: int
+    used_bytes: int
+
+    @property
+    def wasted_bytes(self) -> int:
+        return self.reserved_bytes - self.used_bytes
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Share of the reserved bytes that hold no token (0 when nothing is reserved)."""
+        return self.wasted_bytes / self.reserved_bytes if self.reserved_bytes else 0.0
+
+
+def _store(
+    shape: ModelShape, num_slots: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
+    return torch.empty(
+        shape.num_layers, num_slots, shape.num_kv_heads, shape.head_dim, dtype=dtype, device=device
+    )
+
+
+class NoKVCache:
+    """No cache at all: the engine feeds every sequence's full token list every step."""
+
+    kind = "nocache"
+    stores_kv = False
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return True
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        pass
+
+    def free(self, seq: Sequence) -> None:
+        pass
+
+    def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
+        return []
+
+    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+        pass
+
+    def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
+        return KVMemoryReport(0, 0, 0)
+
+
+class ContiguousKVCache:
+    """One ``max_model_len``-slot region reserved per request for its whole life.
+
+    Args:
+        shape: the model's shape (layers, kv heads, head dim).
+        max_seqs: how many regions (concurrent requests) the store holds.
+        max_model_len: slots per region: the longest prompt + output a request may reach.
+    """
+
+    kind = "contiguous"
+    stores_kv = True
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        max_seqs: int,
+        max_model_len: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ):
+        self.shape, self.max_seqs, self.max_model_len = shape, max_seqs, max_model_len
+        self.k = _store(shape, max_seqs * max_model_len, dtype, torch.device(device))
+        self.v = torch.empty_like(self.k)
+        self.bytes_per_token = shape.kv_bytes_per_token(dtype)
+        self.free_regions: deque[int] = deque(range(max_seqs))
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return seq.region is not None or bool(self.free_regions)
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        if seq.num_computed + num_new_tokens > self.max_model_len:
+            raise OutOfKVMemory(
+                f"{seq.request_id} would exceed its {self.max_model_len}-token region"
+            )
+        if seq.region is None:
+            if not self.free_regions:
+                raise OutOfKVMemory("all contiguous regions are reserved")
+            seq.region = self.free_regions.popleft()
+
+    def free(self, seq: Sequence) -> None:
+        if seq.region is not None:
+            self.free_regions.append(seq.region)
+            seq.region = None
+
+    def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
+        base = seq.region * self.max_model_len
+        return list(range(base + start, base + start + count))
+
+    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+        meta.region_starts = [s.region * self.max_model_len for s in seqs]
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[layer], self.v[layer]
+
+    def context_kv(
+        self, layer: int, seq_index: int, meta: AttentionMetadata
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A view (no copy) of the sequence's first ``context_len`` slots: contiguous memory pays off here."""
+        start, n = meta.region_starts[seq_index], meta.context_lens[seq_index]
+        return self.k[layer, start : start + n], self.v[layer, start : start + n]
+
+    def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
+        live = [s for s in seqs if s.region is not None]
+        return KVMemoryReport(
+            capacity_bytes=self.max_seqs * self.max_model_len * self.bytes_per_token,
+            reserved_bytes=len(live) * self.max_model_len * self.bytes_per_token,
+            used_bytes=sum(s.num_computed for s in live) * self.bytes_per_token,
+        )
+
+
+class BlockPool:
+    """Fixed-size blocks with a free list and reference counts.
+
+    A block is free exactly when its reference count is 0. ``evict`` is called when the free
+    list is empty: a prefix cache plugs in there to give back blocks nobody is using.
+    """
+
+    def __init__(self, num_blocks: int):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.ref_counts = [0] * num_blocks
+        self.free_list: deque[int] = deque(range(num_blocks))
+        self.evict: Callable[[], bool] | None = None  # frees at least one block, or returns False
+        self.num_evictable: Callable[[], int] = lambda: 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_list)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free_list)
+
+    def available(self) -> int:
+        """Blocks that could be handed out now: free ones plus those a prefix cache would give back."""
+        return len(self.free_list) + self.num_evictable()
+
+    def allocate(self) -> int:
+        """A free block with reference count 1 (evicting from the prefix cache if needed)."""
+        while not self.free_list:
+            if self.evict is None or not self.evict():
+                raise OutOfKVMemory(f"all {self.num_blocks} KV blocks are in use")
+        block = self.free_list.popleft()
+        self.ref_counts[block] = 1
+        return block
+
+    def incref(self, block: int) -> None:
+        if self.ref_counts[block] <= 0:
+            raise RuntimeError(f"block {block} is free and cannot gain a reference")
+        self.ref_counts[block] += 1
+
+    def decref(self, block: int) -> None:
+        """Drop one reference; the block returns to the free list when none is left."""
+        if self.ref_counts[block] <= 0:
+            raise RuntimeError(f"block {block} is already free (double free)")
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 0:
+            self.free_list.append(block)
+
+    def all_free(self) -> bool:
+        """True when every block is on the free list and every count is 0 (no leak)."""
+        return len(self.free_list) == self.num_blocks and not any(self.ref_counts)
+
+
+class PagedKVCache:
+    """Blocks of ``block_size`` slots from a :class:`BlockPool`; each request keeps a block table.
+
+    Args:
+        shape: the model's shape.
+        num_blocks: blocks in the pool (the KV budget is ``num_blocks * block_size`` tokens).
+        block_size: tokens per block (1 = token-granular, as in SGLang; 16 is vLLM's default).
+    """
+
+    kind = "paged"
+    stores_kv = True
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.shape, self.block_size = shape, block_size
+        self.pool = BlockPool(num_blocks)
+        self.k = _store(shape, num_blocks * block_size, dtype, torch.device(device))
+        self.v = torch.empty_like(self.k)
+        self.bytes_per_token = shape.kv_bytes_per_token(dtype)
+        self.block_fill = [0] * num_blocks  # slots of each block holding a token (for used bytes)
+        self.peak_blocks_used = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Extra blocks ``seq`` needs to hold ``num_new_tokens`` more tokens."""
+        return max(
+            0,
+            math.ceil((seq.num_computed + num_new_tokens) / self.block_size) - len(seq.block_table),
+        )
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.blocks_needed(seq, num_new_tokens) <= self.pool.available()
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Grow ``seq.block_table`` to cover ``num_new_tokens`` more tokens (raises OutOfKVMemory)."""
+        for _ in range(self.blocks_needed(seq, num_new_tokens)):
+            seq.block_table.append(self.pool.allocate())
+        end = seq.num_computed + num_new_tokens
+        for i in range(seq.num_computed // self.block_size, len(seq.block_table)):
+            block = seq.block_table[i]
+            self.block_fill[block] = max(
+                self.block_fill[block], min(self.block_size, end - i * self.block_size)
+            )
+        self.peak_blocks_used = max(self.peak_blocks_used, self.pool.num_used)
+
+    def free(self, seq: Sequence) -> None:
+        """Drop ``seq``'s reference on each of its blocks (shared blocks stay with their other owners)."""
+        for block in reversed(seq.block_table):
+            self.pool.decref(block)
+            if self.pool.ref_counts[block] == 0:
+                self.block_fill[block] = 0
+        seq.block_table = []
+
+    def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
+        """Slot ids of positions ``start .. start+count-1``: block_table[pos // B] * B + pos % B."""
+        bs, table = self.block_size, seq.block_table
+        return [table[p // bs] * bs + p % bs for p in range(start, start + count)]
+
+    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+        """Block tables, and the slot of every context token (computed once per step, used by every layer)."""
+        bs = self.block_size
+        meta.block_tables = [list(s.block_table) for s in seqs]
+        offsets = torch.arange(bs, device=self.k.device)
+        meta.context_slots = []
+        for s, n in zip(seqs, meta.context_lens, strict=False):
+            table = torch.tensor(
+                s.block_table[: math.ceil(n / bs)], dtype=torch.long, device=self.k.device
+            )
+            meta.context_slots.append((table[:, None] * bs + offsets[None, :]).flatten()[:n])
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.k[layer], self.v[layer]
+
+    def context_kv(
+        self, layer: int, seq_index: int, meta: AttentionMetadata
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather the sequence's K/V through its block table (slot = block_table[pos // B] * B + pos % B)."""
+        slots = meta.context_slots[seq_index]
+        return self.k[layer].index_select(0, slots), self.v[layer].index_select(0, slots)
+
+    def copy_slots(self, src: list[int], dst: list[int]) -> None:
+        """Copy K/V of slots ``src`` into slots ``dst`` in every layer (copy-on-write for partial blocks)."""
+        s = torch.tensor(src, dtype=torch.long, device=self.k.device)
+        d = torch.tensor(dst, dtype=torch.long, device=self.k.device)
+        self.k[:, d] = self.k[:, s]
+        self.v[:, d] = self.v[:, s]
+
+    def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
+        used_blocks = [b for b in range(self.num_blocks) if self.pool.ref_counts[b] > 0]
+        return KVMemoryReport(
+            capacity_bytes=self.num_blocks * self.block_size * self.bytes_per_token,
+            reserved_bytes=len(used_blocks) * self.block_size * self.bytes_per_token,
+            used_bytes=sum(self.block_fill[b] for b in used_blocks) * self.bytes_per_token,
+        )

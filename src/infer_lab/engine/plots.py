@@ -1,0 +1,173 @@
+"""Figures for the serving-engine notebooks (07-10): each takes the tidy rows of a demo and a title.
+
+Every title names where the numbers came from (hardware and model, from ``lm.describe()``), so a
+figure copied out of a notebook still says what produced it. Nothing here measures anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+
+def _titled(ax: Any, what: str, source: str) -> None:
+    ax.set_title(f"{what}\n{source}", fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def step_time_vs_position(rows: Sequence[dict[str, Any]], source: str):
+    """Decode step time (ms) vs tokens in context, one line per KV mode (``no_cache_vs_kv_cache``)."""
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for mode, part in df[df.phase == "decode"].groupby("mode"):
+        ax.plot(part.position, part.step_ms, marker=".", label=mode)
+    ax.set(xlabel="position (tokens in context)", ylabel="ms per generated token")
+    ax.legend()
+    _titled(ax, "Time per token: no cache vs KV cache", source)
+    fig.tight_layout()
+    return fig
+
+
+def flops_vs_position(rows: Sequence[dict[str, Any]], source: str):
+    """Cumulative FLOPs of generation vs position, one line per KV mode (the O(N^2) vs O(N) picture)."""
+    df = pd.DataFrame(rows).sort_values("position")
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for mode, part in df.groupby("mode"):
+        ax.plot(part.position, part.flops.cumsum() / 1e12, marker=".", label=mode)
+    ax.set(xlabel="position (tokens in context)", ylabel="cumulative TFLOP (2 x params x tokens)")
+    ax.legend()
+    _titled(ax, "Work done so far", source)
+    fig.tight_layout()
+    return fig
+
+
+def kv_waste_bars(rows: Sequence[dict[str, Any]], source: str):
+    """Used vs wasted KV bytes (GB = 1e9 B) per layout, with the wasted fraction on each bar."""
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    labels = [
+        f"{r.layout}" + (f" (block {int(r.block_size)})" if r.layout == "paged" else "")
+        for r in df.itertuples()
+    ]
+    ax.barh(labels, df.used_bytes / 1e9, label="holds a token's K/V")
+    ax.barh(labels, df.wasted_bytes / 1e9, left=df.used_bytes / 1e9, label="reserved, empty")
+    for i, r in enumerate(df.itertuples()):
+        ax.text(r.reserved_bytes / 1e9, i, f" {r.wasted_fraction:.1%} wasted", va="center")
+    ax.set(xlabel="KV bytes reserved (GB)")
+    ax.set_xlim(0, df.reserved_bytes.max() / 1e9 * 1.3)
+    ax.legend(loc="lower right", fontsize=8)
+    _titled(ax, "KV memory: max-length reservation vs paged blocks", source)
+    fig.tight_layout()
+    return fig
+
+
+def batching_bars(rows: Sequence[dict[str, Any]], source: str):
+    """Static vs continuous: throughput, idle slots, and TTFT/ITL p50/p90/p99 (``static_vs_continuous``)."""
+    df = pd.DataFrame(rows).set_index("mode")
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3.4))
+    df.output_tokens_per_s.plot.bar(ax=axes[0], color=["tab:gray", "tab:blue"])
+    axes[0].set(ylabel="output tokens/s", xlabel="")
+    df.mean_idle_slots.plot.bar(ax=axes[1], color=["tab:gray", "tab:blue"])
+    axes[1].set(ylabel="idle batch slots per step (mean)", xlabel="")
+    for ax, key in ((axes[2], "ttft_ms"), (axes[3], "itl_ms")):
+        df[[f"{key}_p50", f"{key}_p90", f"{key}_p99"]].plot.bar(ax=ax)
+        ax.set(ylabel=key.replace("_ms", " (ms)"), xlabel="")
+        ax.legend(["p50", "p90", "p99"], fontsize=8)
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=0)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Static vs continuous batching\n{source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def pareto_frontier(rows: Sequence[dict[str, Any]], source: str):
+    """Total output tokens/s vs tokens/s per user, one point per concurrency (``concurrency_sweep``)."""
+    df = pd.DataFrame(rows).sort_values("concurrency")
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.plot(df.tokens_per_s_per_user, df.output_tokens_per_s, marker="o")
+    for r in df.itertuples():
+        ax.annotate(f" {r.concurrency}", (r.tokens_per_s_per_user, r.output_tokens_per_s))
+    ax.set(xlabel="tokens/s per user (1 / mean ITL)", ylabel="total output tokens/s")
+    _titled(ax, "Concurrency sweep (labels: concurrent requests)", source)
+    fig.tight_layout()
+    return fig
+
+
+def prefix_match_granularity(rows: Sequence[dict[str, Any]], block_size: int, source: str):
+    """Prompt tokens found in the cache vs tokens actually shared, per cache (a staircase for hash)."""
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for cache, part in df.groupby("cache"):
+        ax.plot(
+            part.shared_tokens, part.reused_tokens, marker="o", drawstyle="default", label=cache
+        )
+    top = df.shared_tokens.max()
+    ax.plot([0, top], [0, top], ls=":", color="gray", label="everything shared is reused")
+    for edge in range(block_size, top + 1, block_size):
+        ax.axvline(edge, color="gray", lw=0.5, alpha=0.5)
+    ax.set(
+        xlabel="tokens the second prompt shares with the first",
+        ylabel="prompt tokens reused from cache",
+    )
+    ax.legend(fontsize=8)
+    _titled(ax, f"What each cache matches (block size {block_size}, grey lines)", source)
+    fig.tight_layout()
+    return fig
+
+
+def prefix_cache_bars(rows: Sequence[dict[str, Any]], source: str):
+    """Hit rate, prefill tokens computed and TTFT p50 per workload and cache (``prefix_cache_comparison``)."""
+    df = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, (col, label) in zip(
+        axes,
+        (
+            ("hit_rate", "hit rate (tokens found / asked)"),
+            ("prefill_tokens_computed", "prefill tokens computed"),
+            ("ttft_ms_p50", "TTFT p50 (ms)"),
+        ),
+        strict=True,
+    ):
+        df.pivot(index="workload", columns="cache", values=col)[["none", "hash", "radix"]].plot.bar(
+            ax=ax
+        )
+        ax.set(ylabel=label, xlabel="")
+        ax.tick_params(axis="x", rotation=12)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Prefix caching on three workloads\n{source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def chunked_prefill_steps(rows: Sequence[dict[str, Any]], source: str, arrive_at_step: int):
+    """Step time (= ITL of the decoding requests) per engine step, with and without chunking."""
+    df = pd.DataFrame(rows)
+    steps = df[df.kind == "step"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for chunking, part in steps.groupby("chunking"):
+        label = "chunked prefill" if chunking else "whole prompt in one step"
+        ax.plot(part.step, part.step_ms, marker=".", label=label)
+    ax.axvline(arrive_at_step, color="gray", ls=":", label="long prompt arrives")
+    ax.set(xlabel="engine step", ylabel="step time = ITL of running requests (ms)")
+    ax.legend(fontsize=8)
+    _titled(ax, "A long prompt arrives while others decode", source)
+    fig.tight_layout()
+    return fig
+
+
+def predicted_vs_measured_steps(rows: Sequence[dict[str, Any]], source: str):
+    """Predicted (roofline) and measured engine decode step time vs batch size, log-log."""
+    df = pd.DataFrame(rows).sort_values("batch")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(df.batch, df.predicted_ms, marker="*", label="predicted (roofline, measured ceilings)")
+    ax.plot(df.batch, df.measured_ms, marker="x", label="measured (engine, p50 of decode steps)")
+    ax.set(xscale="log", yscale="log", xlabel="batch (sequences per decode step)")
+    ax.set(ylabel="decode step time (ms)")
+    ax.legend(fontsize=8)
+    _titled(ax, "Decode step: predicted vs measured", source)
+    fig.tight_layout()
+    return fig

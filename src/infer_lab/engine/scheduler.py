@@ -1,0 +1,180 @@
+"""Deciding, every step, which requests run and how many of their tokens are computed.
+
+* **Static batching** takes up to ``max_num_seqs`` requests and admits nobody else until all of
+  them have finished: a request that ends early leaves its slot idle.
+* **Continuous (iteration-level) batching** re-decides every step: finished requests leave and
+  waiting ones join at once, as long as KV memory allows (admission by free blocks).
+* **Preemption by recompute**: when a running request needs a new block and none is left, the
+  most recently admitted request gives all its blocks back and goes to the front of the queue;
+  later it recomputes its prompt and the tokens it already generated in one prefill.
+* **Chunked prefill**: with a per-step token budget, decodes are scheduled first (one token each)
+  and prompts fill what is left of the budget in chunks, so a long prompt no longer stalls
+  the decoding requests for a whole step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling policy.
+
+    Attributes:
+        policy: ``"continuous"`` or ``"static"``.
+        max_num_seqs: most requests running at once (batch slots).
+        max_num_batched_tokens: token budget per step when ``chunked_prefill`` is on (tokens).
+        chunked_prefill: split prompts into chunks under the token budget. Off: a prompt is
+            computed whole in one step, however long.
+    """
+
+    policy: str = "continuous"
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    chunked_prefill: bool = False
+
+    def validate(self) -> None:
+        if self.policy not in ("continuous", "static"):
+            raise ValueError(f"policy must be 'continuous' or 'static', got {self.policy!r}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"
+            )
+
+
+@dataclass
+class ScheduledSequence:
+    """``num_new_tokens`` tokens of ``seq`` starting at ``start`` are computed this step."""
+
+    seq: Sequence
+    start: int
+    num_new_tokens: int
+
+    @property
+    def completes_context(self) -> bool:
+        """True when this chunk reaches the sequence's last token, so a new token is sampled."""
+        return self.start + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    idle_slots: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    """Waiting queue + running list, over a KV cache (``kv``) and an optional prefix cache."""
+
+    def __init__(self, config: SchedulerConfig, kv: Any, prefix_cache: Any = None):
+        config.validate()
+        self.config, self.kv, self.prefix_cache = config, kv, prefix_cache
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the queues and give its KV memory back (cancellation, failure, finish)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _tokens_to_compute(self, seq: Sequence) -> int:
+        if not self.kv.stores_kv:
+            return seq.num_tokens  # no cache: everything, every step
+        return seq.num_tokens - seq.num_computed
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(seq)
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_computed = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        out.preempted.append(seq)
+
+    def schedule(self) -> SchedulerOutput:
+        """The work of the next step. KV memory for it is allocated before this returns."""
+        cfg = self.config
+        out = SchedulerOutput()
+        chunked = cfg.chunked_prefill
+        budget = cfg.max_num_batched_tokens if chunked else None
+
+        # 1. Requests already running, oldest first; the newest are preempted if memory runs out.
+        for seq in list(self.running):
+            if seq not in self.running:
+                continue  # preempted a moment ago to make room for an older request
+            n = self._tokens_to_compute(seq)
+            if budget is not None:
+                n = min(n, budget)
+            if n <= 0:
+                continue
+            while not self.kv.can_allocate(seq, n):
+                victim = self.running[-1]
+                self._preempt(victim, out)
+                if victim is seq:
+                    break
+            if seq not in self.running:
+                continue
+            self.kv.allocate(seq, n)
+            out.scheduled.append(
+                ScheduledSequence(seq, 0 if not self.kv.stores_kv else seq.num_computed, n)
+            )
+            if budget is not None:
+                budget -= n
+
+        # 2. Admit waiting requests (never in a step that had to preempt).
+        admit = not out.preempted and (cfg.policy == "continuous" or not self.running)
+        while (
+            admit
+            and self.waiting
+            and len(self.running) < cfg.max_num_seqs
+            and (budget is None or budget > 0)
+        ):
+            seq = self.waiting[0]
+            hit = None
+            if self.prefix_cache is not None and seq.num_computed == 0 and not seq.block_table:
+                hit = self.prefix_cache.attach(seq)
+            n = self._tokens_to_compute(seq)
+            if budget is not None:
+                n = min(n, budget)
+            if not self.kv.can_allocate(seq, n):
+                if self.prefix_cache is not None:
+                    self.prefix_cache.detach(seq)
+                break
+            self.waiting.popleft()
+            if hit is not None and seq.num_preemptions == 0:
+                seq.num_cached_prompt_tokens = hit
+                self.prefix_cache.record(seq, hit)
+            self.kv.allocate(seq, n)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(
+                ScheduledSequence(seq, 0 if not self.kv.stores_kv else seq.num_computed, n)
+            )
+            if budget is not None:
+                budget -= n
+        out.idle_slots = cfg.max_num_seqs - len(out.scheduled)
+        return out

@@ -1,0 +1,648 @@
+"""Start and stop real serving engines (vLLM, SGLang) as subprocesses, for fair comparisons.
+
+Each launch builds the engine's own command line from a few documented switches, starts it in
+its own process group with its log in a file, waits until its ``/health`` answers, records
+its version and writes a state file (PID, URL, command, version). ``stop`` reads that file and
+ends the process group by PID. Engines that are not installed fail at once with what to do.
+
+The switches, and the engine flags they become:
+
+==================  =========================================  ===============================
+switch              vLLM                                       SGLang
+==================  =========================================  ===============================
+prefix_caching      ``--enable-prefix-caching`` / ``--no-...`` radix cache on, or
+                                                               ``--disable-radix-cache``
+kv_cache_dtype      ``--kv-cache-dtype fp8``                   ``--kv-cache-dtype fp8_e5m2``
+chunked_prefill     ``--enable-chunked-prefill``               ``--chunked-prefill-size N``
+ngram_speculative   ``--speculative-config {"method":"ngram"}`` (not offered here)
+tensor_parallel     ``--tensor-parallel-size N``               ``--tp-size N``
+==================  =========================================  ===============================
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("vllm", "sglang")
+INSTALL_HINT = {
+    "vllm": "pip install vllm  (Linux + NVIDIA GPU; see docs.vllm.ai for the CUDA build matching your driver)",
+    "sglang": "pip install 'sglang[all]'  (Linux + NVIDIA GPU; see docs.sglang.ai)",
+}
+
+
+class EngineNotInstalledError(RuntimeError):
+    """The engine's Python package is not importable here."""
+
+
+@dataclass
+class EngineOptions:
+    """What to launch and with which optimizations (``None`` keeps the engine's default)."""
+
+    model: str
+    port: int = 8000
+    host: str = "127.0.0.1"
+    tensor_parallel: int = 1
+    prefix_caching: bool | None = None
+    kv_cache_dtype: str | None = None  # e.g. "fp8"
+    chunked_prefill: bool | None = None
+    chunked_prefill_size: int = 2048  # SGLang's chunk size in tokens when chunked_prefill is on
+    ngram_speculative_tokens: int = 0  # vLLM: propose this many tokens by n-gram lookup (0 = off)
+    max_model_len: int | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+
+def is_installed(engine: str) -> bool:
+    """Whether the engine's package can be imported by this Python."""
+    _check_name(engine)
+    return importlib.util.find_spec(engine) is not None
+
+
+def _check_name(engine: str) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+
+
+def build_command(engine: str, opts: EngineOptions, python: str | None = None) -> list[str]:
+    """The engine's command line for ``opts`` (no side effects; shown by ``--dry-run``)."""
+    _check_name(engine)
+    if opts.tensor_parallel < 1:
+        raise ValueError(f"tensor parallel size must be >= 1, got {opts.tensor_parallel}")
+    py = python or sys.executable
+    if engine == "vllm":
+        cmd = [
+            py,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            opts.model,
+            "--host",
+            opts.host,
+            "--port",
+            str(opts.port),
+            "--tensor-parallel-size",
+            str(opts.tensor_parallel),
+        ]
+        if opts.prefix_caching is not None:
+            cmd.append(
+                "--enable-prefix-caching" if opts.prefix_caching else "--no-enable-prefix-caching"
+            )
+        if opts.kv_cache_dtype:
+            cmd += ["--kv-cache-dtype", opts.kv_cache_dtype]
+        if opts.chunked_prefill is not None:
+            cmd.append(
+                "--enable-chunked-prefill"
+                if opts.chunked_prefill
+                else "--no-enable-chunked-prefill"
+            )
+        if opts.ngram_speculative_tokens > 0:
+            spec = {
+                "method": "ngram",
+                "num_speculative_tokens": opts.ngram_speculative_tokens,
+                "prompt_lookup_max": 4,
+            }
+            cmd += ["--speculative-config", json.dumps(spec)]
+        if opts.max_model_len:
+            cmd += ["--max-model-len", str(opts.max_model_len)]
+    else:
+        cmd = [
+            py,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            opts.model,
+            "--host",
+            opts.host,
+            "--port",
+            str(opts.port),
+            "--tp-size",
+            str(opts.tensor_parallel),
+        ]
+        if opts.prefix_caching is False:
+            cmd.append("--disable-radix-cache")
+        if opts.kv_cache_dtype:
+            cmd += [
+                "--kv-cache-dtype",
+                "fp8_e5m2" if opts.kv_cache_dtype == "fp8" else opts.kv_cache_dtype,
+            ]
+        if opts.chunked_prefill is not None:
+            cmd += [
+                "--chunked-prefill-size",
+                str(opts.chunked_prefill_size if opts.chunked_prefill else -1),
+            ]
+        if opts.ngram_speculative_tokens > 0:
+            raise ValueError("n-gram speculative decoding is only wired up for vLLM here")
+        if opts.max_model_len:
+            cmd += ["--context-length", str(opts.max_model_len)]
+    return cmd + list(opts.extra_args)
+
+
+def state_dir() -> Path:
+    """Where launch records live: ``$INFER_LAB_CACHE/engines`` (default ``~/.cache/infer_lab/engines``)."""
+    from .models import cache_dir
+
+    return cache_dir() / "engines"
+
+
+@dataclass
+class LaunchRecord:
+    """What ``launch`` started: enough to find, measure and stop it later."""
+
+    engine: str
+    pid: int
+    url: str
+    command: list[str]
+    log_file: str
+    started_at: float
+    version: str | None = None
+    ready_s: float | None = None
+
+    def path(self) -> Path:
+        return state_dir() / f"{self.engine}-{self.url.rsplit(':', 1)[-1]}.json"
+
+
+def wait_healthy(
+    url: str, timeout_s: float, process: subprocess.Popen | None = None, poll_s: float = 1.0
+) -> float:
+    """Poll ``url/health`` until it answers 200; seconds waited. Raises when the process dies or time runs out."""
+    t0 = time.monotonic()
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(
+                f"the engine exited with code {process.returncode} before it became healthy"
+            )
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - t0
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() - t0 > timeout_s:
+            raise RuntimeError(f"{url}/health did not answer within {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
+def engine_version(engine: str, url: str | None = None) -> str | None:
+    """The engine's version: from its HTTP API when running, else from the installed package."""
+    if url:
+        for path in ("/version", "/get_server_info"):
+            try:
+                with urllib.request.urlopen(url.rstrip("/") + path, timeout=5) as resp:
+                    data = json.loads(resp.read())
+                    if isinstance(data, dict) and data.get("version"):
+                        return str(data["version"])
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+    try:
+        from importlib.metadata import version
+
+        return version(engine)
+    except Exception:
+        return None
+
+
+def launch(
+    engine: str, opts: EngineOptions, timeout_s: float = 900.0, log_dir: str | Path | None = None
+) -> LaunchRecord:
+    """Start ``engine`` in the background, wait until healthy, record its version; returns the record."""
+    _check_name(engine)
+    if not is_installed(engine):
+        raise EngineNotInstalledError(
+            f"{engine} is not installed in this Python ({sys.executable}). "
+            f"Install it with: {INSTALL_HINT[engine]}"
+        )
+    cmd = build_command(engine, opts)
+    logs = Path(log_dir) if log_dir else state_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    log_file = logs / f"{engine}-{opts.port}.log"
+    url = f"http://{opts.host}:{opts.port}"
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rec = LaunchRecord(
+        engine=engine,
+        pid=proc.pid,
+        url=url,
+        command=cmd,
+        log_file=str(log_file),
+        started_at=time.time(),
+    )
+    try:
+        rec.ready_s = wait_healthy(url, timeout_s, proc)
+    except RuntimeError as exc:
+        _terminate(proc.pid)
+        raise RuntimeError(
+            f"{engine} did not start: {exc}. Last log lines:\n{_tail(log_file)}"
+        ) from exc
+    rec.version = engine_version(engine, url)
+    rec.path().parent.mkdir(parents=True, exist_ok=True)
+    rec.path().write_text(json.dumps(asdict(rec), indent=1))
+    return rec
+
+
+def running() -> list[LaunchRecord]:
+    """Launch records whose process is still alive."""
+    out = []
+    folder = state_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = LaunchRecord(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            continue
+        if _alive(rec.pid):
+            out.append(rec)
+    return out
+
+
+def stop(
+    engine: str | None = None,
+    pid: int | None = None,
+    port: int | None = None,
+    timeout_s: float = 30.0,
+) -> list[dict[str, Any]]:
+    """Stop launched engines matching the filters (SIGTERM to the group, SIGKILL after ``timeout_s``)."""
+    if engine is not None:
+        _check_name(engine)
+    stopped = []
+    folder = state_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = LaunchRecord(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            continue
+        if (
+            (engine and rec.engine != engine)
+            or (pid and rec.pid != pid)
+            or (port and not rec.url.endswith(f":{port}"))
+        ):
+            continue
+        was_alive = _alive(rec.pid)
+        if was_alive:
+            _terminate(rec.pid, timeout_s)
+        path.unlink(missing_ok=True)
+        stopped.append(
+            {"engine": rec.engine, "pid": rec.pid, "url": rec.url, "was_running": was_alive}
+        )
+    if pid is not None and not stopped:
+        raise ValueError(f"no engine launched by infer-lab has PID {pid} (records are in {folder})")
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _terminate(pid: int, timeout_s: float = 30.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)  # the engine's workers share its process group
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not _alive(pid):
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def which_engines() -> dict[str, dict[str, Any]]:
+    """Installed or not, and the version, for each engine (for the notebook and ``engines list``)."""
+    return {
+        e: {
+            "installed": is_installed(e),
+            "version": engine_version(e) if is_installed(e) else None,
+            "install": INSTALL_HINT[e],
+            "cli": shutil.which(e),
+        }
+        for e in ENGINES
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The same harness against every engine: our variants side by side, through HTTP
+
+# Each optimization of our engine switched on one at a time (options of infer_lab.engine.EngineConfig).
+OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hf (one at a time)": ("hf", {}),
+    "ours: contiguous KV, static batch": ("ours", {"kv_mode": "contiguous", "policy": "static"}),
+    "ours: paged + continuous": ("ours", {"kv_mode": "paged", "policy": "continuous"}),
+    "+ prefix cache (hash)": ("ours", {"prefix_cache": "hash"}),
+    "+ prefix cache (radix)": ("ours", {"prefix_cache": "radix"}),
+    "+ chunked prefill": (
+        "ours",
+        {"prefix_cache": "radix", "chunked_prefill": True, "max_num_batched_tokens": 64},
+    ),
+}
+
+
+def module_sizes(quick: bool) -> dict[str, Any]:
+    """Run sizes of module 12 (notebook and tour): quick fits a 2-core CPU in well under a minute."""
+    if quick:
+        return {
+            "concurrency": 4,
+            "requests": 4,
+            "output_tokens": 4,
+            "workload_options": {"prefix_words": 48, "input_words": 8},
+        }
+    return {"concurrency": 16, "requests": 64, "output_tokens": 64, "repeats": 3}
+
+
+def compare_local_engines(
+    lm: Any,
+    variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
+    workload: str = "shared-prefix",
+    concurrency: int = 4,
+    requests: int = 8,
+    output_tokens: int = 8,
+    repeats: int = 1,
+    max_model_len: int = 512,
+    max_num_seqs: int = 8,
+    timeout_s: float = 300.0,
+    workload_options: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Serve ``lm`` with each variant in turn and run the *same* loadgen workload against each.
+
+    Every variant gets the same workload (same seed, so the same prompts), the same concurrency,
+    warm-up and repeats. Returns one pooled loadgen row per variant with ``variant``, ``engine``
+    and the scraped server metrics (KV blocks, prefix hit rate).
+    """
+    from .loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
+    from .server import ServerThread, build_app
+
+    rows = []
+    opts = {
+        "input_words": 32,
+        "output_tokens": output_tokens,
+        "prefix_words": 128,
+        "turns": 2,
+        "branches": 2,
+    }
+    opts.update(workload_options or {})
+    for name, (engine, options) in (variants or OUR_VARIANTS).items():
+        engine_options = dict(options)
+        if engine == "ours":
+            engine_options.setdefault("max_num_seqs", max_num_seqs)
+        app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+        with ServerThread(app) as srv:
+            cfg = RunConfig(
+                ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
+                workload,
+                [LoadPoint(concurrency=concurrency)],
+                requests=requests,
+                warmup=1,
+                repeats=repeats,
+                workload_options=opts,
+            )
+            res = run_benchmark_sync(cfg, quiet=True)
+        row = dict(res["pooled"][0])
+        scraped = [r["server_metrics"] for r in res["rows"]]
+        row.update(
+            variant=name,
+            engine=engine,
+            engine_options=options,
+            prefix_hit_rate=scraped[-1].get("prefix_hit_rate"),
+            kv_blocks_used_max=max((s.get("kv_blocks_used_max", 0) for s in scraped), default=None),
+            server=res["server"],
+            client_environment=res["client_environment"],
+        )
+        rows.append(row)
+    return rows
+
+
+def sweep_local_engine(
+    lm: Any,
+    variant: str = "+ prefix cache (radix)",
+    concurrencies: tuple[int, ...] = (1, 4),
+    workload: str = "shared-prefix",
+    requests: int = 8,
+    output_tokens: int = 8,
+    repeats: int = 1,
+    max_model_len: int = 512,
+    max_num_seqs: int = 16,
+    timeout_s: float = 300.0,
+    slo_ttft_ms: float | None = None,
+    workload_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One variant of :data:`OUR_VARIANTS` served over HTTP, measured at several concurrencies.
+
+    Returns the full loadgen results dict (for the latency/throughput/Pareto plots).
+    """
+    from .loadgen import SLO, ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
+    from .server import ServerThread, build_app
+
+    engine, options = OUR_VARIANTS[variant]
+    engine_options = dict(options)
+    if engine == "ours":
+        engine_options.setdefault("max_num_seqs", max_num_seqs)
+    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+    with ServerThread(app) as srv:
+        cfg = RunConfig(
+            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
+            workload,
+            [LoadPoint(concurrency=c) for c in concurrencies],
+            requests=requests,
+            warmup=1,
+            repeats=repeats,
+            slo=SLO(ttft_ms=slo_ttft_ms),
+            workload_options={
+                "input_words": 32,
+                "output_tokens": output_tokens,
+                "prefix_words": 128,
+                "turns": 2,
+                "branches": 2,
+                **(workload_options or {}),
+            },
+        )
+        results = run_benchmark_sync(cfg, quiet=True)
+    results["variant"] = variant
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine decision chart
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """One row of the decision chart: when to pick which engine, why, and what measures it."""
+
+    need: str
+    engine: str
+    reason: str
+    evidence: str
+
+
+DECISION_CHART: tuple[EngineChoice, ...] = (
+    EngineChoice(
+        "standard API traffic (chat, ShareGPT-like)",
+        "vLLM",
+        "the production default: paged KV, continuous batching, broad model and hardware support",
+        "loadgen --workload sharegpt/random on vLLM vs SGLang: similar tokens/s at equal concurrency",
+    ),
+    EngineChoice(
+        "agentic / shared-prefix heavy",
+        "SGLang",
+        "radix-tree prefix cache reuses branching histories at token granularity",
+        "loadgen --workload agentic: prefix hit rate and TTFT p50 with radix vs hash vs off "
+        "(our engine here; SGLang vs vLLM on a GPU)",
+    ),
+    EngineChoice(
+        "peak NVIDIA performance, fixed model",
+        "TensorRT-LLM",
+        "ahead-of-time compiled kernels; pays a compile step per model/shape",
+        "not measured here: compare its loadgen numbers with vLLM's on the same GPU",
+    ),
+    EngineChoice(
+        "multi-node, disaggregated prefill/decode, session routing",
+        "Dynamo / llm-d",
+        "route sessions to the worker holding their KV; separate prefill and decode pools",
+        "capacity planner: GPUs needed; then loadgen against the cluster endpoint",
+    ),
+    EngineChoice(
+        "laptop / edge, CPU or Apple silicon",
+        "llama.cpp",
+        "quantized GGUF weights, no GPU required",
+        "module 05 memory per precision; loadgen at concurrency 1 on the laptop",
+    ),
+    EngineChoice(
+        "simplest possible, one user",
+        "HF transformers",
+        "no extra server stack; one request at a time",
+        "loadgen: hf variant's tokens/s stays flat as concurrency grows (requests queue)",
+    ),
+)
+
+
+def decision_table(measured: list[dict[str, Any]] | None = None):
+    """The decision chart as a DataFrame; ``measured`` (rows of :func:`compare_local_engines`) adds
+    this machine's numbers to the rows they support."""
+    import pandas as pd
+
+    df = pd.DataFrame([asdict(c) for c in DECISION_CHART])
+    if measured:
+        by_variant = {r["variant"]: r for r in measured}
+        notes = []
+        for choice in DECISION_CHART:
+            note = ""
+            if choice.engine == "HF transformers" and "hf (one at a time)" in by_variant:
+                r = by_variant["hf (one at a time)"]
+                note = f"hf: {r['output_tokens_per_s']:.1f} output tok/s, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
+            elif choice.engine == "SGLang":
+                parts = [
+                    f"{k}: hit rate {r['prefix_hit_rate']:.0%}, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
+                    for k, r in by_variant.items()
+                    if r.get("prefix_hit_rate") is not None
+                ]
+                note = "; ".join(parts)
+            elif choice.engine == "vLLM" and "ours: paged + continuous" in by_variant:
+                r = by_variant["ours: paged + continuous"]
+                note = f"paged + continuous (ours): {r['output_tokens_per_s']:.1f} output tok/s"
+            notes.append(note)
+        df["measured here"] = notes
+    return df
+
+
+def plot_decision_chart():
+    """A flowchart-style figure: questions on the left, the engine each answer leads to on the right."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.5, len(DECISION_CHART) - 0.2)
+    ax.axis("off")
+    for i, choice in enumerate(reversed(DECISION_CHART)):
+        ax.text(
+            0.1,
+            i,
+            choice.need,
+            va="center",
+            ha="left",
+            fontsize=9,
+            bbox={"boxstyle": "round", "fc": "#eef3fb", "ec": "#7a9cc6"},
+        )
+        ax.annotate(
+            "", xy=(6.6, i), xytext=(5.6, i), arrowprops={"arrowstyle": "->", "color": "gray"}
+        )
+        ax.text(
+            6.7,
+            i,
+            choice.engine,
+            va="center",
+            ha="left",
+            fontsize=10,
+            fontweight="bold",
+            bbox={"boxstyle": "round", "fc": "#fdf1e3", "ec": "#d49a52"},
+        )
+    ax.set_title(
+        "Which engine? Pick the model first, shrink it, then pick the engine for the workload",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Scale-out: when one GPU is not enough
+
+
+def scale_out(
+    model: str,
+    gpu: str = "H100-SXM",
+    context: int = 8192,
+    itl_slo_ms: float | None = 50.0,
+    min_users: int = 16,
+    gpu_counts: tuple[int, ...] = (1, 2, 4, 8),
+) -> dict[str, Any]:
+    """The fewest tensor-parallel GPUs (from the capacity planner) that fit ``model`` and serve
+    ``min_users`` within the ITL SLO, with the vLLM and SGLang launch lines for that many GPUs.
+
+    Returns ``{"plans": [plan rows], "chosen": n_gpus or None, "vllm": cmd, "sglang": cmd}``.
+    """
+    from .analysis.capacity import plan
+    from .catalog import load_model_config
+
+    rows, chosen = [], None
+    for n in gpu_counts:
+        p = plan(model, gpu, n_gpus=n, context=context, itl_slo_ms=itl_slo_ms, min_users=min_users)
+        rows.append(p.row())
+        if chosen is None and p.fits and p.meets_slo:
+            chosen = n
+    hub_id = load_model_config(model).get("_infer_lab", {}).get("hf_id", model)
+    tp = chosen or max(gpu_counts)
+    opts = EngineOptions(model=hub_id, tensor_parallel=tp, max_model_len=context)
+    return {
+        "plans": rows,
+        "chosen": chosen,
+        "vllm": build_command("vllm", opts, python="python"),
+        "sglang": build_command("sglang", opts, python="python"),
+    }

@@ -1,0 +1,164 @@
+"""Prometheus metrics of the server, named like vLLM's (``infer_lab:`` instead of ``vllm:``).
+
+Each app gets its own registry, so several servers can live in one process (the tests do
+that). Live engine numbers (running/waiting, KV blocks, prefix-cache counters) are read from
+the backend at scrape time; latencies are histograms observed per request, in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+PREFIX = "infer_lab:"
+_TTFT_BUCKETS = (
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+)
+_ITL_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+)
+_E2E_BUCKETS = (
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+)
+
+
+class _EngineCollector:
+    """Reads the backend's live numbers when Prometheus scrapes."""
+
+    def __init__(self, stats: Callable[[], dict[str, float]]):
+        self._stats = stats
+
+    def collect(self):
+        s = self._stats()
+        yield GaugeMetricFamily(
+            PREFIX + "num_requests_running",
+            "Requests being generated now.",
+            value=s.get("running", 0.0),
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "num_requests_waiting",
+            "Requests queued, not started.",
+            value=s.get("waiting", 0.0),
+        )
+        if "kv_blocks_total" in s:
+            used, total = s.get("kv_blocks_used", 0.0), s["kv_blocks_total"]
+            yield GaugeMetricFamily(
+                PREFIX + "kv_blocks_used", "KV-cache blocks in use.", value=used
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "kv_blocks_total", "KV-cache blocks in the pool.", value=total
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "kv_cache_usage_perc",
+                "Fraction of KV blocks in use (0..1).",
+                value=used / total if total else 0.0,
+            )
+        if "prefix_cache_queries" in s:
+            yield CounterMetricFamily(
+                PREFIX + "prefix_cache_queries",
+                "Prompt tokens looked up in the prefix cache.",
+                value=s["prefix_cache_queries"],
+            )
+            yield CounterMetricFamily(
+                PREFIX + "prefix_cache_hits",
+                "Prompt tokens found in the prefix cache.",
+                value=s.get("prefix_cache_hits", 0.0),
+            )
+
+
+class ServerMetrics:
+    """All the server's metrics in one registry; ``render()`` gives the Prometheus text."""
+
+    def __init__(self, stats: Callable[[], dict[str, float]]):
+        self.registry = CollectorRegistry()
+        self.registry.register(_EngineCollector(stats))
+        r = self.registry
+        self.ttft = Histogram(
+            PREFIX + "time_to_first_token_seconds",
+            "Arrival to first token.",
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            PREFIX + "inter_token_latency_seconds",
+            "Gap between consecutive tokens.",
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            PREFIX + "e2e_request_latency_seconds",
+            "Arrival to last token.",
+            buckets=_E2E_BUCKETS,
+            registry=r,
+        )
+        self.generation_tokens = Counter(
+            PREFIX + "generation_tokens", "Tokens generated.", registry=r
+        )
+        self.prompt_tokens = Counter(
+            PREFIX + "prompt_tokens", "Prompt tokens received.", registry=r
+        )
+        self.requests = Counter(
+            PREFIX + "request_success",
+            "Finished requests by finish reason.",
+            ["finished_reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            PREFIX + "request_errors", "Rejected requests by HTTP status.", ["status"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,148 @@
+"""Adapter from the server's backend interface to the from-scratch engine (:mod:`infer_lab.engine`).
+
+One background thread loops on ``engine.step()`` while there is work and sleeps on an event
+when there is none. HTTP handlers call ``add_request`` and ``cancel`` from the event-loop
+thread; the engine's lock makes that safe, and its callbacks run in the stepping thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from .backends import GenerationRequest, OnFinish, OnToken, eos_token_ids
+
+
+class EngineNotAvailableError(RuntimeError):
+    """The from-scratch engine cannot be imported here."""
+
+
+class OursBackend:
+    """Our engine (paged KV, continuous batching, prefix caching, chunked prefill) behind the server.
+
+    ``engine_options`` are fields of :class:`infer_lab.engine.EngineConfig` (``kv_mode``,
+    ``block_size``, ``num_blocks``, ``max_model_len``, ``policy``, ``max_num_seqs``,
+    ``chunked_prefill``, ``max_num_batched_tokens``, ``prefix_cache``).
+    """
+
+    engine_name = "ours"
+
+    def __init__(self, lm: Any, **engine_options: Any):
+        try:
+            from ..engine import Engine, EngineConfig
+        except ImportError as exc:
+            raise EngineNotAvailableError(
+                f"the from-scratch engine cannot be imported ({exc}); serve with --engine hf"
+            ) from exc
+        known = {f.name for f in dataclasses.fields(EngineConfig)}
+        unknown = sorted(set(engine_options) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown engine option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        self.lm = lm
+        # A server runs for days: keep a bounded window of step records.
+        self.config = EngineConfig(**{"step_log_limit": 10_000, **engine_options})
+        self.engine = Engine.from_loaded(lm, self.config)
+        self.max_model_len = self.engine.max_model_len
+        # The engine stops on the model's EOS; chat models often end turns with another id too.
+        self.stop_ids = tuple(
+            sorted(eos_token_ids(lm.model, lm.tokenizer) - {self.engine.eos_token_id})
+        )
+        self._all_stop_ids = set(self.stop_ids) | {self.engine.eos_token_id}
+        self._work = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.step_errors = 0
+        self.finished_counts: dict[str, int] = {}  # finish reason -> requests, as the hf backend
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            if self.engine.has_unfinished():
+                try:
+                    self.engine.step()
+                except Exception:  # the engine already failed the affected requests; keep serving
+                    self.step_errors += 1
+            else:
+                self._work.wait(0.05)
+                self._work.clear()
+
+    def submit(self, request: GenerationRequest, on_token: OnToken, on_finish: OnFinish) -> None:
+        from ..engine import SamplingParams
+
+        p = request.params
+        params = SamplingParams(
+            max_tokens=p.max_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            seed=p.seed,
+            ignore_eos=p.ignore_eos,
+            stop_token_ids=() if p.ignore_eos else self.stop_ids,
+        )
+        stop_ids = set() if p.ignore_eos else self._all_stop_ids
+
+        def callback(event) -> None:
+            ends_on_stop_token = (
+                event.finished and event.finish_reason == "stop" and event.token_id in stop_ids
+            )
+            if event.token_id is not None and not ends_on_stop_token:
+                on_token(event.token_id)
+            if event.finished:
+                reason = event.finish_reason or "stop"
+                self.engine.release(event.request_id)  # a long-running server keeps nothing
+                self.finished_counts[reason] = self.finished_counts.get(reason, 0) + 1
+                on_finish(f"error: {event.error}" if reason == "error" else reason)
+
+        self.engine.add_request(
+            request.prompt_ids, params, on_token=callback, request_id=request.request_id
+        )
+        self._work.set()
+
+    def cancel(self, request_id: str) -> None:
+        self.engine.cancel(request_id)
+
+    def stats(self) -> dict[str, float]:
+        sched = self.engine.scheduler
+        out = {"running": float(len(sched.running)), "waiting": float(len(sched.waiting))}
+        pool = getattr(self.engine.kv, "pool", None)
+        if pool is not None:
+            out["kv_blocks_used"], out["kv_blocks_total"] = (
+                float(pool.num_used),
+                float(pool.num_blocks),
+            )
+        if self.engine.prefix_cache is not None:
+            st = self.engine.prefix_cache.stats
+            out["prefix_cache_queries"], out["prefix_cache_hits"] = (
+                float(st.queried_tokens),
+                float(st.hit_tokens),
+            )
+        return out
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {
+            "engine": "ours",
+            "model": self.lm.name,
+            "device": self.lm.describe(),
+            "torch": torch.__version__,
+            "engine_config": dataclasses.asdict(self.config),
+            "max_model_len": self.max_model_len,
+        }
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        for rid, seq in list(self.engine.requests.items()):
+            if not seq.is_finished:
+                self.engine.cancel(rid)
+        self._stopping = True
+        self._work.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None

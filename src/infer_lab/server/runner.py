@@ -1,0 +1,149 @@
+"""Build a server for a model and run it: in the foreground (``infer-lab serve``) or in a
+background thread on a free port (tests, notebooks, the tour)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from .app import ServerConfig, create_app
+
+ENGINES = ("ours", "hf")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def make_backend(lm: Any, engine: str = "hf", **engine_options: Any):
+    """The backend for ``engine``: ``"hf"`` (one request at a time) or ``"ours"`` (the from-scratch engine).
+
+    ``engine_options`` go to :class:`infer_lab.engine.EngineConfig` (``kv_mode``, ``block_size``,
+    ``num_blocks``, ``max_num_seqs``, ``prefix_cache``, ``chunked_prefill``, ...).
+    """
+    if engine == "hf":
+        if engine_options:
+            raise ValueError(
+                f"the hf backend takes no engine options, got {sorted(engine_options)}"
+            )
+        from .backends import HFBackend
+
+        return HFBackend(lm)
+    if engine == "ours":
+        from .ours import OursBackend
+
+        return OursBackend(lm, **engine_options)
+    raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+
+
+def build_app(
+    lm: Any,
+    engine: str = "hf",
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    api_key: str | None = None,
+    default_max_tokens: int = 256,
+    **engine_options: Any,
+):
+    """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`)."""
+    if lm.tokenizer is None:
+        raise ValueError(
+            f"{lm.name} has no tokenizer, so it cannot serve text; use a model with one"
+        )
+    limit = max_model_len or int(getattr(lm.config, "max_position_embeddings", 2048))
+    if limit < 2:
+        raise ValueError(f"max_model_len must be >= 2 tokens, got {limit}")
+    if engine == "ours" and max_model_len:
+        engine_options.setdefault("max_model_len", max_model_len)
+    backend = make_backend(lm, engine, **engine_options)
+    # The engine may hold a shorter context than the model allows (ours defaults to 2048).
+    limit = min(limit, getattr(backend, "max_model_len", limit))
+    cfg = ServerConfig(
+        model_name=served_model_name or lm.name,
+        max_model_len=limit,
+        api_key=api_key,
+        default_max_tokens=default_max_tokens,
+    )
+    return create_app(backend, lm.tokenizer, cfg)
+
+
+class ServerThread:
+    """Uvicorn serving ``app`` on 127.0.0.1 in a background thread; use as a context manager."""
+
+    def __init__(
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        shutdown_timeout_s: float = 5.0,
+    ):
+        import uvicorn
+
+        self.host, self.port = host, port or free_port(host)
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=shutdown_timeout_s,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, name=f"uvicorn-{self.port}", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start on {self.url} within {timeout_s:g} s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Graceful stop: stop accepting, let responses finish (up to the shutdown timeout), then cancel."""
+        self.server.should_exit = True
+        self.thread.join(timeout_s)
+
+    def kill(self) -> None:
+        """Abrupt stop: in-flight connections are dropped (what a crashed server looks like to clients)."""
+        self.server.force_exit = True
+        self.server.should_exit = True
+        self.thread.join(10.0)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(
+    lm: Any,
+    engine: str = "hf",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    shutdown_timeout_s: float = 30.0,
+    **engine_options: Any,
+) -> None:
+    """Serve in the foreground until Ctrl-C / SIGTERM; in-flight requests get ``shutdown_timeout_s`` to finish."""
+    import uvicorn
+
+    app = build_app(lm, engine, served_model_name, max_model_len, api_key, **engine_options)
+    uvicorn.run(
+        app, host=host, port=port, log_level="info", timeout_graceful_shutdown=shutdown_timeout_s
+    )

@@ -1,0 +1,188 @@
+"""The mini serving engine is token-identical to transformers greedy generate in every mode.
+
+One HF reference run (20 prompts of varied lengths, some sharing a system prompt) is reused by
+every mode; each mode runs the prompts through the engine in a batch, so the whole file stays fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infer_lab.engine import Engine, EngineConfig, EngineModel, SamplingParams
+
+NEW_TOKENS = 10
+SYSTEM = "You are a concise assistant who answers questions about computers, cooking and travel in plain words."
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "hi",
+    "Explain a KV cache in one sentence.",
+    "Give me three prime numbers.",
+    "How do I boil an egg?",
+    "Why is the sky blue? Answer briefly.",
+    "Translate 'good morning' into Spanish.",
+    "What does a CPU do?",
+    "Name a famous painting.",
+    "List the planets of the solar system in order from the sun, and say one fact about each of them.",
+    "What is 12 times 12?",
+]
+
+
+@pytest.fixture(scope="module")
+def prompts(embedded) -> list[list[int]]:
+    """20 prompts from 5 to about 100 tokens; half share a long system prompt (prefix-cache hits)."""
+    out = [embedded.chat_ids(q)[0].tolist() for q in QUESTIONS[:6]]
+    out += [embedded.chat_ids(q, system=SYSTEM)[0].tolist() for q in QUESTIONS[6:]]
+    out += [embedded.chat_ids(q, system=SYSTEM)[0].tolist() for q in QUESTIONS[:2]]
+    out += [embedded.random_ids(1, n, seed=n)[0].tolist() for n in (5, 17, 33, 48, 70, 96)]
+    assert len(out) == 20 and len({len(p) for p in out}) >= 10
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(embedded, prompts) -> list[list[int]]:
+    """transformers greedy ``generate`` per prompt (it stops at EOS id 2 and keeps it, as the engine does)."""
+    refs = []
+    with torch.inference_mode():
+        for p in prompts:
+            out = embedded.model.generate(
+                torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False
+            )
+            refs.append(out[0, len(p) :].tolist())
+    return refs
+
+
+@pytest.fixture(scope="module")
+def model(embedded) -> EngineModel:
+    return EngineModel.from_hf(embedded.model)
+
+
+def run_engine(model: EngineModel, prompts, arrival_steps=None, **config) -> tuple[Engine, list]:
+    engine = Engine(model, EngineConfig(**config))
+    outs = engine.generate(
+        prompts, SamplingParams(max_tokens=NEW_TOKENS), arrival_steps=arrival_steps
+    )
+    return engine, [o.token_ids for o in outs]
+
+
+def assert_pool_clean(engine: Engine) -> None:
+    """No request holds a block; after dropping the prefix cache every block is free with count 0."""
+    assert engine.blocks_in_use_by_requests() == 0
+    assert not engine.has_unfinished()
+    engine.reset_prefix_cache()
+    if engine.config.kv_mode == "paged":
+        assert engine.kv.pool.all_free()
+    if engine.config.kv_mode == "contiguous":
+        assert len(engine.kv.free_regions) == engine.kv.max_seqs
+
+
+def test_model_logits_equal_transformers(embedded, model, prompts):
+    from infer_lab.engine.model import AttentionMetadata
+
+    ids = torch.tensor(prompts[3])
+    with torch.inference_mode():
+        expected = embedded.model(ids[None]).logits[0].float()
+    meta = AttentionMetadata(
+        query_lens=[len(ids)], context_lens=[len(ids)], sample_indices=list(range(len(ids)))
+    )
+    got = model.forward(ids, torch.arange(len(ids)), meta, None)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+
+
+def test_rope_frequencies_come_from_the_config(embedded, model):
+    theta = embedded.model.config.rope_parameters["rope_theta"]
+    assert model.shape.rope_theta == theta == 100000.0
+    torch.testing.assert_close(model.inv_freq, embedded.model.model.rotary_emb.inv_freq.float())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(kv_mode="contiguous", max_model_len=256),
+        dict(kv_mode="paged", block_size=16),
+        dict(kv_mode="paged", block_size=1),
+        dict(kv_mode="paged", block_size=32),
+    ],
+    ids=["contiguous", "paged-b16", "paged-b1", "paged-b32"],
+)
+def test_batched_modes_match_transformers(model, prompts, reference, config):
+    engine, outs = run_engine(model, prompts, max_num_seqs=20, **config)
+    assert outs == reference
+    assert_pool_clean(engine)
+
+
+def test_no_cache_matches_transformers(model, prompts, reference):
+    engine, outs = run_engine(model, prompts[:6], kv_mode="nocache", max_num_seqs=6)
+    assert outs == reference[:6]
+    assert_pool_clean(engine)
+
+
+def test_staggered_arrivals_and_few_slots(model, prompts, reference):
+    engine, outs = run_engine(
+        model, prompts, arrival_steps=list(range(20)), max_num_seqs=6, block_size=16
+    )
+    assert outs == reference
+    assert max(r.num_seqs for r in engine.step_log) <= 6
+    assert_pool_clean(engine)
+
+
+@pytest.mark.parametrize("cache,block_size", [("hash", 16), ("radix", 16), ("radix", 1)])
+def test_prefix_cache_hits_are_token_identical(model, prompts, reference, cache, block_size):
+    subset, expected = prompts[4:14], reference[4:14]  # 8 of these share the long system prompt
+    engine = Engine(model, EngineConfig(prefix_cache=cache, block_size=block_size, max_num_seqs=4))
+    first = [o.token_ids for o in engine.generate(subset, SamplingParams(max_tokens=NEW_TOKENS))]
+    assert first == expected
+    hits_first = engine.prefix_cache.stats.hit_tokens
+    assert hits_first > 0  # the shared system prompt was found
+    again = [o.token_ids for o in engine.generate(subset, SamplingParams(max_tokens=NEW_TOKENS))]
+    assert again == expected
+    stats = engine.prefix_cache.stats
+    assert stats.hit_tokens - hits_first >= sum(len(p) for p in subset) - len(subset) * block_size
+    assert 0 < stats.hit_rate < 1
+    assert_pool_clean(engine)
+
+
+def test_radix_reuses_a_partial_block_that_hash_cannot(model, embedded):
+    base = embedded.random_ids(1, 40, seed=5)[0].tolist()
+    a, b = base + [500, 501], base + [600, 601, 602]
+    for cache, expected_hit in (("hash", 32), ("radix", 40)):
+        engine = Engine(model, EngineConfig(prefix_cache=cache, block_size=16, max_num_seqs=1))
+        engine.generate([a, b], SamplingParams(max_tokens=2, ignore_eos=True))
+        assert engine.output("req-1").num_cached_prompt_tokens == expected_hit
+        assert_pool_clean(engine)
+
+
+def test_chunked_prefill_matches_and_mixes_prefill_with_decode(model, prompts, reference):
+    engine, outs = run_engine(
+        model,
+        prompts,
+        arrival_steps=[2 * i for i in range(20)],
+        chunked_prefill=True,
+        max_num_batched_tokens=24,
+        block_size=16,
+    )
+    assert outs == reference
+    assert max(r.num_tokens for r in engine.step_log) <= 24
+    assert any(r.prefill_tokens and r.decode_tokens for r in engine.step_log)
+    assert_pool_clean(engine)
+
+
+def test_forced_preemption_is_token_identical(model, prompts, reference):
+    # 14 blocks of 16 = 224 tokens for 20 requests: running requests must give their blocks back.
+    engine, outs = run_engine(
+        model, prompts, max_num_seqs=20, block_size=16, num_blocks=14, max_model_len=224
+    )
+    assert engine.scheduler.num_preemptions > 0
+    assert outs == reference
+    assert max(r.kv_blocks_used for r in engine.step_log) <= 14
+    assert_pool_clean(engine)
+
+
+def test_static_batching_waits_for_the_whole_batch(model, prompts, reference):
+    engine, outs = run_engine(model, prompts[:6], policy="static", max_num_seqs=3)
+    assert outs == reference[:6]
+    seqs = list(engine.requests.values())
+    # Nobody from the second batch starts before everybody in the first batch has finished.
+    assert max(s.token_times_s[-1] for s in seqs[:3]) < min(s.token_times_s[0] for s in seqs[3:])
+    assert_pool_clean(engine)

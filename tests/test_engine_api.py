@@ -1,0 +1,260 @@
+"""The engine's API under bad input, memory pressure, cancellation, failures; seeded sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infer_lab.engine import Engine, EngineConfig, EngineModel, RequestRejected, SamplingParams
+from infer_lab.engine.sampling import filter_logits
+
+
+@pytest.fixture(scope="module")
+def model(embedded) -> EngineModel:
+    return EngineModel.from_hf(embedded.model)
+
+
+@pytest.fixture(scope="module")
+def prompt(embedded) -> list[int]:
+    return embedded.chat_ids("Name one colour.")[0].tolist()
+
+
+def greedy(model, prompt, n=6, **config) -> list[int]:
+    return (
+        Engine(model, EngineConfig(**config))
+        .generate([prompt], SamplingParams(max_tokens=n))[0]
+        .token_ids
+    )
+
+
+def test_prompt_over_max_context_is_rejected_and_others_carry_on(model, prompt, embedded):
+    engine = Engine(model, EngineConfig(max_model_len=64, block_size=16))
+    good = engine.add_request(prompt, SamplingParams(max_tokens=6))
+    with pytest.raises(RequestRejected, match="max context is 64"):
+        engine.add_request(embedded.random_ids(1, 80)[0].tolist())
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(good).token_ids == greedy(model, prompt)
+    assert len(engine.requests) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_max_tokens_must_be_positive(model, prompt, bad):
+    engine = Engine(model, EngineConfig())
+    with pytest.raises(RequestRejected, match="max_tokens must be a positive integer"):
+        engine.add_request(prompt, SamplingParams(max_tokens=bad))
+    assert not engine.has_unfinished()
+
+
+@pytest.mark.parametrize(
+    "ids,match",
+    [([], "empty"), ([1, 10**6], "token ids must be in"), ([[1, 2], [3, 4]], "integer token ids")],
+)
+def test_malformed_prompts_are_rejected(model, ids, match):
+    with pytest.raises(RequestRejected, match=match):
+        Engine(model, EngineConfig()).add_request(ids)
+
+
+def test_a_pool_too_small_for_one_request_is_a_config_error(model):
+    with pytest.raises(ValueError, match="cannot hold even one request"):
+        Engine(model, EngineConfig(max_model_len=256, block_size=16, num_blocks=4))
+
+
+def test_out_of_blocks_queues_and_preempts_without_failing(model, embedded):
+    prompts = embedded.random_ids(6, 20, seed=3).tolist()
+    engine = Engine(
+        model, EngineConfig(max_model_len=48, block_size=8, num_blocks=6, max_num_seqs=6)
+    )
+    outs = engine.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    assert [len(o.token_ids) for o in outs] == [12] * 6
+    assert all(o.finish_reason == "length" for o in outs)
+    assert max(r.kv_blocks_used for r in engine.step_log) <= 6
+    assert engine.scheduler.num_preemptions > 0
+    assert engine.kv.pool.all_free()
+
+
+def test_cancel_frees_blocks_at_once_and_notifies(model, embedded):
+    events = []
+    engine = Engine(model, EngineConfig(max_model_len=128, block_size=4))
+    a = engine.add_request(
+        embedded.random_ids(1, 30, seed=1)[0].tolist(),
+        SamplingParams(max_tokens=20, ignore_eos=True),
+        on_token=events.append,
+    )
+    b = engine.add_request(
+        embedded.random_ids(1, 30, seed=2)[0].tolist(),
+        SamplingParams(max_tokens=5, ignore_eos=True),
+    )
+    engine.step()
+    engine.step()
+    held = len(engine.requests[a].block_table)
+    used_before = engine.kv.pool.num_used
+    assert held >= 8
+    assert engine.cancel(a)
+    assert engine.requests[a].block_table == []
+    assert engine.kv.pool.num_used == used_before - held
+    assert events[-1].finished and events[-1].finish_reason == "cancelled"
+    assert not engine.cancel(a)  # already finished
+    while engine.has_unfinished():
+        engine.step()
+    assert len(engine.output(b).token_ids) == 5
+    assert len(engine.output(a).token_ids) == 2
+    assert engine.kv.pool.all_free()
+
+
+def test_a_failing_step_fails_only_its_requests(model, prompt, embedded):
+    engine = Engine(model, EngineConfig(max_num_seqs=2))
+    real_forward = model.forward
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("simulated device fault")
+        return real_forward(*args, **kwargs)
+
+    engine.model = _Proxy(model, flaky)
+    others = embedded.random_ids(2, 12, seed=9).tolist()
+    outs = engine.generate([prompt, prompt] + others, SamplingParams(max_tokens=4, ignore_eos=True))
+    assert [o.finish_reason for o in outs] == ["error", "error", "length", "length"]
+    assert "simulated device fault" in outs[0].error and outs[0].error.startswith(
+        "engine step failed"
+    )
+    solo = Engine(model, EngineConfig()).generate(
+        [others[0]], SamplingParams(max_tokens=4, ignore_eos=True)
+    )
+    assert outs[2].token_ids == solo[0].token_ids
+    assert engine.kv.pool.all_free()
+    assert engine.step_log[0].failed and not engine.step_log[-1].failed
+
+
+class _Proxy:
+    """The model with a replaced ``forward`` (EngineModel itself stays untouched for other tests)."""
+
+    def __init__(self, model, forward):
+        self._model, self.forward = model, forward
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def test_streaming_callback_sees_every_token_then_the_end(model, prompt):
+    events = []
+    engine = Engine(model, EngineConfig())
+    out = engine.generate(
+        [prompt], SamplingParams(max_tokens=5, ignore_eos=True), on_token=events.append
+    )[0]
+    assert [e.token_id for e in events] == out.token_ids
+    assert [e.index for e in events] == list(range(5))
+    assert events[-1].finished and events[-1].finish_reason == "length"
+    assert not any(e.finished for e in events[:-1])
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(model, prompt, embedded):
+    params = SamplingParams(
+        max_tokens=8, temperature=1.0, top_p=0.9, top_k=50, seed=1234, ignore_eos=True
+    )
+    alone = Engine(model, EngineConfig()).generate([prompt], params)[0].token_ids
+    other = embedded.random_ids(1, 10)[0].tolist()
+    batched = Engine(model, EngineConfig()).generate([other, prompt, prompt], params)
+    assert batched[1].token_ids == alone and batched[2].token_ids == alone
+    seeds = {
+        tuple(
+            Engine(model, EngineConfig())
+            .generate(
+                [prompt], SamplingParams(max_tokens=8, temperature=1.5, seed=s, ignore_eos=True)
+            )[0]
+            .token_ids
+        )
+        for s in range(4)
+    }
+    assert len(seeds) > 1  # different seeds do sample differently
+
+
+def test_top_k_one_is_greedy(model, prompt):
+    params = SamplingParams(max_tokens=6, temperature=0.7, top_k=1, seed=0)
+    assert Engine(model, EngineConfig()).generate([prompt], params)[0].token_ids == greedy(
+        model, prompt
+    )
+
+
+def test_filter_logits_keeps_the_nucleus():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    kept = torch.isfinite(filter_logits(logits, top_k=0, top_p=0.8))
+    assert kept.tolist() == [True, True, False, False]
+    kept = torch.isfinite(filter_logits(logits, top_k=3, top_p=1.0))
+    assert kept.tolist() == [True, True, True, False]
+
+
+def test_paged_blocks_waste_far_less_than_max_length_reservation():
+    from infer_lab.catalog import load_model_config
+    from infer_lab.engine import demos
+    from infer_lab.engine.model import ModelShape
+    from infer_lab.models import hf_config
+
+    assert load_model_config("mistral-7b")
+    shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
+    prompts, outputs = demos.mixed_lengths(32, seed=1)
+    rows = {
+        r["layout"]: r for r in demos.kv_memory_waste(shape, prompts, outputs, max_model_len=2048)
+    }
+    assert rows["paged"]["used_bytes"] == rows["contiguous"]["used_bytes"]
+    per_token = shape.kv_bytes_per_token(torch.bfloat16)
+    assert (
+        rows["paged"]["used_bytes"]
+        == sum(p + o for p, o in zip(prompts, outputs, strict=True)) * per_token
+    )
+    assert rows["paged"]["wasted_bytes"] < 32 * 16 * per_token  # under one block per request
+    assert rows["contiguous"]["wasted_fraction"] > 0.5 > 0.05 > rows["paged"]["wasted_fraction"]
+
+
+def test_bench_engine_cli_json_has_the_documented_fields(capsys):
+    import json
+
+    from infer_lab.cli import main
+
+    code = main(
+        [
+            "bench",
+            "engine",
+            "--requests",
+            "3",
+            "--concurrency",
+            "2",
+            "--prompt-len",
+            "8",
+            "--output-len",
+            "3",
+            "--prefix-cache",
+            "hash",
+            "--shared-prefix",
+            "8",
+            "--block-size",
+            "4",
+            "--json",
+        ]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in (
+        "output_tokens_per_s",
+        "requests_per_s",
+        "kv_blocks_total",
+        "kv_blocks_peak_used",
+        "prefix_hit_rate",
+    ):
+        assert key in result
+    assert set(result["ttft_ms"]) >= {"p50", "p90", "p99"} and set(result["itl_ms"]) >= {
+        "p50",
+        "p90",
+        "p99",
+    }
+    assert result["output_tokens"] == 9
+    assert result["prefix_hit_rate"] > 0  # the third request reuses the shared prompt
+    assert 0 < result["kv_blocks_peak_used"] <= result["kv_blocks_total"]
+
+
+def test_bench_engine_rejects_bad_sizes():
+    from infer_lab.cli import main
+
+    assert main(["bench", "engine", "--requests", "0", "--json"]) == 2
