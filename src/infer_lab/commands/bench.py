@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import add_model_arguments
+
 NAME = "bench"
 ORDER = 60
 HELP = "benchmark the from-scratch serving engine (throughput, TTFT/ITL percentiles, KV blocks)"
@@ -22,14 +24,7 @@ Every optimization is a switch, so its effect can be measured:
 
 def add_arguments(p) -> None:
     p.add_argument("target", choices=["engine"], help="what to benchmark (the serving engine)")
-    p.add_argument(
-        "--model", default="smollm2-135m", help="catalog name, config.json path or hub id"
-    )
-    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
-    p.add_argument(
-        "--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)"
-    )
+    add_model_arguments(p)
     p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     p.add_argument(
         "--concurrency",

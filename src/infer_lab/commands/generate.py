@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import add_model_arguments
+
 NAME = "generate"
 ORDER = 20
 HELP = "generate a completion (greedy) and report TTFT and ITL"
@@ -21,10 +23,7 @@ With --weights random the prompt is replaced by random token ids of the same len
 
 def add_arguments(p) -> None:
     p.add_argument("prompt", nargs="?", default="What is the capital of France?")
-    p.add_argument("--model", default="smollm2-135m", help="catalog name, config.json path or hub id")
-    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
-    p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)")
+    add_model_arguments(p)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt-len", type=int, default=32, help="random-weights prompt length in tokens")
     p.add_argument("--engine", default="hf", choices=["hf", "nocache", "contiguous", "paged"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import add_model_arguments
+
 NAME = "quantize"
 ORDER = 50
 HELP = "quantize a model (int8, int4, nf4, fp8, bitsandbytes) and report exact bytes, speed and quality"
@@ -29,11 +31,7 @@ Examples:
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "--model", default="smollm2-135m", help="catalog name, config.json path or hub id"
-    )
-    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    add_model_arguments(p, dtype=False)
     p.add_argument(
         "--method", required=True, help="int8, int4[-gN][-sym], nf4[-gN], fp8, bnb-int8 or bnb-nf4"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import add_model_arguments
+
 NAME = "serve"
 ORDER = 60
 HELP = "serve a model over an OpenAI-compatible HTTP API (our engine, or HF one request at a time)"
@@ -29,14 +31,7 @@ cancels them.
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "--model", default="smollm2-135m", help="catalog name, config.json path or hub id"
-    )
-    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
-    p.add_argument(
-        "--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)"
-    )
+    add_model_arguments(p)
     p.add_argument(
         "--engine",
         choices=["ours", "hf"],
@@ -73,7 +68,7 @@ def add_arguments(p) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="passed to our engine's config, e.g. block_size=16 or prefix_caching=radix; repeatable",
+        help="passed to our engine's config, e.g. block_size=16 or prefix_cache=radix; repeatable",
     )
 
 

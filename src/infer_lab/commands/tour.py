@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import add_model_arguments
+
 NAME = "tour"
 ORDER = 90
 HELP = "run every course module headless and write report.md, results.json and figures"
@@ -19,9 +21,7 @@ Random weights give true memory and timing with no download; their text is meani
 def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="small sizes: a few minutes on a 2-core CPU")
     p.add_argument("--out", default="tour-report", help="output folder (default: tour-report)")
-    p.add_argument("--model", default="smollm2-135m", help="catalog name, config.json path or hub id")
-    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    add_model_arguments(p, dtype=False)
     p.add_argument("--only", nargs="*", help="run only the steps whose name contains one of these (e.g. 01 02)")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence as Seq
 from typing import Any
 
 from .bench import engine_model, percentiles_ms, run_engine_benchmark
@@ -215,6 +216,33 @@ def _flat(label: str, r: dict[str, Any]) -> dict[str, Any]:
         for q in ("p50", "p90", "p99"):
             row[f"{key}_{q}"] = r[key][q] if r[key] else None
     return row
+
+
+def prefix_match_granularity(
+    lm: Any, block_size: int = 16, prompt_len: int = 48, shared: Seq[int] | None = None
+) -> list[dict[str, Any]]:
+    """Tokens each prefix cache reuses when two prompts share their first ``k`` tokens.
+
+    Two requests run one after the other through a fresh engine; the second asks the cache for
+    its prompt. Rows: ``cache`` (hash or radix), ``shared_tokens`` (k), ``reused_tokens``
+    (the engine's measured ``prefix_hit_tokens``). Nothing is assumed about granularity: the
+    rows show whether a cache follows k exactly or in whole blocks.
+    """
+    ks = sorted(shared) if shared is not None else sorted(
+        {0, 1, *range(4, prompt_len - 7, 4), *range(block_size - 1, prompt_len - 7, block_size)}
+    )
+    return [
+        {
+            "cache": cache,
+            "shared_tokens": k,
+            "reused_tokens": run_engine_benchmark(
+                lm, requests=2, concurrency=1, prompt_len=prompt_len, output_len=1,
+                prefix_cache=cache, block_size=block_size, shared_prefix_len=k, warmup=False,
+            )["prefix_hit_tokens"],
+        }
+        for cache in ("hash", "radix")
+        for k in ks
+    ]
 
 
 def prefix_workloads(

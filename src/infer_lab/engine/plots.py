@@ -58,7 +58,7 @@ def kv_waste_bars(rows: Sequence[dict[str, Any]], source: str):
         ax.text(r.reserved_bytes / 1e9, i, f" {r.wasted_fraction:.1%} wasted", va="center")
     ax.set(xlabel="KV bytes reserved (GB)")
     ax.set_xlim(0, df.reserved_bytes.max() / 1e9 * 1.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=8)
     _titled(ax, "KV memory: max-length reservation vs paged blocks", source)
     fig.tight_layout()
     return fig

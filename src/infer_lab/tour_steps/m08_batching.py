@@ -11,10 +11,10 @@ def run(ctx: TourContext) -> StepResult:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from ..engine import demos
+    from ..engine import demos, plots, predicted
 
     lm = ctx.load()
-    n = 8 if ctx.quick else 32
+    n = 12 if ctx.quick else 32
     rows = demos.static_vs_continuous(
         lm,
         requests=n,
@@ -40,9 +40,21 @@ def run(ctx: TourContext) -> StepResult:
         title=f"Concurrency sweep\n{lm.describe()}",
     )
     figs = [ctx.save_figure(fig, "m08_pareto")]
+    pvm = predicted.decode_step_predicted_vs_measured(
+        lm, decode_steps=4 if ctx.quick else 16, quick=ctx.quick
+    )
+    figs.append(
+        ctx.save_figure(
+            plots.predicted_vs_measured_steps(pvm, lm.describe()), "m08_predicted_vs_measured"
+        )
+    )
+    pvm_cols = ["batch", "context", "predicted_ms", "measured_ms", "measured_over_predicted"]
     md = (
         pd.DataFrame(rows).round(2).to_markdown(index=False)
         + "\n\n"
         + df.round(2).to_markdown(index=False)
+        + f"\n\nDecode step, predicted (roofline on {pvm[0]['roof']}) vs measured (engine):\n\n"
+        + pd.DataFrame(pvm)[pvm_cols].round(3).to_markdown(index=False)
     )
-    return StepResult(TITLE, md, {"static_vs_continuous": rows, "sweep": sweep}, figs)
+    records = {"static_vs_continuous": rows, "sweep": sweep, "predicted_vs_measured": pvm}
+    return StepResult(TITLE, md, records, figs)

@@ -1,0 +1,13 @@
+"""Arguments several commands share, defined once so their help and defaults agree."""
+
+from __future__ import annotations
+
+
+def add_model_arguments(p, dtype: bool = True) -> None:
+    """``--model``, ``--weights``, ``--device`` (and ``--dtype``): which model, from which source, where."""
+    p.add_argument("--model", default="smollm2-135m", help="catalog name, config.json path or hub id")
+    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained",
+                   help="pretrained (embedded or hub) or random (exact shape, nothing downloaded)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    if dtype:
+        p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)")

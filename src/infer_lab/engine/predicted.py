@@ -1,0 +1,126 @@
+"""Predicted vs measured for the engine: the roofline's decode step time next to the engine's own.
+
+The prediction is :func:`infer_lab.analysis.roofline.predict_decode` on the ceilings measured on
+this machine (copy bandwidth and matmul FLOP/s), so what remains between the two columns is the
+engine's software: Python and per-op overhead, GEMV efficiency, the gather of paged K/V.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from ..analysis.compare import dtype_name, shape_of
+from ..analysis.roofline import Roof, measured_roof, predict_decode
+from ..units import require_positive
+from .bench import engine_model
+from .engine import Engine, EngineConfig
+from .sequence import SamplingParams
+
+GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+QUICK_CPU_BATCHES = (1, 2, 4, 8, 16)
+CPU_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def default_batches(lm: Any, quick: bool) -> tuple[int, ...]:
+    """Batch sizes for the comparison: 1..256 on a GPU, 1..16 (quick) or 1..64 on a CPU."""
+    if lm.device.type == "cuda":
+        return GPU_BATCHES
+    return QUICK_CPU_BATCHES if quick else CPU_BATCHES
+
+
+def decode_step_predicted_vs_measured(
+    lm: Any,
+    batches: Sequence[int] | None = None,
+    prompt_len: int = 32,
+    decode_steps: int = 8,
+    roof: Roof | None = None,
+    quick: bool = True,
+) -> list[dict[str, Any]]:
+    """Tidy rows: the analytic decode step time and the engine's measured one, per batch size.
+
+    For each batch ``b`` a fresh engine (paged KV, continuous batching, ``b`` slots) prefills
+    ``b`` random prompts of ``prompt_len`` tokens together, then decodes ``decode_steps`` tokens
+    each (EOS ignored), after a warm-up run of the same shape. The measured time is the median
+    wall time of the steps that decoded all ``b`` sequences and prefilled nothing (the engine
+    synchronizes every step when it reads the sampled tokens). The prediction is for ``b``
+    sequences at the middle context of those steps, with the model's dtype and only the
+    next-token logits (as the engine computes them).
+
+    Args:
+        lm: a loaded model (:func:`infer_lab.models.load_model`).
+        batches: batch sizes (sequences); default :func:`default_batches`.
+        prompt_len: prompt tokens per sequence.
+        decode_steps: decode steps timed per batch size (>= 2).
+        roof: the ceilings to predict on; default the ceilings measured on ``lm``'s device.
+        quick: passed to :func:`infer_lab.hardware.measure_ceilings` when ``roof`` is None.
+    Returns:
+        One row per batch: ``batch``, ``context`` (tokens), ``predicted_ms``, ``measured_ms``,
+        ``measured_over_predicted``, ``predicted_bound``, ``flops``, ``bytes``, ``steps_timed``,
+        ``model``, ``dtype``, ``roof``.
+    """
+    require_positive("prompt_len", prompt_len)
+    if decode_steps < 2:
+        raise ValueError(f"decode_steps must be >= 2, got {decode_steps}")
+    batches = tuple(batches) if batches is not None else default_batches(lm, quick)
+    if not batches:
+        raise ValueError("batches must name at least one batch size")
+    for b in batches:
+        require_positive("batch", b)
+    if roof is None:
+        from ..hardware import measure_ceilings
+
+        roof = measured_roof(measure_ceilings(lm.device, quick=quick))
+    shape, dtype = shape_of(lm), dtype_name(lm)
+    model = engine_model(lm)
+    params = SamplingParams(max_tokens=decode_steps + 1, ignore_eos=True)
+    rows = []
+    for b in batches:
+        config = EngineConfig(
+            max_num_seqs=b,
+            max_model_len=prompt_len + decode_steps + 2,
+            max_num_batched_tokens=max(512, b * prompt_len),
+        )
+        prompts = lm.random_ids(b, prompt_len, seed=b).cpu().tolist()
+        Engine(model, config).generate(prompts, params)  # warm-up at the same shapes
+        engine = Engine(model, config)
+        engine.generate(prompts, params)
+        decode = [
+            r.duration_s
+            for r in engine.step_log
+            if r.prefill_tokens == 0 and r.decode_tokens == b and not r.failed
+        ]
+        if not decode:
+            raise RuntimeError(f"no pure decode step of batch {b} was recorded")
+        # Decode step i (0-based) feeds the token at position prompt_len + i.
+        context = prompt_len + 1 + len(decode) // 2
+        pred = predict_decode(
+            shape,
+            roof,
+            b,
+            context,
+            weight_dtype=dtype,
+            kv_dtype=dtype,
+            act_dtype=dtype,
+            logits="last",
+        )
+        measured_ms = statistics.median(decode) * 1e3
+        predicted_ms = pred.time_s * 1e3
+        rows.append(
+            {
+                "batch": b,
+                "context": context,
+                "predicted_ms": predicted_ms,
+                "measured_ms": measured_ms,
+                "measured_over_predicted": measured_ms / predicted_ms,
+                "predicted_bound": pred.bound,
+                "flops": pred.flops,
+                "bytes": pred.bytes,
+                "steps_timed": len(decode),
+                "model": lm.name,
+                "dtype": dtype,
+                "roof": roof.name,
+            }
+        )
+    return rows
