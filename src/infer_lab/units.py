@@ -5,9 +5,11 @@ from __future__ import annotations
 KB = 1_000
 MB = 1_000_000
 GB = 1_000_000_000
+TB = 1_000_000_000_000
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
+TiB = 1 << 40
 
 
 def gb(n_bytes: float) -> float:
@@ -23,14 +25,20 @@ def gib(n_bytes: float) -> float:
 def fmt_bytes(n_bytes: float, digits: int = 3) -> str:
     """Human label with both unit systems, e.g. ``'0.537 GB (0.500 GiB)'``.
 
-    Picks KB/MB/GB (decimal) by magnitude and shows the matching binary unit beside it,
+    Picks KB/MB/GB/TB (decimal) by magnitude and shows the matching binary unit beside it,
     so "131 KB" and "128 KiB" appear together and nobody confuses them.
     """
     n = float(n_bytes)
-    for dec, bin_, dname, bname in ((GB, GiB, "GB", "GiB"), (MB, MiB, "MB", "MiB"), (KB, KiB, "KB", "KiB")):
+    for dec, bin_, dname, bname in ((TB, TiB, "TB", "TiB"), (GB, GiB, "GB", "GiB"), (MB, MiB, "MB", "MiB"), (KB, KiB, "KB", "KiB")):
         if abs(n) >= dec:
-            return f"{n / dec:.{digits}g} {dname} ({n / bin_:.{digits}g} {bname})"
+            return f"{_num(n / dec, digits)} {dname} ({_num(n / bin_, digits)} {bname})"
     return f"{int(n)} B"
+
+
+def _num(value: float, digits: int) -> str:
+    """``digits`` significant digits, never in exponent notation (999.5 -> '1000', not '1e+03')."""
+    text = f"{value:.{digits}g}"
+    return f"{value:.0f}" if "e" in text else text
 
 
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
