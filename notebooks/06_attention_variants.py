@@ -37,6 +37,7 @@ def _():
     from infer_lab.attention.memory import (
         constant_state_models,
         decode_time_vs_kv_heads,
+        mla_ratio_explained,
         scorecard,
         variant_memory_table,
     )
@@ -63,6 +64,7 @@ def _():
         list_gpus,
         load_model,
         measure_variant_quality,
+        mla_ratio_explained,
         mo,
         naive_attention_hbm_bytes,
         nb,
@@ -126,7 +128,7 @@ def _(list_gpus, mo):
 
 
 @app.cell(hide_code=True)
-def _(context, gpu, kv_per_token, mo, pd, variant_memory_table):
+def _(context, gpu, kv_per_token, mla_ratio_explained, mo, pd, variant_memory_table):
     memory_rows = variant_memory_table(gpu=gpu.value, context=context.value)
     mo.vstack(
         [
@@ -135,11 +137,18 @@ def _(context, gpu, kv_per_token, mo, pd, variant_memory_table):
                 memory_rows, f"KV bytes per token, all layers (analytic), max users on {gpu.value}"
             ),
             mo.md(r"""
-        Compare **all layers with all layers**. One MLA layer (1,152 B in bf16 for DeepSeek-V3) against a
-        whole MHA model is the mistake behind the "56x"/"474x" claims in an existing workshop; the talk's
-        corrected figure is about 14x. The ratio column here is whole-model against whole-model for the
-        same shape; which MHA you compare with (DeepSeek-V3's 128 heads, or a 32-head 7B-style MHA) changes it.
+        ### How much smaller is MLA, really?
+
+        The answer depends on what you compare with, so compare like with like and say which.
+        Each ratio below is computed by the analytic model:
+
+        - against an MHA of **DeepSeek-V3's own shape** (128 heads of 128), all layers against all
+          layers: the layer counts cancel;
+        - against **one MHA layer of a 7B-class model** (32 heads of 128): the "about 14x" the talk
+          settled on;
+        - the mistake to avoid: a whole MHA model against **one** MLA layer.
         """),
+            mo.ui.table(pd.DataFrame(mla_ratio_explained()).round(1), selection=None),
         ]
     )
     return (memory_rows,)
