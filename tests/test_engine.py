@@ -186,3 +186,53 @@ def test_static_batching_waits_for_the_whole_batch(model, prompts, reference):
     # Nobody from the second batch starts before everybody in the first batch has finished.
     assert max(s.token_times_s[-1] for s in seqs[:3]) < min(s.token_times_s[0] for s in seqs[3:])
     assert_pool_clean(engine)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(batched_decode=False),
+        dict(static_decode=True, block_size=16),
+        dict(static_decode=True, block_size=1, max_num_seqs=5),
+        dict(static_decode=True, block_size=32, max_num_seqs=20),
+    ],
+    ids=["per-sequence-attention", "static-b16", "static-b1-5slots", "static-b32"],
+)
+def test_decode_paths_match_transformers(model, prompts, reference, config):
+    """Per-sequence attention (the reference path) and the fixed-shape padded decode runner."""
+    engine, outs = run_engine(model, prompts, arrival_steps=[i // 3 for i in range(20)], **config)
+    assert outs == reference
+    if engine.decode_runner is not None:
+        assert not engine.decode_runner.use_cuda_graphs  # CPU: the static path runs eagerly
+        assert any(r.prefill_tokens == 0 and r.num_seqs > 1 for r in engine.step_log)
+    assert_pool_clean(engine)
+
+
+def test_static_decode_with_chunked_prefill_and_preemption(model, prompts, reference):
+    engine, outs = run_engine(
+        model,
+        prompts,
+        arrival_steps=[i for i in range(20)],
+        static_decode=True,
+        chunked_prefill=True,
+        max_num_batched_tokens=32,
+        max_num_seqs=20,
+        block_size=16,
+        num_blocks=14,
+        max_model_len=224,
+    )
+    assert outs == reference
+    assert engine.scheduler.num_preemptions > 0
+    assert_pool_clean(engine)
+
+
+def test_fused_projections_match_transformers(embedded, prompts, reference):
+    fused = EngineModel.from_hf(embedded.model)
+    fused._sources = []  # leave the shared session model's parameters as they are
+    fused.fuse_projections()
+    w = fused.layers[0]
+    assert w.qkv_proj.shape[0] == w.q_proj.shape[0] + 2 * w.k_proj.shape[0]
+    assert w.k_proj.data_ptr() == w.qkv_proj[w.q_proj.shape[0] :].data_ptr()  # views, no copy
+    engine, outs = run_engine(fused, prompts, max_num_seqs=20, static_decode=True)
+    assert outs == reference
+    assert_pool_clean(engine)

@@ -128,6 +128,31 @@ def test_a_failing_step_fails_only_its_requests(model, prompt, embedded):
     assert engine.step_log[0].failed and not engine.step_log[-1].failed
 
 
+def test_nan_logits_fail_only_that_request(model, prompt, embedded):
+    engine = Engine(model, EngineConfig(max_num_seqs=2))
+    real_forward = model.forward
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        logits = real_forward(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first decode step: the first request's row turns to NaN
+            logits = logits.clone()
+            logits[0] = float("nan")
+        return logits
+
+    engine.model = _Proxy(model, poisoned)
+    other = embedded.random_ids(1, 12, seed=9)[0].tolist()
+    outs = engine.generate([prompt, other], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert outs[0].finish_reason == "error" and "NaN/Inf logits" in outs[0].error
+    assert len(outs[0].token_ids) == 1  # the token before the fault is kept
+    solo = Engine(model, EngineConfig()).generate(
+        [other], SamplingParams(max_tokens=4, ignore_eos=True)
+    )
+    assert outs[1].token_ids == solo[0].token_ids and outs[1].finish_reason == "length"
+    assert engine.kv.pool.all_free()
+
+
 class _Proxy:
     """The model with a replaced ``forward`` (EngineModel itself stays untouched for other tests)."""
 

@@ -59,7 +59,32 @@ def test_bad_input_is_rejected(embedded):
 def test_prefix_match_granularity_is_measured_per_cache(embedded):
     from infer_lab.engine import demos
 
-    rows = demos.prefix_match_granularity(embedded, block_size=4, prompt_len=16, shared=[0, 3, 5, 11])
+    rows = demos.prefix_match_granularity(
+        embedded, block_size=4, prompt_len=16, shared=[0, 3, 5, 11]
+    )
     reused = {(r["cache"], r["shared_tokens"]): r["reused_tokens"] for r in rows}
     assert [reused["hash", k] for k in (0, 3, 5, 11)] == [0, 0, 4, 8]  # whole blocks only
     assert [reused["radix", k] for k in (0, 3, 5, 11)] == [0, 3, 5, 11]  # every shared token
+
+
+def test_throughput_bound_by_hand_for_mistral_7b():
+    from infer_lab.analysis.roofline import Roof
+    from infer_lab.engine.predicted import throughput_bound
+
+    roof = Roof("test", peak_flops=1e15, bandwidth_Bps=1e12)
+    # One 1-token prompt, 2 output tokens: two weight-bound passes of 14.5 GB (bf16 weights,
+    # 7,248,023,552 params; the embedding gather reads one row, KV and activations are tiny).
+    tiny = throughput_bound("mistral-7b", roof, requests=1, prompt_len=1, output_len=2)
+    one_pass_s = (7_248_023_552 - 32768 * 4096) * 2 / 1e12
+    assert tiny["total_s"] == pytest.approx(2 * one_pass_s, rel=0.01)
+    assert tiny["output_tokens_per_s"] == pytest.approx(2 / (2 * one_pass_s), rel=0.01)
+    # 256 x 512 prompts: prefill is compute-bound, about 2 FLOP per weight per token.
+    big = throughput_bound("mistral-7b", roof, requests=256, prompt_len=512, output_len=128)
+    matmul_params = 7_248_023_552 - 32768 * 4096  # the embedding is a gather, not a matmul
+    assert big["prefill_flops"] == pytest.approx(2 * matmul_params * 256 * 512, rel=0.05)
+    # Each op takes the slower of its FLOPs and its bytes: the memory-bound ops (norms, the
+    # attention scores) add a few percent on top of the pure-FLOP time, never less.
+    assert big["prefill_flops"] / 1e15 <= big["prefill_s"] < 1.1 * big["prefill_flops"] / 1e15
+    assert big["output_tokens_per_s"] == pytest.approx(256 * 128 / big["total_s"])
+    with pytest.raises(ValueError, match="output_len"):
+        throughput_bound("mistral-7b", roof, 1, 1, 0)

@@ -63,6 +63,27 @@ def _engine(srv):
     return srv.server.config.app.state.backend.engine
 
 
+def _leave_stream(srv, prompt: str, data_lines: int) -> None:
+    """Stream a long greedy completion, read ``data_lines`` SSE data lines, then hang up."""
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": 200,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream(
+        "POST", srv.url + "/v1/completions", json=body, headers=headers, timeout=120
+    ) as resp:
+        seen = 0
+        for line in resp.iter_lines() if data_lines else ():
+            seen += line.startswith("data:")
+            if seen >= data_lines:
+                break  # leaving the block closes the connection
+
+
 def _wait_drained(engine, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while engine.has_unfinished() and time.monotonic() < deadline:
@@ -223,30 +244,12 @@ def test_client_disconnect_mid_stream_cancels_and_frees_kv_blocks(ours):
     engine = _engine(ours)
     backend = ours.server.config.app.state.backend
     cancelled_before = backend.finished_counts.get("cancelled", 0)
-    body = {
-        "model": MODEL,
-        "prompt": "Count slowly: one, two, three,",
-        "max_tokens": 200,
-        "temperature": 0,
-        "stream": True,
-        "ignore_eos": True,
-    }
-    with httpx.stream(
-        "POST",
-        ours.url + "/v1/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {KEY}"},
-        timeout=120,
-    ) as resp:
-        seen = 0
-        for line in resp.iter_lines():
-            if line.startswith("data:"):
-                seen += 1
-            if seen >= 3:
-                break  # leaving the block closes the connection mid-stream
+    _leave_stream(ours, "Count slowly: one, two, three,", data_lines=3)
     _wait_drained(engine)
     assert not engine.has_unfinished()
-    assert backend.finished_counts.get("cancelled", 0) == cancelled_before + 1
+    # The engine finishes the request under its lock; the backend counts and releases it in the
+    # finish callback a moment later, on the engine thread: wait for that, do not race it.
+    assert _wait_cancelled(backend, cancelled_before) == cancelled_before + 1
     assert engine.requests == {}  # finished requests are released: nothing accumulates
     assert engine.kv.pool.all_free() and engine.blocks_in_use_by_requests() == 0
     after = _client(ours).completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0)
@@ -409,3 +412,35 @@ def test_bad_engine_options_are_clear_errors(embedded):
         "prefix_cache": "radix",
         "chunked_prefill": True,
     }
+
+
+def _wait_cancelled(backend, before: int, timeout_s: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while backend.finished_counts.get("cancelled", 0) <= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return backend.finished_counts.get("cancelled", 0)
+
+
+def test_client_gone_before_the_first_chunk_is_cancelled(ours):
+    engine, backend = _engine(ours), ours.server.config.app.state.backend
+    before = backend.finished_counts.get("cancelled", 0)
+    _leave_stream(ours, "Tell me a story.", data_lines=0)  # headers arrive, no chunk is read
+    assert _wait_cancelled(backend, before) == before + 1
+    _wait_drained(engine)
+    assert engine.kv.pool.all_free() and engine.requests == {}
+
+
+def test_non_streaming_client_that_hangs_up_is_cancelled(ours):
+    engine, backend = _engine(ours), ours.server.config.app.state.backend
+    before = backend.finished_counts.get("cancelled", 0)
+    body = {"model": MODEL, "prompt": "Tell me a story.", "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            ours.url + "/v1/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {KEY}"},
+            timeout=1.0,
+        )
+    assert _wait_cancelled(backend, before) == before + 1
+    _wait_drained(engine)
+    assert engine.kv.pool.all_free() and engine.requests == {}

@@ -16,7 +16,17 @@ Every optimization is a switch, so its effect can be measured:
   infer-lab bench engine --mode static                                   static batching (slots idle until all finish)
   infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
   infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
-  infer-lab bench engine --model mistral-7b --weights random --requests 256 --prompt-len 512 --output-len 128
+  infer-lab bench engine --decode-path per-sequence                      attention one sequence at a time
+  infer-lab bench engine --model mistral-7b --weights random --requests 256 --concurrency 256 \
+      --prompt-len 512 --output-len 128                                  the H200 throughput target
+  infer-lab bench engine --model mistral-7b --weights random --requests 1 --concurrency 1 \
+      --prompt-len 512 --output-len 256                                  batch-1 decode (CUDA graphs)
+
+Decode paths (--decode-path), slowest first: per-sequence (one attention call per request),
+batched (one call for all decoding requests), static (fixed padded shapes, preallocated
+buffers), cuda-graphs (static, captured once and replayed: no per-kernel launch cost).
+auto = cuda-graphs on a GPU, batched on a CPU. --compile adds torch.compile's fusion of the
+small ops (norms, RoPE, SiLU) to the static and cuda-graphs paths.
 
 --json prints one JSON object on stdout (progress goes to stderr).
 """
@@ -53,6 +63,23 @@ def add_arguments(p) -> None:
         "--chunk-tokens", type=int, default=None, help="chunked prefill: token budget per step"
     )
     p.add_argument(
+        "--decode-path",
+        choices=["auto", "per-sequence", "batched", "static", "cuda-graphs"],
+        default="auto",
+        help="how decode steps run (default auto: cuda-graphs on a GPU, batched on a CPU)",
+    )
+    p.add_argument(
+        "--fuse",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="one GEMM for q|k|v and one for gate|up (default auto: on a GPU)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the static decode layers (fuses norms, RoPE, SiLU; compiles in the warm-up)",
+    )
+    p.add_argument(
         "--compare-hf",
         action="store_true",
         help="also time transformers generate, one request at a time",
@@ -76,7 +103,8 @@ def run(args) -> int:
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
         f"[bench] {lm.describe()}: {args.requests} requests, concurrency {args.concurrency}, "
-        f"prompt {args.prompt_len}, output {args.output_len}, {args.mode}, kv {args.kv}",
+        f"prompt {args.prompt_len}, output {args.output_len}, {args.mode}, kv {args.kv}, "
+        f"decode path {args.decode_path}",
         file=sys.stderr,
     )
     result = benchmark_with_metadata(
@@ -92,6 +120,9 @@ def run(args) -> int:
         kv_mode=args.kv,
         block_size=args.block_size,
         shared_prefix_len=args.shared_prefix,
+        decode_path=args.decode_path,
+        fuse_projections={"auto": None, "on": True, "off": False}[args.fuse],
+        compile_decode=args.compile,
     )
     result["command"] = (
         "infer-lab " + " ".join(sys.argv[1:])
@@ -120,6 +151,13 @@ def run(args) -> int:
             f"KV blocks: peak {result['kv_blocks_peak_used']} of {result['kv_blocks_total']}; "
             f"prefix hit rate {result['prefix_hit_rate']:.1%}; preemptions {result['num_preemptions']}"
         )
+    path = result["decode_path"]
+    print(
+        f"decode: batched attention {path['batched_decode']}, static {path['static_decode']}, "
+        f"CUDA graphs {path['cuda_graphs']} ({path['graphs_captured']} captured"
+        + (f" in {result['graph_capture_s']:.1f} s" if "graph_capture_s" in result else "")
+        + f"), fused projections {path['fused_projections']}, compiled {path['compiled']}"
+    )
     if "baseline_hf_sequential_tokens_per_s" in result:
         print(
             f"HF generate one by one: {result['baseline_hf_sequential_tokens_per_s']:.1f} tok/s -> engine is "

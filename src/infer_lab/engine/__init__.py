@@ -5,6 +5,7 @@ Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in 
 
 from .bench import generate_text, run_engine_benchmark
 from .engine import Engine, EngineConfig, RequestRejected, StepRecord
+from .graph_runner import DecodeBatch, StaticDecodeRunner
 from .kv_cache import (
     BlockPool,
     ContiguousKVCache,
@@ -21,6 +22,7 @@ from .sequence import RequestOutput, SamplingParams, Sequence, TokenEvent
 __all__ = [
     "BlockPool",
     "ContiguousKVCache",
+    "DecodeBatch",
     "Engine",
     "EngineConfig",
     "EngineModel",
@@ -37,6 +39,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "Sequence",
+    "StaticDecodeRunner",
     "StepRecord",
     "TokenEvent",
     "generate_text",

@@ -26,6 +26,22 @@ def engine_model(lm: Any) -> EngineModel:
     return cached
 
 
+DECODE_PATHS = {
+    "auto": {},
+    "per-sequence": {"batched_decode": False, "static_decode": False},
+    "batched": {"batched_decode": True, "static_decode": False},
+    "static": {"static_decode": True, "cuda_graphs": False},
+    "cuda-graphs": {"static_decode": True, "cuda_graphs": True},
+}
+
+
+def decode_path_config(path: str) -> dict[str, Any]:
+    """:class:`EngineConfig` switches of a named decode path (``auto``: CUDA graphs on a GPU, batched on a CPU)."""
+    if path not in DECODE_PATHS:
+        raise ValueError(f"decode path must be one of {', '.join(DECODE_PATHS)}, got {path!r}")
+    return dict(DECODE_PATHS[path])
+
+
 def percentiles_ms(samples_s: list[float]) -> dict[str, float] | None:
     """p50/p90/p99/mean of seconds, in milliseconds; None when there are no samples."""
     if not samples_s:
@@ -93,6 +109,9 @@ def run_engine_benchmark(
     output_lens: list[int] | None = None,
     seed: int = 0,
     warmup: bool = True,
+    decode_path: str = "auto",
+    fuse_projections: bool | None = None,
+    compile_decode: bool = False,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -102,8 +121,13 @@ def run_engine_benchmark(
         mode: ``"continuous"`` or ``"static"`` batching.
         prefix_cache: ``"none"``, ``"hash"`` or ``"radix"``.
         chunk_tokens: per-step token budget with chunked prefill (None: no chunking).
+        decode_path: ``auto``, ``per-sequence``, ``batched``, ``static`` or ``cuda-graphs``
+            (see :data:`DECODE_PATHS`).
+        fuse_projections: fused q|k|v and gate|up GEMMs (None: on a GPU).
+        compile_decode: torch.compile the static decode layers (compiled during the warm-up).
     Returns:
-        :func:`summarize_run` fields plus ``config`` and ``environment``.
+        :func:`summarize_run` fields plus ``config``; ``graph_capture_s`` when CUDA graphs are
+        captured (before the clock starts, as a server does at start-up).
     """
     for name, value in (
         ("requests", requests),
@@ -126,20 +150,38 @@ def run_engine_benchmark(
         max_num_batched_tokens=chunk_tokens or 512,
         prefix_cache=prefix_cache,
         max_model_len=prompt_len + max(lens) + 1,
+        fuse_projections=fuse_projections,
+        compile_decode=compile_decode,
+        **decode_path_config(decode_path),
     )
     model = engine_model(lm)
-    if warmup:
-        Engine(model, config).generate(
-            workload(lm, 2, min(prompt_len, 8), seed=seed + 1),
-            SamplingParams(max_tokens=2, ignore_eos=True),
-        )
+    if warmup:  # one request, then two: batch 1 and batch > 1 are separate shapes to a compiler
+        for n in (1, 2):
+            Engine(model, config).generate(
+                workload(lm, n, min(prompt_len, 8), seed=seed + 1),
+                SamplingParams(max_tokens=3, ignore_eos=True),
+            )
     prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
     engine = Engine(model, config)
+    runner = engine.decode_runner
+    capture_s = runner.capture_all() if runner is not None and runner.use_cuda_graphs else None
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lens]
     t0 = time.perf_counter()
     outputs = engine.generate(prompts, params)
     elapsed = time.perf_counter() - t0
     result = summarize_run(engine, outputs, elapsed)
+    result["decode_path"] = {
+        "requested": decode_path,
+        "batched_decode": config.batched_decode,
+        "static_decode": runner is not None,
+        "cuda_graphs": bool(runner and runner.use_cuda_graphs),
+        "fused_projections": model.fused,
+        "compiled": model.compiled,
+        "static_steps": runner.steps if runner else 0,
+        "graphs_captured": len(runner.graphs) if runner else 0,
+    }
+    if capture_s is not None:
+        result["graph_capture_s"] = capture_s
     result["config"] = {
         "requests": requests,
         "concurrency": concurrency,

@@ -14,6 +14,7 @@ from typing import Any
 
 from .bench import engine_model, percentiles_ms, run_engine_benchmark
 from .engine import Engine, EngineConfig
+from .fragmentation import LAYOUTS, make_layout, make_requests, simulate
 from .kv_cache import ContiguousKVCache, PagedKVCache
 from .model import ModelShape
 from .sequence import SamplingParams, Sequence
@@ -66,6 +67,8 @@ def kv_memory_waste(
     ``max_model_len`` slots per request (over-reservation + internal waste); paged mode reserves
     whole blocks (waste only in each request's last block). Bytes come from the allocators'
     :class:`~.kv_cache.KVMemoryReport` (no model run needed; ``bytes_per_value`` sets the dtype size).
+    :func:`kv_waste_breakdown` follows the same workload over time and splits the waste into
+    over-reservation, internal and external fragmentation.
     """
     import torch
 
@@ -110,6 +113,83 @@ def kv_memory_waste(
         for seq in seqs:
             cache.free(seq)
     return rows
+
+
+def kv_waste_breakdown(
+    shape: ModelShape,
+    prompt_lens: list[int],
+    output_lens: list[int],
+    max_model_len: int,
+    kv_budget_bytes: int,
+    max_tokens: int | list[int] | None = 512,
+    block_size: int = 16,
+    arrival_every: float = 1.0,
+    bytes_per_value: int = 2,
+) -> list[dict[str, Any]]:
+    """KV waste split into over-reservation, internal and external fragmentation, over time.
+
+    The workload runs through :func:`~.fragmentation.simulate` once per layout
+    (``contiguous-max``, ``contiguous-exact``, ``paged``) in a shared budget of
+    ``kv_budget_bytes // bytes_per_token`` token slots, where ``bytes_per_token = 2 (K and V) x
+    layers x kv_heads x head_dim x bytes_per_value``. Request ``i`` arrives at step
+    ``int(i * arrival_every)`` and declares ``max_tokens`` (``None``: exactly its output length).
+
+    One row per layout:
+
+    * ``used_fraction``, ``reserved_future_fraction``, ``internal_frag_fraction``,
+      ``external_frag_fraction``: time-averaged shares of the memory that was *allocated or
+      blocked* (sum over steps of each class / sum over steps of all four; free memory is not in
+      the denominator). They sum to 1; ``wasted_fraction = 1 - used_fraction``, the vLLM paper's
+      waste.
+    * ``*_bytes`` of the same four classes: their mean over the steps of the run, in bytes.
+    * ``eol_used_bytes``, ``eol_reserved_bytes``, ``eol_wasted_fraction``: summed over requests at
+      the last step of each one's life (the snapshot :func:`kv_memory_waste` takes).
+    * ``steps`` to finish the workload, ``mean_running`` / ``peak_running`` requests at once,
+      ``preemptions`` (paged only), ``external_frag_steps`` (steps where holes blocked the queue).
+    * ``kv_budget_bytes``: the budget actually simulated (rounded down to whole slots).
+    """
+    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * bytes_per_value
+    budget_slots = kv_budget_bytes // per_token
+    requests = make_requests(prompt_lens, output_lens, max_model_len, max_tokens, arrival_every)
+    declared = max_tokens if max_tokens is None or isinstance(max_tokens, int) else "per request"
+    rows = []
+    for name in LAYOUTS:
+        timeline = simulate(
+            make_layout(name, budget_slots, max_model_len, block_size), requests, budget_slots
+        )
+        frac, steps = timeline.fractions(), len(timeline.steps)
+        running = [s.running for s in timeline.steps]
+        row: dict[str, Any] = {
+            "layout": name,
+            "requests": len(requests),
+            "kv_budget_bytes": budget_slots * per_token,
+            "max_model_len": max_model_len,
+            "max_tokens": declared,
+            "block_size": block_size if name == "paged" else None,
+            "steps": steps,
+            "mean_running": sum(running) / steps,
+            "peak_running": max(running),
+            "preemptions": timeline.preemptions,
+            "external_frag_steps": sum(1 for s in timeline.steps if s.external),
+        }
+        for kind, label in _WASTE_CLASSES:
+            row[f"{label}_fraction"] = frac[kind]
+            row[f"{label}_bytes"] = timeline.total(kind) / steps * per_token
+        row["wasted_fraction"] = 1.0 - frac["used"]
+        row["eol_used_bytes"] = timeline.eol_used * per_token
+        row["eol_reserved_bytes"] = timeline.eol_reserved * per_token
+        row["eol_wasted_fraction"] = 1.0 - timeline.eol_used / timeline.eol_reserved
+        rows.append(row)
+    return rows
+
+
+# StepSlots field -> column prefix in kv_waste_breakdown's rows
+_WASTE_CLASSES = (
+    ("used", "used"),
+    ("future", "reserved_future"),
+    ("internal", "internal_frag"),
+    ("external", "external_frag"),
+)
 
 
 def requests_that_fit(
@@ -204,6 +284,56 @@ def concurrency_sweep(
     return rows
 
 
+def decode_paths(
+    lm: Any,
+    batch: int = 1,
+    prompt_len: int = 32,
+    output_len: int = 16,
+    compile_decode: bool = False,
+) -> list[dict[str, Any]]:
+    """The same decode run through each decode path this device has, slowest idea first.
+
+    ``per-sequence`` (one attention call per request), ``batched`` (one call for all),
+    ``static`` (fixed padded shapes, preallocated buffers) and, on a GPU, ``cuda-graphs``
+    (the static step captured once, replayed with one launch). With ``compile_decode`` the
+    fastest path is also run with torch.compile's fused layers (compiled during warm-up).
+    Each row: ``path``, ``fused``, ``compiled``, ``itl_ms_p50``, ``tokens_per_s_per_user``
+    (1 / ITL p50) and ``output_tokens_per_s`` (whole run, prefill included).
+    """
+    cuda = lm.device.type == "cuda"
+    variants = [("per-sequence", False, False), ("batched", cuda, False), ("static", cuda, False)]
+    if cuda:
+        variants.append(("cuda-graphs", True, False))
+    if compile_decode:
+        variants.append((variants[-1][0], True, True))
+    rows = []
+    for path, fused, compiled in variants:
+        r = run_engine_benchmark(
+            lm,
+            requests=batch,
+            concurrency=batch,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            decode_path=path,
+            fuse_projections=fused,
+            compile_decode=compiled,
+        )
+        itl = r["itl_ms"]["p50"] if r["itl_ms"] else None
+        rows.append(
+            {
+                "path": path,
+                "fused": fused,
+                "compiled": compiled,
+                "batch": batch,
+                "itl_ms_p50": itl,
+                "tokens_per_s_per_user": 1e3 / itl if itl else None,
+                "output_tokens_per_s": r["output_tokens_per_s"],
+                "graphs_captured": r["decode_path"]["graphs_captured"],
+            }
+        )
+    return rows
+
+
 def _flat(label: str, r: dict[str, Any]) -> dict[str, Any]:
     row = {
         "mode": label,
@@ -228,16 +358,27 @@ def prefix_match_granularity(
     (the engine's measured ``prefix_hit_tokens``). Nothing is assumed about granularity: the
     rows show whether a cache follows k exactly or in whole blocks.
     """
-    ks = sorted(shared) if shared is not None else sorted(
-        {0, 1, *range(4, prompt_len - 7, 4), *range(block_size - 1, prompt_len - 7, block_size)}
+    ks = (
+        sorted(shared)
+        if shared is not None
+        else sorted(
+            {0, 1, *range(4, prompt_len - 7, 4), *range(block_size - 1, prompt_len - 7, block_size)}
+        )
     )
     return [
         {
             "cache": cache,
             "shared_tokens": k,
             "reused_tokens": run_engine_benchmark(
-                lm, requests=2, concurrency=1, prompt_len=prompt_len, output_len=1,
-                prefix_cache=cache, block_size=block_size, shared_prefix_len=k, warmup=False,
+                lm,
+                requests=2,
+                concurrency=1,
+                prompt_len=prompt_len,
+                output_len=1,
+                prefix_cache=cache,
+                block_size=block_size,
+                shared_prefix_len=k,
+                warmup=False,
             )["prefix_hit_tokens"],
         }
         for cache in ("hash", "radix")

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from .graph_runner import DecodeBatch, StaticDecodeRunner
 from .kv_cache import ContiguousKVCache, NoKVCache, PagedKVCache
 from .model import AttentionMetadata, EngineModel
 from .prefix_cache import HashPrefixCache, PrefixCache, RadixPrefixCache
@@ -69,6 +70,17 @@ class EngineConfig:
         prefix_cache: ``"none"``, ``"hash"`` (block-aligned) or ``"radix"`` (token-granular); paged only.
         step_log_limit: how many recent :class:`StepRecord` to keep (``None``: all; a long-running
             server sets a bound so the log cannot grow without limit).
+        batched_decode: attend all single-token (decode) sequences of a step in one call
+            instead of one call per sequence.
+        fuse_projections: one GEMM for q|k|v and one for gate|up (``None``: on a CUDA device).
+            The switch lives on the shared model, so the last engine built sets it.
+        static_decode: run pure-decode steps through :class:`~.graph_runner.StaticDecodeRunner`
+            (fixed padded shapes; paged only; ``None``: on a CUDA device with paged KV).
+        cuda_graphs: capture those steps in CUDA graphs (``None``: whenever ``static_decode``
+            runs on a CUDA device).
+        compile_decode: let ``torch.compile`` fuse the small ops of the static decode step
+            (:meth:`~.model.EngineModel.compile_decode`); implies fused projections. Off by
+            default: the first steps then pay the compilation (tens of seconds).
     """
 
     kv_mode: str = "paged"
@@ -81,6 +93,11 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     prefix_cache: str = "none"
     step_log_limit: int | None = None
+    batched_decode: bool = True
+    fuse_projections: bool | None = None
+    static_decode: bool | None = None
+    cuda_graphs: bool | None = None
+    compile_decode: bool = False
 
     def validate(self) -> None:
         if self.kv_mode not in KV_MODES:
@@ -97,6 +114,16 @@ class EngineConfig:
             )
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.static_decode and self.kv_mode != "paged":
+            raise ValueError(
+                "static_decode reads K/V through block tables, so it needs kv_mode='paged'"
+            )
+        if self.compile_decode and (self.static_decode is False or self.kv_mode != "paged"):
+            raise ValueError(
+                "compile_decode compiles the static decode path: needs it on, with paged KV"
+            )
+        if self.cuda_graphs and self.static_decode is False:
+            raise ValueError("cuda_graphs capture the static decode path: leave static_decode on")
 
 
 @dataclass
@@ -135,6 +162,19 @@ class Engine:
                 f"max_model_len {self.max_model_len} exceeds the model's "
                 f"{shape.max_position_embeddings} positions"
             )
+        on_cuda = model.device.type == "cuda"
+        if config.cuda_graphs and not on_cuda:
+            raise ValueError(f"cuda_graphs need a CUDA device; the model is on {model.device}")
+        fuse = config.fuse_projections if config.fuse_projections is not None else on_cuda
+        fuse = fuse or config.compile_decode
+        if fuse:
+            model.fuse_projections()
+        model.fused = fuse  # engines sharing one model share this switch
+        static = config.static_decode
+        static = (on_cuda and config.kv_mode == "paged") if static is None else static
+        static = static or config.compile_decode
+        if config.compile_decode and not model.compiled:
+            model.compile_decode()
         self.prefix_cache: PrefixCache | None = None
         if config.kv_mode == "paged":
             blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
@@ -145,7 +185,14 @@ class Engine:
                     f"{self.max_model_len} ({blocks_per_seq} blocks of {config.block_size}); "
                     "raise num_blocks or lower max_model_len"
                 )
-            self.kv = PagedKVCache(shape, num_blocks, config.block_size, model.dtype, model.device)
+            self.kv = PagedKVCache(
+                shape,
+                num_blocks,
+                config.block_size,
+                model.dtype,
+                model.device,
+                scratch_block=static,
+            )
             if config.prefix_cache == "hash":
                 self.prefix_cache = HashPrefixCache(self.kv)
             elif config.prefix_cache == "radix":
@@ -166,9 +213,17 @@ class Engine:
             self.kv,
             self.prefix_cache,
         )
+        self.decode_runner: StaticDecodeRunner | None = None
+        if static:
+            graphs = config.cuda_graphs if config.cuda_graphs is not None else on_cuda
+            self.decode_runner = StaticDecodeRunner(
+                model, self.kv, config.max_num_seqs, self.max_model_len, use_cuda_graphs=graphs
+            )
         self.eos_token_id = shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
-        self.step_log: collections.deque[StepRecord] = collections.deque(maxlen=config.step_log_limit)
+        self.step_log: collections.deque[StepRecord] = collections.deque(
+            maxlen=config.step_log_limit
+        )
         self._ids = itertools.count()
         self._lock = threading.RLock()
 
@@ -276,18 +331,22 @@ class Engine:
                 failed = False
                 try:
                     logits = self._forward(sched)
+                    self._advance(sched, logits, pending)
                 except Exception as exc:  # a failing pass must not take the other requests down
                     failed = True
                     why = f"engine step failed: {type(exc).__name__}: {exc}"
                     for item in sched.scheduled:
-                        self._finish(item.seq, "error", pending, error=why)
-                else:
-                    self._advance(sched, logits, pending)
+                        if not item.seq.is_finished:
+                            self._finish(item.seq, "error", pending, error=why)
                 self._log(sched, time.perf_counter() - t0, failed)
         _dispatch(pending)
         return [event for _, event in pending.events]
 
     def _forward(self, sched: SchedulerOutput) -> torch.Tensor:
+        if self.decode_runner is not None and all(
+            s.num_new_tokens == 1 and s.completes_context for s in sched.scheduled
+        ):
+            return self.decode_runner.run(self._decode_batch(sched))
         ids, positions, slots, sample_rows = [], [], [], []
         for item in sched.scheduled:
             seq, start, n = item.seq, item.start, item.num_new_tokens
@@ -305,7 +364,9 @@ class Engine:
             else None,
             sample_indices=sample_rows,
         )
-        self.kv.fill_metadata(meta, [s.seq for s in sched.scheduled])
+        self.kv.fill_metadata(
+            meta, [s.seq for s in sched.scheduled], batched_decode=self.config.batched_decode
+        )
         return self.model.forward(
             torch.tensor(ids, dtype=torch.long, device=device),
             torch.tensor(positions, dtype=torch.long, device=device),
@@ -313,16 +374,41 @@ class Engine:
             self.kv if self.kv.stores_kv else None,
         )
 
+    def _decode_batch(self, sched: SchedulerOutput) -> DecodeBatch:
+        """The host-side inputs of a pure-decode step, for the static runner."""
+        seqs = [s.seq for s in sched.scheduled]
+        positions = [s.start for s in sched.scheduled]
+        return DecodeBatch(
+            input_ids=[seq.token_at(p) for seq, p in zip(seqs, positions, strict=False)],
+            positions=positions,
+            slot_mapping=[
+                self.kv.slots(seq, p, 1)[0] for seq, p in zip(seqs, positions, strict=False)
+            ],
+            block_tables=[seq.block_table for seq in seqs],
+            context_lens=[p + 1 for p in positions],
+        )
+
     def _advance(self, sched: SchedulerOutput, logits: torch.Tensor, pending: _Pending) -> None:
         row = 0
         now = time.perf_counter()
+        # One device-to-host copy for every row (a per-row .cpu() would sync B times).
+        greedy, finite = torch.stack(
+            (logits.argmax(dim=-1), torch.isfinite(logits).all(dim=-1).long())
+        ).tolist()
         for item in sched.scheduled:
             seq = item.seq
             if self.kv.stores_kv:
                 seq.num_computed = item.start + item.num_new_tokens
             if not item.completes_context:
                 continue
-            token = sample_token(logits[row].cpu(), seq.params, seq.generator)
+            if not finite[row]:  # NaN/Inf logits: a numerical fault; fail this request, not others
+                row += 1
+                self._finish(seq, "error", pending, error="the model produced NaN/Inf logits")
+                continue
+            if seq.params.greedy:
+                token = greedy[row]
+            else:
+                token = sample_token(logits[row].cpu(), seq.params, seq.generator)
             row += 1
             if not seq.prefill_done:
                 seq.prefill_done = True

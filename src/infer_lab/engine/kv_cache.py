@@ -81,7 +81,9 @@ class NoKVCache:
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         return []
 
-    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+    def fill_metadata(
+        self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
+    ) -> None:
         pass
 
     def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
@@ -136,8 +138,17 @@ class ContiguousKVCache:
         base = seq.region * self.max_model_len
         return list(range(base + start, base + start + count))
 
-    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+    def fill_metadata(
+        self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
+    ) -> None:
+        """Region starts; with ``batched_decode``, the ``(B, L)`` slot matrix of the decoding sequences."""
         meta.region_starts = [s.region * self.max_model_len for s in seqs]
+        decode = _decode_indices(meta) if batched_decode else []
+        if decode:
+            device = self.k.device
+            width = max(meta.context_lens[i] for i in decode)
+            starts = torch.tensor([meta.region_starts[i] for i in decode], device=device)
+            _set_decode(meta, decode, starts[:, None] + torch.arange(width, device=device))
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer], self.v[layer]
@@ -220,6 +231,8 @@ class PagedKVCache:
         shape: the model's shape.
         num_blocks: blocks in the pool (the KV budget is ``num_blocks * block_size`` tokens).
         block_size: tokens per block (1 = token-granular, as in SGLang; 16 is vLLM's default).
+        scratch_block: store one extra block outside the pool (id ``num_blocks``), where the
+            padding rows of a fixed-shape decode batch write harmlessly.
     """
 
     kind = "paged"
@@ -232,12 +245,15 @@ class PagedKVCache:
         block_size: int,
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
+        scratch_block: bool = False,
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.shape, self.block_size = shape, block_size
         self.pool = BlockPool(num_blocks)
-        self.k = _store(shape, num_blocks * block_size, dtype, torch.device(device))
+        self.scratch_block = num_blocks if scratch_block else None
+        stored = num_blocks + (1 if scratch_block else 0)
+        self.k = _store(shape, stored * block_size, dtype, torch.device(device))
         self.v = torch.empty_like(self.k)
         self.bytes_per_token = shape.kv_bytes_per_token(dtype)
         self.block_fill = [0] * num_blocks  # slots of each block holding a token (for used bytes)
@@ -282,17 +298,35 @@ class PagedKVCache:
         bs, table = self.block_size, seq.block_table
         return [table[p // bs] * bs + p % bs for p in range(start, start + count)]
 
-    def fill_metadata(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
-        """Block tables, and the slot of every context token (computed once per step, used by every layer)."""
-        bs = self.block_size
+    def fill_metadata(
+        self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
+    ) -> None:
+        """Block tables, and the slot of every context token (computed once per step, used by every layer).
+
+        Sequences decoding one token are gathered into one ``(B, L)`` slot matrix when
+        ``batched_decode`` is on; the others (prefill chunks) get one slot vector each.
+        """
+        bs, device = self.block_size, self.k.device
         meta.block_tables = [list(s.block_table) for s in seqs]
-        offsets = torch.arange(bs, device=self.k.device)
-        meta.context_slots = []
-        for s, n in zip(seqs, meta.context_lens, strict=False):
+        decode = _decode_indices(meta) if batched_decode else []
+        offsets = torch.arange(bs, device=device)
+        meta.context_slots = [None] * len(seqs)
+        batched = set(decode)
+        for i, (s, n) in enumerate(zip(seqs, meta.context_lens, strict=False)):
+            if i in batched:
+                continue
             table = torch.tensor(
-                s.block_table[: math.ceil(n / bs)], dtype=torch.long, device=self.k.device
+                s.block_table[: math.ceil(n / bs)], dtype=torch.long, device=device
             )
-            meta.context_slots.append((table[:, None] * bs + offsets[None, :]).flatten()[:n])
+            meta.context_slots[i] = (table[:, None] * bs + offsets[None, :]).flatten()[:n]
+        if decode:
+            width = math.ceil(max(meta.context_lens[i] for i in decode) / bs)
+            # Short tables are padded with block 0: any valid block, the length mask hides it.
+            rows = [seqs[i].block_table[:width] for i in decode]
+            table = torch.tensor(
+                [r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device
+            )
+            _set_decode(meta, decode, (table[:, :, None] * bs + offsets).flatten(1))
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer], self.v[layer]
@@ -318,3 +352,21 @@ class PagedKVCache:
             reserved_bytes=len(used_blocks) * self.block_size * self.bytes_per_token,
             used_bytes=sum(self.block_fill[b] for b in used_blocks) * self.bytes_per_token,
         )
+
+
+def _decode_indices(meta: AttentionMetadata) -> list[int]:
+    """Sequences with exactly one new token this step: the batched decode path takes them."""
+    return [i for i, n in enumerate(meta.query_lens) if n == 1]
+
+
+def _set_decode(meta: AttentionMetadata, decode: list[int], slots: torch.Tensor) -> None:
+    device = slots.device
+    starts = [0]
+    for n in meta.query_lens[:-1]:
+        starts.append(starts[-1] + n)
+    meta.decode_seqs = decode
+    meta.decode_rows = torch.tensor([starts[i] for i in decode], dtype=torch.long, device=device)
+    meta.decode_slots = slots
+    meta.decode_context_lens = torch.tensor(
+        [meta.context_lens[i] for i in decode], dtype=torch.long, device=device
+    )

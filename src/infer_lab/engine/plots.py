@@ -44,22 +44,54 @@ def flops_vs_position(rows: Sequence[dict[str, Any]], source: str):
     return fig
 
 
+# (column, legend, colour) of each bar segment, in stacking order; a row set has some of them
+_KV_SEGMENTS = (
+    ("used_bytes", "holds a token's K/V", "tab:blue"),
+    ("reserved_future_bytes", "reserved for future tokens", "tab:cyan"),
+    ("internal_frag_bytes", "internal fragmentation", "tab:orange"),
+    ("external_frag_bytes", "external fragmentation", "tab:red"),
+    ("wasted_bytes", "reserved, empty", "tab:orange"),  # kv_memory_waste's end-of-life rows
+)
+
+
 def kv_waste_bars(rows: Sequence[dict[str, Any]], source: str):
-    """Used vs wasted KV bytes (GB = 1e9 B) per layout, with the wasted fraction on each bar."""
-    df = pd.DataFrame(rows)
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    labels = [
-        f"{r.layout}" + (f" (block {int(r.block_size)})" if r.layout == "paged" else "")
-        for r in df.itertuples()
-    ]
-    ax.barh(labels, df.used_bytes / 1e9, label="holds a token's K/V")
-    ax.barh(labels, df.wasted_bytes / 1e9, left=df.used_bytes / 1e9, label="reserved, empty")
+    """One stacked horizontal bar per layout: what the KV bytes (GB = 1e9 B) are used for.
+
+    Takes the rows of ``kv_waste_breakdown`` (used / reserved for future tokens / internal /
+    external fragmentation, time-averaged over the run) or of ``kv_memory_waste`` (used /
+    reserved-but-empty at the end of each request's life). Each segment is labelled with its share
+    of the bar, and each bar with its wasted fraction.
+    """
+    df = pd.DataFrame(rows).reset_index(drop=True)
+    segments = [seg for seg in _KV_SEGMENTS if seg[0] in df]
+    totals = sum(df[col] for col, _, _ in segments) / 1e9
+    timeline = "reserved_future_bytes" in df
+    labels = []
+    for r in df.itertuples():
+        label = r.layout + (f" (block {int(r.block_size)})" if r.layout == "paged" else "")
+        labels.append(
+            label + (f"\n{r.steps} steps, {r.peak_running} at once (peak)" if timeline else "")
+        )
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.8 * len(df)))
+    left = pd.Series(0.0, index=df.index)
+    for col, legend, colour in segments:
+        width = df[col] / 1e9
+        ax.barh(labels, width, left=left, label=legend, color=colour)
+        for i in df.index:
+            share = width[i] / totals[i] if totals[i] else 0.0
+            if width[i] > 0.05 * totals.max():  # label only segments wide enough to hold it
+                ax.text(
+                    left[i] + width[i] / 2, i, f"{share:.0%}", ha="center", va="center", fontsize=8
+                )
+        left = left + width
     for i, r in enumerate(df.itertuples()):
-        ax.text(r.reserved_bytes / 1e9, i, f" {r.wasted_fraction:.1%} wasted", va="center")
-    ax.set(xlabel="KV bytes reserved (GB)")
-    ax.set_xlim(0, df.reserved_bytes.max() / 1e9 * 1.3)
-    ax.legend(loc="upper right", fontsize=8)
-    _titled(ax, "KV memory: max-length reservation vs paged blocks", source)
+        ax.text(totals[i], i, f" {r.wasted_fraction:.1%} wasted", va="center", fontsize=9)
+    ax.invert_yaxis()  # first layout on top
+    what = "mean over the run" if timeline else "at the end of each request's life"
+    ax.set(xlabel=f"KV bytes reserved or blocked, {what} (GB)")
+    ax.set_xlim(0, totals.max() * 1.35)
+    ax.legend(loc="lower right", fontsize=8)
+    _titled(ax, "KV memory: what the reserved bytes hold, per layout", source)
     fig.tight_layout()
     return fig
 
@@ -169,5 +201,23 @@ def predicted_vs_measured_steps(rows: Sequence[dict[str, Any]], source: str):
     ax.set(ylabel="decode step time (ms)")
     ax.legend(fontsize=8)
     _titled(ax, "Decode step: predicted vs measured", source)
+    fig.tight_layout()
+    return fig
+
+
+def decode_paths_bars(rows: Sequence[dict[str, Any]], source: str):
+    """Tokens/s per user (1 / ITL p50) of each decode path, with the ITL in ms on each bar."""
+    df = pd.DataFrame(list(rows))
+    labels = [
+        r.path + (" +fused" if r.fused else "") + (" +compile" if r.compiled else "")
+        for r in df.itertuples()
+    ]
+    fig, ax = plt.subplots(figsize=(6, 0.5 * len(df) + 1.5))
+    ax.barh(labels, df.tokens_per_s_per_user)
+    for i, r in enumerate(df.itertuples()):
+        ax.text(r.tokens_per_s_per_user, i, f" {r.itl_ms_p50:.1f} ms", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s per user (1 / ITL p50)")
+    _titled(ax, f"Decode paths, batch {df.batch.iloc[0]}", source)
     fig.tight_layout()
     return fig

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..analysis.compare import dtype_name, shape_of
-from ..analysis.roofline import Roof, measured_roof, predict_decode
+from ..analysis.roofline import Roof, measured_roof, predict_decode, predict_prefill
 from ..units import require_positive
 from .bench import engine_model
 from .engine import Engine, EngineConfig
@@ -124,3 +124,47 @@ def decode_step_predicted_vs_measured(
             }
         )
     return rows
+
+
+def throughput_bound(
+    model: Any,
+    roof: Roof,
+    requests: int,
+    prompt_len: int,
+    output_len: int,
+    dtype: str = "bf16",
+) -> dict[str, Any]:
+    """The most output tokens/s any engine could reach on ``roof`` for one batch workload.
+
+    ``requests`` prompts of ``prompt_len`` tokens arrive together and each generates
+    ``output_len`` tokens: one prefill of all prompts (its last position gives the first token)
+    and ``output_len - 1`` decode steps of the whole batch, each at its growing context. Every
+    op runs exactly at the roof (no launch gaps, perfect kernels), so a measured run can only be
+    slower. Useful next to a target: a target close to this bound needs near-peak kernels.
+
+    Returns seconds for ``prefill_s``, ``decode_s``, ``total_s`` and ``output_tokens_per_s``.
+    """
+    for name, value in (
+        ("requests", requests),
+        ("prompt_len", prompt_len),
+        ("output_len", output_len),
+    ):
+        require_positive(name, value)
+    kw = {"weight_dtype": dtype, "kv_dtype": dtype, "act_dtype": dtype, "logits": "last"}
+    prefill = predict_prefill(model, roof, requests, prompt_len, **kw)
+    decode_s = sum(
+        predict_decode(model, roof, requests, prompt_len + i + 1, **kw).time_s
+        for i in range(output_len - 1)
+    )
+    total = prefill.time_s + decode_s
+    return {
+        "requests": requests,
+        "prompt_len": prompt_len,
+        "output_len": output_len,
+        "roof": roof.name,
+        "prefill_s": prefill.time_s,
+        "prefill_flops": prefill.flops,
+        "decode_s": decode_s,
+        "total_s": total,
+        "output_tokens_per_s": requests * output_len / total,
+    }

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
@@ -163,20 +164,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
             exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind
         ).response()
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if config.api_key and request.url.path.startswith("/v1/"):
-            header = request.headers.get("authorization", "")
-            if header != f"Bearer {config.api_key}":
-                metrics.errors.labels(status="401").inc()
-                why = "missing API key" if not header else "invalid API key"
-                return APIError(
-                    401,
-                    f"{why}: send the header 'Authorization: Bearer <key>'",
-                    "authentication_error",
-                    code="invalid_api_key",
-                ).response()
-        return await call_next(request)
+    app.add_middleware(_BearerAuth, api_key=config.api_key, metrics=metrics)
 
     @app.get("/health")
     async def health():
@@ -309,12 +297,18 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 _sse(run, meta, chat, include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                # Runs after the stream ends or the client leaves, even before the first chunk.
+                background=BackgroundTask(run.abandon),
             )
         parts = []
-        async for delta, finish in run.events():
-            parts.append(delta)
-            if finish:
-                break
+        watcher = asyncio.create_task(_cancel_when_disconnected(request, run))
+        try:
+            async for delta, finish in run.events():
+                parts.append(delta)
+                if finish:
+                    break
+        finally:
+            watcher.cancel()
         if run.error:
             raise APIError(500, f"generation failed: {run.error}", "server_error")
         text = "".join(parts)
@@ -377,6 +371,42 @@ async def _sse(
     yield "data: [DONE]\n\n"
 
 
+class _BearerAuth:
+    """Require ``Authorization: Bearer <key>`` on ``/v1/`` routes when a key is set.
+
+    A plain ASGI middleware on purpose: Starlette's ``BaseHTTPMiddleware`` would hide client
+    disconnects from the endpoints, and a server must notice them to free KV memory.
+    """
+
+    def __init__(self, app: Any, api_key: str | None, metrics: ServerMetrics):
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self.api_key and scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+            if header != f"Bearer {self.api_key}":
+                self.metrics.errors.labels(status="401").inc()
+                why = "missing API key" if not header else "invalid API key"
+                response = APIError(
+                    401,
+                    f"{why}: send the header 'Authorization: Bearer <key>'",
+                    "authentication_error",
+                    code="invalid_api_key",
+                ).response()
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _cancel_when_disconnected(request: Request, run: _Run, poll_s: float = 0.25) -> None:
+    """A non-streaming client that hangs up gets its request cancelled instead of computed in vain."""
+    while run.finish_reason is None:
+        if await request.is_disconnected():
+            run.abandon()
+            return
+        await asyncio.sleep(poll_s)
+
+
 class _Run:
     """One request in flight: submits to the backend and turns its callbacks into (text, finish) events."""
 
@@ -396,6 +426,7 @@ class _Run:
         self.finish_reason: str | None = None
         self.error: str | None = None
         self._last_token_s: float | None = None
+        self._abandoned = False
 
     def usage(self) -> dict[str, int]:
         n_prompt = len(self.request.prompt_ids)
@@ -419,6 +450,13 @@ class _Run:
 
         self.backend.submit(self.request, on_token, on_finish)
         self.metrics.prompt_tokens.inc(len(self.request.prompt_ids))
+
+    def abandon(self) -> None:
+        """Cancel the backend request if it has not finished (the client is gone); else do nothing."""
+        if self.finish_reason is None and not self._abandoned:
+            self._abandoned = True
+            self.backend.cancel(self.request.request_id)
+            self.metrics.requests.labels(finished_reason=FINISH_CANCELLED).inc()
 
     async def events(self) -> AsyncIterator[tuple[str, str | None]]:
         """(new text, finish reason or None) pairs until the request ends; cancels it if abandoned."""
@@ -452,8 +490,7 @@ class _Run:
             if (
                 not done
             ):  # the client went away (or shutdown cancelled us): free the engine's resources
-                self.backend.cancel(self.request.request_id)
-                self.metrics.requests.labels(finished_reason=FINISH_CANCELLED).inc()
+                self.abandon()
 
     def _observe_token(self, at: float) -> None:
         self.completion_tokens += 1

@@ -8,10 +8,13 @@ thread; the engine's lock makes that safe, and its callbacks run in the stepping
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from typing import Any
 
 from .backends import GenerationRequest, OnFinish, OnToken, eos_token_ids
+
+logger = logging.getLogger(__name__)
 
 
 class EngineNotAvailableError(RuntimeError):
@@ -70,6 +73,7 @@ class OursBackend:
                     self.engine.step()
                 except Exception:  # the engine already failed the affected requests; keep serving
                     self.step_errors += 1
+                    logger.exception("engine step raised (error %d); serving on", self.step_errors)
             else:
                 self._work.wait(0.05)
                 self._work.clear()

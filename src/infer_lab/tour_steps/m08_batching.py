@@ -48,6 +48,10 @@ def run(ctx: TourContext) -> StepResult:
             plots.predicted_vs_measured_steps(pvm, lm.describe()), "m08_predicted_vs_measured"
         )
     )
+    paths = demos.decode_paths(
+        lm, batch=1, prompt_len=16 if ctx.quick else 128, output_len=6 if ctx.quick else 64
+    )
+    figs.append(ctx.save_figure(plots.decode_paths_bars(paths, lm.describe()), "m08_decode_paths"))
     pvm_cols = ["batch", "context", "predicted_ms", "measured_ms", "measured_over_predicted"]
     md = (
         pd.DataFrame(rows).round(2).to_markdown(index=False)
@@ -55,6 +59,13 @@ def run(ctx: TourContext) -> StepResult:
         + df.round(2).to_markdown(index=False)
         + f"\n\nDecode step, predicted (roofline on {pvm[0]['roof']}) vs measured (engine):\n\n"
         + pd.DataFrame(pvm)[pvm_cols].round(3).to_markdown(index=False)
+        + "\n\nDecode paths at batch 1 (CUDA graphs only on a GPU):\n\n"
+        + pd.DataFrame(paths).round(2).to_markdown(index=False)
     )
-    records = {"static_vs_continuous": rows, "sweep": sweep, "predicted_vs_measured": pvm}
+    records = {
+        "static_vs_continuous": rows,
+        "sweep": sweep,
+        "predicted_vs_measured": pvm,
+        "decode_paths": paths,
+    }
     return StepResult(TITLE, md, records, figs)

@@ -1,0 +1,206 @@
+"""The prepared GPU checks of issues #4 and #5, in one call, most important first.
+
+Each section saves its own JSON (hardware, versions, date, command) under $OUT as soon as it
+finishes, so a run cut short by the device's time limit still returns what it measured.
+A section that fails is recorded with its error and the next one runs.
+
+    PYTHONPATH=src python3 scripts/gpu_checks.py --out $OUT                 # all sections
+    PYTHONPATH=src python3 scripts/gpu_checks.py --out /tmp/x --only decode1 --smoke   # CPU dry run
+
+Sections:
+  decode1     batch-1 decode, Mistral-7B shape bf16, every decode path (target >= 205 tok/s)
+  throughput  256 requests x (512 in / 128 out), CUDA graphs (target >= 10,000 output tok/s)
+  sweep       decode step predicted (roofline) vs measured, batch 1..256
+  attention   SDPA backends vs sequence length; decode attention time vs KV heads (roofline)
+  quant       bnb int8 / nf4 (when bitsandbytes imports), fp8 and int4 on the 7B shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+SECTIONS = ("decode1", "throughput", "sweep", "attention", "quant")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--out", required=True, help="folder for the JSON results")
+    p.add_argument("--model", default="mistral-7b")
+    p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes on the embedded model (CPU)")
+    p.add_argument("--budget-s", type=float, default=480, help="skip sections after this time")
+    args = p.parse_args()
+
+    import torch
+
+    from infer_lab.hardware import measure_ceilings
+    from infer_lab.harness import env_metadata
+    from infer_lab.models import load_model
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    model = "smollm2-135m" if args.smoke else args.model
+    weights = "pretrained" if args.smoke else "random"
+    print(f"[gpu_checks] loading {model} ({weights}) on {device}", flush=True)
+    lm = load_model(model, weights=weights, device=device, dtype=None if args.smoke else "bf16")
+    ceilings = measure_ceilings(lm.device, quick=args.smoke)
+    command = "python3 scripts/gpu_checks.py " + " ".join(sys.argv[1:])
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    small = args.smoke
+
+    def save(name: str, payload: dict) -> None:
+        payload.update(
+            environment=env_metadata(lm),
+            ceilings=ceilings.as_dict(),
+            command=command,
+        )
+        path = out / f"{name}-{lm.name}-{device}-{stamp}.json"
+        path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        print(f"[gpu_checks] wrote {path} ({time.perf_counter() - t_start:.0f} s)", flush=True)
+
+    def decode1() -> dict:
+        from infer_lab.engine.bench import run_engine_benchmark
+
+        rows = []
+        fast = "cuda-graphs" if device == "cuda" else "static"
+        # (decode path, fused projections, torch.compile): most informative first.
+        variants = [
+            (fast, True, False),
+            (fast, True, True),
+            (fast, False, False),
+            ("static", True, False),
+            ("batched", True, False),
+            ("per-sequence", False, False),
+        ]
+        for path, fuse, compiled in variants:
+            r = run_engine_benchmark(
+                lm,
+                requests=1,
+                concurrency=1,
+                prompt_len=16 if small else 512,
+                output_len=8 if small else 256,
+                decode_path=path,
+                fuse_projections=fuse,
+                compile_decode=compiled,
+            )
+            r["itl_tokens_per_s"] = 1e3 / r["itl_ms"]["p50"]
+            rows.append(r)
+            print(
+                f"  batch 1 {path:12s} fused={fuse} compiled={compiled}: ITL p50 "
+                f"{r['itl_ms']['p50']:.2f} ms = {r['itl_tokens_per_s']:.1f} tok/s",
+                flush=True,
+            )
+        roofline = ceilings.bandwidth_Bps / lm.weight_bytes
+        return {"rows": rows, "weight_roofline_tokens_per_s": roofline, "target_tokens_per_s": 205}
+
+    def throughput() -> dict:
+        from infer_lab.analysis.compare import dtype_name, shape_of
+        from infer_lab.analysis.roofline import gpu_roof, measured_roof
+        from infer_lab.engine.bench import run_engine_benchmark
+        from infer_lab.engine.predicted import throughput_bound
+
+        n, prompt, output = (16, 16, 8) if small else (256, 512, 128)
+        r = run_engine_benchmark(
+            lm, requests=n, concurrency=n, prompt_len=prompt, output_len=output, decode_path="auto"
+        )
+        shape, dtype = shape_of(lm), dtype_name(lm)
+        bounds = [throughput_bound(shape, measured_roof(ceilings), n, prompt, output, dtype)]
+        if device == "cuda":
+            try:
+                from infer_lab.hardware import detect
+
+                roof = gpu_roof(detect().catalog_name)
+                bounds.append(throughput_bound(shape, roof, n, prompt, output, dtype))
+            except Exception as exc:  # a GPU missing from the catalog has no datasheet roof
+                print(f"  no datasheet roof: {exc}", flush=True)
+        print(
+            f"  {n} x {prompt}/{output}: {r['output_tokens_per_s']:.0f} output tok/s (target 10,000); "
+            + "; ".join(f"bound on {b['roof']}: {b['output_tokens_per_s']:.0f}" for b in bounds),
+            flush=True,
+        )
+        return {"result": r, "target_output_tokens_per_s": 10_000, "roofline_bounds": bounds}
+
+    def sweep() -> dict:
+        from infer_lab.engine.predicted import decode_step_predicted_vs_measured
+
+        rows = decode_step_predicted_vs_measured(
+            lm,
+            batches=(1, 2, 4) if small else None,
+            prompt_len=16 if small else 512,
+            decode_steps=4 if small else 16,
+            quick=small,
+        )
+        for r in rows:
+            print(
+                f"  batch {r['batch']:4d}: predicted {r['predicted_ms']:.2f} ms, "
+                f"measured {r['measured_ms']:.2f} ms ({r['measured_over_predicted']:.2f}x)",
+                flush=True,
+            )
+        return {"rows": rows}
+
+    def attention() -> dict:
+        from infer_lab.attention.bench import decode_attention_vs_kv_heads, sdpa_backend_times
+
+        lens = [256, 1024] if small else [1024, 4096, 16384, 32768]
+        backends = sdpa_backend_times(lens, device=device, heads=8 if small else 32, repeats=3)
+        kv = decode_attention_vs_kv_heads(
+            1024 if small else 32768,
+            device=device,
+            bandwidth_Bps=ceilings.bandwidth_Bps,
+            batch=1 if small else 8,
+        )
+        return {"sdpa_backends": backends, "decode_vs_kv_heads": kv}
+
+    def quant() -> dict:
+        import importlib.util
+
+        from infer_lab.quant.workflow import compare_methods
+
+        methods = ["int8", "int4-g128", "fp8"]
+        if device == "cuda" and importlib.util.find_spec("bitsandbytes"):
+            methods += ["bnb-int8", "bnb-nf4"]
+        result = compare_methods(
+            lm,
+            methods,
+            evaluate=small,
+            new_tokens=8 if small else 32,
+            repeats=1 if small else 3,
+            layer_stats=False,
+            log=lambda m: print("  " + m, flush=True),
+        )
+        return {"result": result, "bitsandbytes": "bnb-int8" in methods}
+
+    chosen = args.only or list(SECTIONS)
+    failed = 0
+    for name in chosen:
+        if time.perf_counter() - t_start > args.budget_s:
+            print(
+                f"[gpu_checks] skipping {name}: past the {args.budget_s:.0f} s budget", flush=True
+            )
+            continue
+        print(f"[gpu_checks] {name}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            payload = locals()[name]()
+            payload["section_seconds"] = time.perf_counter() - t0
+            save(name, payload)
+        except Exception as exc:  # one failing section must not lose the others
+            failed += 1
+            traceback.print_exc()
+            save(
+                name, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            )
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
