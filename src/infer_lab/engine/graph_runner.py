@@ -22,8 +22,9 @@ the tests check it token for token against transformers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -51,6 +52,39 @@ class DecodeBatch:
     context_lens: list[int]
 
 
+class Replayable(Protocol):
+    def replay(self) -> None: ...
+
+
+Capture = Callable[[Callable[[], torch.Tensor]], tuple[Replayable, torch.Tensor]]
+
+
+class CudaGraphCapture:
+    """Records the kernels one call of ``fn`` launches (``torch.cuda.graph``) for replay.
+
+    All graphs of one runner share a memory pool: they never run at the same time, so their
+    intermediate buffers can overlap.
+    """
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+
+    def __call__(self, fn: Callable[[], torch.Tensor]) -> tuple[Replayable, torch.Tensor]:
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        # Warm up on a side stream first, as torch requires (lazy init, cuBLAS workspaces).
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = fn()
+        return graph, out
+
+
 class StaticDecodeRunner:
     """Runs pure-decode steps of an engine through fixed-shape, optionally graph-captured, buffers.
 
@@ -60,6 +94,8 @@ class StaticDecodeRunner:
         max_num_seqs: the largest batch it will be asked to run.
         max_model_len: the longest context (tokens).
         use_cuda_graphs: capture and replay CUDA graphs (only on a CUDA device).
+        capture: how a step is captured (default :class:`CudaGraphCapture`); tests pass a
+            stand-in that replays by re-running, to check the buffer bookkeeping on a CPU.
     """
 
     def __init__(
@@ -69,8 +105,9 @@ class StaticDecodeRunner:
         max_num_seqs: int,
         max_model_len: int,
         use_cuda_graphs: bool = False,
+        capture: Capture | None = None,
     ):
-        if use_cuda_graphs and model.device.type != "cuda":
+        if use_cuda_graphs and capture is None and model.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; the model is on {model.device}")
         self.model, self.kv = model, kv
         self.block_size = kv.block_size
@@ -86,7 +123,8 @@ class StaticDecodeRunner:
         self.slot_mapping = torch.zeros(n, dtype=torch.long, device=device)
         self.block_tables = torch.zeros(n, w, dtype=torch.long, device=device)
         self.context_lens = torch.ones(n, dtype=torch.long, device=device)
-        self.graphs: dict[tuple[int, int], Any] = {}
+        self.capture: Capture = capture or CudaGraphCapture()
+        self.graphs: dict[tuple[int, int], Replayable] = {}
         self.graph_logits: dict[tuple[int, int], torch.Tensor] = {}
         self.steps = 0  # decode steps run through the runner
         self.replays = 0  # of which replayed from a CUDA graph
@@ -151,19 +189,9 @@ class StaticDecodeRunner:
         )
 
     def _capture(self, b: int, w: int) -> None:
-        """Record the (b, w) step once: warm up on a side stream (as torch requires), then capture."""
-        if not hasattr(self, "_pool"):
-            self._pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._eager(b, w)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self.graph_logits[(b, w)] = self._eager(b, w)
-        self.graphs[(b, w)] = graph
+        """Record the (b, w) step once; replays read the same input buffers and write the same output."""
+        graph, logits = self.capture(lambda: self._eager(b, w))
+        self.graphs[(b, w)], self.graph_logits[(b, w)] = graph, logits
 
     def capture_all(self) -> float:
         """Capture every bucket now (instead of on first use); returns the seconds it took."""
@@ -176,7 +204,8 @@ class StaticDecodeRunner:
                     if (b, w) not in self.graphs:
                         self._fill(_padding_only(b, self.scratch_block, self.block_size), b, w)
                         self._capture(b, w)
-            torch.cuda.synchronize()
+            if self.model.device.type == "cuda":
+                torch.cuda.synchronize()
         return time.perf_counter() - t0
 
     def close(self) -> None:
