@@ -17,10 +17,11 @@ Every optimization is a switch, so its effect can be measured:
   infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
   infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
   infer-lab bench engine --decode-path per-sequence                      attention one sequence at a time
-  infer-lab bench engine --model mistral-7b --weights random --requests 256 --concurrency 256 \
-      --prompt-len 512 --output-len 128                                  the H200 throughput target
-  infer-lab bench engine --model mistral-7b --weights random --requests 1 --concurrency 1 \
-      --prompt-len 512 --output-len 256                                  batch-1 decode (CUDA graphs)
+
+The H200 targets of module 08 (Mistral-7B shape, random bf16 weights, built on the GPU):
+
+  infer-lab bench engine --model mistral-7b --weights random --requests 256 --concurrency 256 --prompt-len 512 --output-len 128
+  infer-lab bench engine --model mistral-7b --weights random --requests 1 --concurrency 1 --prompt-len 512 --output-len 256 --compile
 
 Decode paths (--decode-path), slowest first: per-sequence (one attention call per request),
 batched (one call for all decoding requests), static (fixed padded shapes, preallocated
