@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import AttentionMetadata, ModelShape
+from .model import AttentionMetadata, ModelShape, block_table_slots
 from .sequence import Sequence
 
 
@@ -309,7 +309,6 @@ class PagedKVCache:
         bs, device = self.block_size, self.k.device
         meta.block_tables = [list(s.block_table) for s in seqs]
         decode = _decode_indices(meta) if batched_decode else []
-        offsets = torch.arange(bs, device=device)
         meta.context_slots = [None] * len(seqs)
         batched = set(decode)
         for i, (s, n) in enumerate(zip(seqs, meta.context_lens, strict=False)):
@@ -318,7 +317,7 @@ class PagedKVCache:
             table = torch.tensor(
                 s.block_table[: math.ceil(n / bs)], dtype=torch.long, device=device
             )
-            meta.context_slots[i] = (table[:, None] * bs + offsets[None, :]).flatten()[:n]
+            meta.context_slots[i] = block_table_slots(table[None], bs)[0, :n]
         if decode:
             width = math.ceil(max(meta.context_lens[i] for i in decode) / bs)
             # Short tables are padded with block 0: any valid block, the length mask hides it.
@@ -326,7 +325,7 @@ class PagedKVCache:
             table = torch.tensor(
                 [r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device
             )
-            _set_decode(meta, decode, (table[:, :, None] * bs + offsets).flatten(1))
+            _set_decode(meta, decode, block_table_slots(table, bs))
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k[layer], self.v[layer]

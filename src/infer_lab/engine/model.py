@@ -359,12 +359,8 @@ class EngineModel:
         h = self.embed[input_ids]
         cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
         for layer_index, w in enumerate(self.layers):
-            x = rms_norm(h, w.input_norm, s.rms_norm_eps)
-            q, k, v = self._qkv(x, w)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            attn = self._attention(layer_index, q, k, v, meta, kv)
-            h = h + F.linear(attn, w.o_proj)
-            h = h + self._mlp(rms_norm(h, w.post_attention_norm, s.rms_norm_eps), w)
+            q, k, v = self._before_kv_write(h, w, cos, sin)
+            h = self._finish_layer(h, self._attention(layer_index, q, k, v, meta, kv), w)
         rows = h[meta.sample_indices]
         return F.linear(rms_norm(rows, self.final_norm, s.rms_norm_eps), self.lm_head).float()
 
@@ -415,7 +411,11 @@ class EngineModel:
 
     def _after_kv_write(self, h, w, q, k_store, v_store, slots, context_lens):
         attn = decode_attention(q, k_store, v_store, slots, context_lens, self.scale)
-        h = h + F.linear(attn.flatten(1), w.o_proj)
+        return self._finish_layer(h, attn.flatten(1), w)
+
+    def _finish_layer(self, h, attn, w):
+        """Output projection and residual, then the SwiGLU MLP and its residual."""
+        h = h + F.linear(attn, w.o_proj)
         return h + self._mlp(rms_norm(h, w.post_attention_norm, self.shape.rms_norm_eps), w)
 
     def compile_decode(self) -> EngineModel:
@@ -493,8 +493,7 @@ class EngineModel:
         ``context_lens``; padding rows point at a scratch block.
         """
         s = self.shape
-        offsets = torch.arange(block_size, device=block_tables.device)
-        slots = (block_tables[:, :, None] * block_size + offsets).flatten(1)  # (B, L)
+        slots = block_table_slots(block_tables, block_size)  # (B, L)
         h = self.embed[input_ids]
         cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
         before, after = self._decode_layer_fns
@@ -529,6 +528,16 @@ def causal_attention(
         torch.arange(n, device=q.device)[:, None] + offset
     )
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
+
+
+def block_table_slots(block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Block ids ``(B, blocks)`` -> the slot of every position ``(B, blocks * block_size)``.
+
+    Position ``p`` of a sequence lives in slot ``block_tables[p // block_size] * block_size +
+    p % block_size``: the paged equivalent of a virtual-to-physical address translation.
+    """
+    offsets = torch.arange(block_size, device=block_tables.device)
+    return (block_tables[:, :, None] * block_size + offsets).flatten(1)
 
 
 def decode_attention(
