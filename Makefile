@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: setup workshop tour test lint clean
+.PHONY: setup workshop tour test test-fast lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +19,10 @@ tour: setup
 ## Run the test suite (this is what CI runs).
 test: setup
 	$(PY) -m pytest -q
+
+## The fast loop for developers: everything but the notebooks, the browser and long measurements.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check src tests notebooks

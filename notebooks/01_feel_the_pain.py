@@ -24,11 +24,10 @@ app = marimo.App(width="medium")
 @app.cell(hide_code=True)
 def _():
     import marimo as mo
-    import pandas as pd
 
-    from infer_lab import hardware, nb, pain, plots
-    from infer_lab.models import load_model
-    return hardware, load_model, mo, nb, pain, pd, plots
+    from infer_lab import nb
+    from infer_lab.course import ch01_feel_the_pain as ch01
+    return ch01, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -47,158 +46,142 @@ def _(mo):
     4. **Every token costs a decode step.** Each step re-reads all the weights and the KV cache:
        that step time is the inter-token latency (ITL).
 
-    All timings use warm-up runs, device synchronization, repeats and percentiles; memory is
-    counted from the tensors themselves.
+    Each measurement sits behind its own button and is sized for your device (quick on a CPU).
+    Timings use warm-up runs, device synchronization, repeats and percentiles; memory is counted
+    from the tensors themselves.
     """)
     return
 
 
 @app.cell(hide_code=True)
 def _(mo, nb):
-    model_name, weights = nb.model_choice()
-    model_picker = mo.ui.dropdown(options=["smollm2-135m", "mistral-7b", "llama-3-8b", "qwen2.5-7b"],
-                                  value=model_name, label="model")
-    weights_picker = mo.ui.radio(options=["pretrained", "random"], value=weights, label="weights")
-    mo.hstack([model_picker, weights_picker])
-    return model_picker, weights_picker
+    model_picker, weights_picker = nb.model_pickers()
+    size_picker = nb.size_picker()
+    mo.hstack([model_picker, weights_picker, size_picker], justify="start")
+    return model_picker, size_picker, weights_picker
+
+
+@app.cell
+def _(ch01, model_picker, nb, size_picker, weights_picker):
+    lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
+    sizes = ch01.sizes(lm.device, size_picker.value)
+    lm.describe()
+    return lm, sizes
 
 
 @app.cell(hide_code=True)
-def _(load_model, mo, model_picker, nb, pain, weights_picker):
-    lm = load_model(model_picker.value, weights=weights_picker.value)
-    sizes = pain.PainSizes.for_device(lm.device, nb.quick())
-    source = lm.describe()
-    _warn = ("\n\n**Random weights:** memory and timing are true, the text is meaningless."
-             if lm.is_random else "")
-    mo.md(f"Model: **{source}**, {lm.n_params:,} parameters, {lm.weight_bytes:,} bytes of weights "
-          f"(loaded in {lm.load_seconds:.1f} s).{_warn}")
-    return lm, sizes, source
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    run_button = mo.ui.run_button(label="Run the four measurements")
+def _(ch01, mo, nb):
+    memory_button = mo.ui.run_button(label=ch01.PARTS["memory"])
     mo.md(f"""
-    The measurements take a minute or two on a laptop CPU. {run_button}
-    """)
-    return (run_button,)
-
-
-@app.cell(hide_code=True)
-def _(mo, nb, pain, run_button, lm, sizes):
-    mo.stop(not nb.should_run(run_button), mo.md("_Press the button to measure._"))
-    results = pain.run_all(lm, sizes)
-    return (results,)
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
     ## 1 · Memory grows with tokens and with users
 
     Weights are a fixed cost. The KV cache grows linearly with every token of every user:
-    bytes per token = 2 (K and V) × layers × KV heads × head dim × bytes per element. The bars
-    below are measured from the cache tensors after a real prefill, not estimated.
+    bytes per token = 2 (K and V) × layers × KV heads × head dim × bytes per element. The dots
+    are measured from the cache tensors after a real prefill; the line extends them.
+
+    {memory_button} {nb.button_time(ch01, "memory")}
     """)
-    return
+    return (memory_button,)
 
 
-@app.cell(hide_code=True)
-def _(hardware, lm, mo, pd, plots, results, source):
-    _info = hardware.detect(lm.device)
-    _label = "GPU memory" if _info.kind == "cuda" else "RAM"
-    _rows = results["memory"]
-    _per_token = _rows[0]["kv_bytes_per_token"]
+@app.cell
+def _(ch01, lm, memory_button, mo, nb, sizes):
+    mo.stop(not nb.pressed(memory_button), nb.placeholder(memory_button))
+    memory = ch01.measure_memory(lm, sizes)
     mo.vstack([
-        plots.memory_growth(_rows, source, budget_bytes=_info.memory_total_bytes, budget_label=_label,
-                            max_context=lm.config.max_position_embeddings),
-        mo.md(f"Measured: **{_per_token:,.0f} bytes of KV per token** for this model "
-              f"({_per_token / 1024:.1f} KiB). At this rate the {_label.lower()} of this machine "
-              f"({_info.memory_total_bytes / 1e9:.1f} GB) holds "
-              f"{(_info.memory_total_bytes - lm.weight_bytes) / _per_token:,.0f} tokens of KV in total, "
-              "shared by all users, before anything else is counted."),
-        mo.ui.table(pd.DataFrame(_rows), selection=None),
+        ch01.memory_figure(memory, lm.describe()),
+        mo.md(ch01.memory_text(memory)),
+        nb.table(ch01.memory_table(memory)),
     ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch01, mo, nb):
+    ttft_button = mo.ui.run_button(label=ch01.PARTS["ttft"])
+    mo.md(f"""
     ## 2 · Time to first token grows with context
 
     Prefill processes every prompt token in one forward pass. Its matmuls grow linearly with
     the prompt and attention grows quadratically, so long prompts wait.
+
+    {ttft_button} {nb.button_time(ch01, "ttft")}
     """)
+    return (ttft_button,)
+
+
+@app.cell
+def _(ch01, lm, mo, nb, sizes, ttft_button):
+    mo.stop(not nb.pressed(ttft_button), nb.placeholder(ttft_button))
+    ttft = ch01.measure_ttft(lm, sizes)
+    mo.vstack([ch01.ttft_figure(ttft, lm.describe()), nb.table(ch01.ttft_table(ttft))])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, nb, pd, plots, results, source):
-    _saved = [r for r in nb.saved_results("*hf-baseline*.json")]
-    _gpu = None if nb.has_gpu() or not _saved else _saved[0]
-    mo.vstack([
-        plots.ttft_curve(results["ttft"], source,
-                         saved=_gpu["data"]["ctx_sweep"] if _gpu else None,
-                         saved_label=f"saved: {_gpu['environment']['device_name']}, {_gpu['model']} "
-                                     f"({_gpu['weights']} weights), HF eager" if _gpu else ""),
-        mo.ui.table(pd.DataFrame(results["ttft"]).round(2), selection=None),
-        mo.md(nb.saved_label(_gpu) if _gpu else ""),
-    ])
-    return
-
-
-@app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch01, mo, nb):
+    serving_button = mo.ui.run_button(label=ch01.PARTS["serving"])
+    mo.md(f"""
     ## 3 · Naive serving is sequential
 
     The same requests, served one after another (what a plain `model.generate` loop behind an
-    API does) versus together in one batch. In the sequential chart, grey is time spent waiting
-    in line; the last request waits for all the others.
+    API does) and then together in one padded batch. In the chart, grey is time spent waiting in
+    line: the last request waits for all the others.
+
+    {serving_button} {nb.button_time(ch01, "serving")}
     """)
+    return (serving_button,)
+
+
+@app.cell
+def _(ch01, lm, mo, nb, serving_button, sizes):
+    mo.stop(not nb.pressed(serving_button), nb.placeholder(serving_button))
+    serving = ch01.measure_serving(lm, sizes)
+    mo.vstack([
+        ch01.serving_figure(serving, lm.describe()),
+        mo.md(ch01.serving_text(serving)),
+        nb.table(ch01.serving_table(serving)),
+    ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, pd, plots, results, source):
-    _serving = results["serving"]
-    _s = {r["mode"]: r for r in _serving["summary"]}
-    mo.vstack([
-        plots.serving_gantt(_serving, source),
-        mo.md(f"Batched serving gives **{_s['batched']['output_tokens_per_s'] / _s['sequential']['output_tokens_per_s']:.1f}×** "
-              f"the throughput here ({_s['sequential']['output_tokens_per_s']:.1f} → "
-              f"{_s['batched']['output_tokens_per_s']:.1f} output tokens/s), and the mean request finishes at "
-              f"{_s['batched']['mean_finish_s']:.2f} s instead of {_s['sequential']['mean_finish_s']:.2f} s. "
-              "One static batch is not the end of the story: module 08 shows continuous batching."),
-        mo.ui.table(pd.DataFrame(_serving["summary"]).round(3), selection=None),
-    ])
+def _(ch01, mo, nb):
+    itl_button = mo.ui.run_button(label=ch01.PARTS["itl"])
+    mo.md(f"""
+    ## 4 · Inter-token latency: every token is a full pass over the weights
+
+    A decode step reads every weight once to produce one token per sequence. Batching shares
+    that read across sequences, so total throughput rises while each user's speed drops a
+    little. Longer contexts add KV bytes to read at every step.
+
+    {itl_button} {nb.button_time(ch01, "itl")}
+    """)
+    return (itl_button,)
+
+
+@app.cell
+def _(ch01, itl_button, lm, mo, nb, sizes):
+    mo.stop(not nb.pressed(itl_button), nb.placeholder(itl_button))
+    itl = ch01.measure_itl(lm, sizes)
+    mo.vstack([ch01.itl_figure(itl, lm.describe()), mo.md(ch01.itl_text(itl)), nb.table(ch01.itl_table(itl))])
     return
 
 
 @app.cell(hide_code=True)
 def _(mo):
     mo.md(r"""
-    ## 4 · Inter-token latency: every token is a full pass over the weights
+    ## The same measurements on a 7B model, saved from a GPU
 
-    A decode step reads every weight once to produce one token per sequence. Batching shares
-    that read across sequences, so total throughput rises while each user's speed drops a little.
-    Longer contexts add KV bytes to read at every step.
+    When this machine has no GPU, here is what the HF transformers baseline did on one, saved
+    with its hardware, versions and date. Chapters 07 onwards fix what it shows.
     """)
     return
 
 
-@app.cell(hide_code=True)
-def _(mo, nb, pd, plots, results, source):
-    _saved = nb.saved_results("*hf-baseline*.json")
-    _gpu = None if nb.has_gpu() or not _saved else _saved[0]
-    _items = [plots.itl_grid(results["itl"], source), mo.ui.table(pd.DataFrame(results["itl"]).round(2), selection=None)]
-    if _gpu:
-        _items += [mo.md(f"### {nb.saved_label(_gpu)}\nHF eager decode of a Mistral-7B-shape model, context 512. "
-                         "The step time barely moves with batch size: the eager loop is bound by CPU-side "
-                         "kernel launches, not by the GPU. Module 07 onwards fixes that."),
-                   mo.ui.table(pd.DataFrame(_gpu["data"]["batch_sweep"]).round(2), selection=None)]
-    mo.vstack(_items)
+@app.cell
+def _(ch01, nb):
+    nb.saved_view(ch01.saved())
     return
 
 

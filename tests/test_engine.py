@@ -78,7 +78,7 @@ def assert_pool_clean(engine: Engine) -> None:
 
 
 def test_model_logits_equal_transformers(embedded, model, prompts):
-    from infer_lab.engine.model import AttentionMetadata
+    from infer_lab.engine import AttentionMetadata
 
     ids = torch.tensor(prompts[3])
     with torch.inference_mode():
@@ -226,13 +226,16 @@ def test_static_decode_with_chunked_prefill_and_preemption(model, prompts, refer
     assert_pool_clean(engine)
 
 
-def test_fused_projections_match_transformers(embedded, prompts, reference):
-    fused = EngineModel.from_hf(embedded.model)
-    fused._sources = []  # leave the shared session model's parameters as they are
-    fused.fuse_projections()
-    w = fused.layers[0]
-    assert w.qkv_proj.shape[0] == w.q_proj.shape[0] + 2 * w.k_proj.shape[0]
-    assert w.k_proj.data_ptr() == w.qkv_proj[w.q_proj.shape[0] :].data_ptr()  # views, no copy
-    engine, outs = run_engine(fused, prompts, max_num_seqs=20, static_decode=True)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "separate-gemms"])
+def test_fused_and_separate_projections_match_transformers(embedded, model, prompts, reference, fused):
+    w = model.layers[0]
+    attn = embedded.model.model.layers[0].self_attn
+    n_q = attn.q_proj.weight.shape[0]
+    assert w.qkv_proj.shape[0] == n_q + 2 * attn.k_proj.weight.shape[0]
+    # fused once at load: transformers' own weights are views into the stacked tensor
+    assert attn.k_proj.weight.data_ptr() == w.qkv_proj[n_q:].data_ptr()
+    engine, outs = run_engine(
+        model, prompts, max_num_seqs=20, static_decode=True, fuse_projections=fused
+    )
     assert outs == reference
     assert_pool_clean(engine)

@@ -8,7 +8,8 @@ import torch
 from infer_lab.engine import Engine, EngineConfig, EngineModel, SamplingParams
 from infer_lab.engine.graph_runner import DecodeBatch, StaticDecodeRunner, buckets_up_to
 from infer_lab.engine.kv_cache import PagedKVCache
-from infer_lab.engine.model import causal_attention, decode_attention
+from infer_lab.engine.layers import causal_attention, decode_attention
+from infer_lab.engine.model import fuse_projections
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_runner_padding_writes_only_the_scratch_block(model):
             context_lens=[1, 1, 1],
         )
     )
-    assert logits.shape == (3, model.shape.vocab_size)
+    assert logits.shape == (3, model.shape.vocab)
     written = kv.k[0].abs().flatten(1).sum(-1) > 0  # which slots of layer 0 were written
     assert written.nonzero().flatten().tolist() == [0, 4, 8, kv.scratch_block * 4]
     assert kv.pool.all_free()  # the scratch block is outside the pool
@@ -107,7 +108,8 @@ def test_fusing_repoints_transformers_weights_without_new_memory():
     ids = torch.randint(0, 64, (1, 10))
     with torch.inference_mode():
         before = hf(ids).logits
-    engine_model = EngineModel.from_hf(hf).fuse_projections()
+    fuse_projections(hf)
+    engine_model = EngineModel.from_hf(hf)
     attn = hf.model.layers[0].self_attn
     fused = engine_model.layers[0].qkv_proj
     assert attn.q_proj.weight.data_ptr() == fused.data_ptr()
@@ -119,15 +121,14 @@ def test_fusing_repoints_transformers_weights_without_new_memory():
         torch.testing.assert_close(hf(ids).logits, before)
 
 
-def test_compiled_decode_is_token_identical(embedded):
-    """torch.compile's fused decode layers (about 25 s of compilation on a 2-core CPU)."""
-    compiled = EngineModel.from_hf(embedded.model)
-    compiled._sources = []  # leave the shared session model's parameters as they are
+@pytest.mark.slow
+def test_compiled_layers_are_token_identical(embedded, model):
+    """torch.compile's fused layers on the static decode path (about 25 s to compile on 2 cores)."""
     prompts = [embedded.random_ids(1, n, seed=n)[0].tolist() for n in (5, 17, 33)]
     params = SamplingParams(max_tokens=8)
-    reference = [o.token_ids for o in Engine(compiled, EngineConfig()).generate(prompts, params)]
-    engine = Engine(compiled, EngineConfig(compile_decode=True))
-    assert compiled.compiled and compiled.fused and engine.decode_runner is not None
+    reference = [o.token_ids for o in Engine(model, EngineConfig()).generate(prompts, params)]
+    engine = Engine(model, EngineConfig(compile_layers=True, static_decode=True))
+    assert engine.layer_fns.compiled and engine.decode_runner is not None
     outs = [o.token_ids for o in engine.generate(prompts, params)]
     assert outs == reference
     assert engine.decode_runner.steps >= 7

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .catalog import GPUSpec, get_gpu, resolve_gpu_name
+from .timing import summarize, time_call
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,6 @@ class Ceilings:
 
 def measure_bandwidth(device: torch.device | str = "cpu", n_bytes: int = 256 * 2**20, repeats: int = 10) -> float:
     """Achieved memory bandwidth in bytes/s of ``dst.copy_(src)``: reads + writes ``2 * n_bytes``."""
-    from .harness import summarize, time_call
-
     dev = torch.device(device)
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device=dev).fill_(1.0)
     dst = torch.empty_like(src)
@@ -153,8 +152,6 @@ def measure_bandwidth(device: torch.device | str = "cpu", n_bytes: int = 256 * 2
 def measure_matmul_flops(device: torch.device | str = "cpu", n: int = 1024, dtype: torch.dtype | None = None,
                          repeats: int = 5) -> float:
     """Achieved FLOP/s of an ``n x n @ n x n`` matmul (2 n^3 FLOPs), median over repeats."""
-    from .harness import summarize, time_call
-
     dev = torch.device(device)
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     a = torch.randn(n, n, device=dev, dtype=dtype)

@@ -11,76 +11,15 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-
-def progress(iterable: Iterable, desc: str = "", total: int | None = None, disable: bool | None = None):
-    """A tqdm progress bar (marimo and Jupyter render it; terminals too)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, disable=disable, leave=False)
-
-
-def synchronize(device: torch.device | str | None = None) -> None:
-    """Wait for queued GPU work, so wall-clock timing measures the work and not its launch."""
-    dev = torch.device(device) if device is not None else None
-    if (dev is None and torch.cuda.is_available()) or (dev is not None and dev.type == "cuda"):
-        torch.cuda.synchronize(dev)
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Summary of repeated measurements, in the unit of the samples."""
-
-    n: int
-    mean: float
-    std: float
-    min: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
-
-    def as_dict(self, prefix: str = "", scale: float = 1.0) -> dict[str, float]:
-        """Flat dict, e.g. ``{'itl_ms_p50': ...}`` with ``prefix='itl_ms_'`` and ``scale=1e3``."""
-        return {f"{prefix}{k}": (v * scale if k != "n" else v) for k, v in asdict(self).items()}
-
-
-def summarize(samples: Sequence[float]) -> Stats:
-    """Mean, std, min, max and p50/p90/p99 (linear interpolation between order statistics)."""
-    arr = np.asarray(list(samples), dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("summarize() needs at least one sample")
-    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return Stats(n=int(arr.size), mean=float(arr.mean()), std=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-                 min=float(arr.min()), p50=float(p50), p90=float(p90), p99=float(p99), max=float(arr.max()))
-
-
-def time_call(fn: Callable[[], Any], device: torch.device | str | None = None, warmup: int = 1,
-              repeats: int = 5) -> list[float]:
-    """Wall-clock seconds of ``fn()`` per repeat, after ``warmup`` discarded calls, synchronized."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        out.append(time.perf_counter() - t0)
-    return out
-
+from .hardware import detect, device_label
+from .progress import progress  # noqa: F401  (re-exported: measurements import it from here)
+from .timing import Stats, summarize, synchronize, time_call  # noqa: F401  (re-exported)
 
 # ---------------------------------------------------------------------------------------------
 # Memory from tensors
@@ -173,11 +112,19 @@ def cache_kwarg(model) -> str:
 
 
 @torch.inference_mode()
-def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRecord:
+def timed_generate(
+    lm, input_ids: torch.Tensor, new_tokens: int, ignore_eos: bool = False
+) -> GenerationRecord:
     """Greedy decode with the transformers model and a DynamicCache, timing every step.
 
     Prefill (the whole prompt in one forward pass) is the TTFT; each later single-token forward
     pass with the cache is one ITL sample. Every step is synchronized before the clock stops.
+
+    Generation stops when every sequence has produced an end-of-sequence token
+    (``lm.eos_token_ids``), or after ``new_tokens`` tokens. Each sequence's ``token_ids`` end at
+    its EOS (included, as transformers returns it). ``ignore_eos=True`` always generates
+    exactly ``new_tokens``: timing measurements use it so every run has the same length.
+    ``itl_s`` has one entry per decode step after the first token.
     """
     from transformers import DynamicCache
 
@@ -185,6 +132,7 @@ def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRe
         raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
     model, dev = lm.model, lm.device
     ids = input_ids.to(dev)
+    stop = None if ignore_eos or not lm.eos_token_ids else torch.tensor(sorted(lm.eos_token_ids), device=dev)
     reset_peak(dev)
     cache = DynamicCache(config=model.config)
     kw = cache_kwarg(model)
@@ -195,29 +143,44 @@ def timed_generate(lm, input_ids: torch.Tensor, new_tokens: int) -> GenerationRe
     synchronize(dev)
     ttft = time.perf_counter() - t_start
     generated = [nxt]
+    done = torch.isin(nxt[:, 0], stop) if stop is not None else None
     itl = []
-    for _ in range(new_tokens - 1):
+    while len(generated) < new_tokens and not (done is not None and bool(done.all())):
         t0 = time.perf_counter()
         out = model(nxt, use_cache=True, **{kw: cache})
         nxt = out.logits[:, -1:].argmax(-1)
+        if done is not None:
+            done |= torch.isin(nxt[:, 0], stop)
         synchronize(dev)
         itl.append(time.perf_counter() - t0)
         generated.append(nxt)
     e2e = time.perf_counter() - t_start
-    tokens = torch.cat(generated, dim=1).tolist()
-    return GenerationRecord(batch=ids.shape[0], prompt_len=ids.shape[1], new_tokens=new_tokens, ttft_s=ttft,
+    tokens = [_until_eos(row, lm.eos_token_ids if stop is not None else ()) for row in torch.cat(generated, dim=1).tolist()]
+    return GenerationRecord(batch=ids.shape[0], prompt_len=ids.shape[1], new_tokens=len(generated), ttft_s=ttft,
                             itl_s=itl, e2e_s=e2e, kv_bytes=cache_tensor_bytes(cache), weight_bytes=lm.weight_bytes,
                             peak_allocated_bytes=peak_allocated_bytes(dev), token_ids=tokens)
 
 
+def _until_eos(row: list[int], eos: Iterable[int]) -> list[int]:
+    """``row`` up to and including its first EOS id."""
+    eos = set(eos)
+    for i, token in enumerate(row):
+        if token in eos:
+            return row[: i + 1]
+    return row
+
+
 def measure_generation(lm, input_ids: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
                        label: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Repeat :func:`timed_generate` after warm-up; one tidy row per repeat (with ``repeat`` and labels)."""
+    """Repeat :func:`timed_generate` after warm-up; one tidy row per repeat (with ``repeat`` and labels).
+
+    Every repeat generates exactly ``new_tokens`` (EOS ignored), so the repeats are comparable.
+    """
     for _ in range(warmup):
-        timed_generate(lm, input_ids, min(new_tokens, 4))
+        timed_generate(lm, input_ids, min(new_tokens, 4), ignore_eos=True)
     rows = []
     for r in range(repeats):
-        row = timed_generate(lm, input_ids, new_tokens).row()
+        row = timed_generate(lm, input_ids, new_tokens, ignore_eos=True).row()
         row.update(label or {})
         row["repeat"] = r
         rows.append(row)
@@ -230,9 +193,9 @@ def measure_generation(lm, input_ids: torch.Tensor, new_tokens: int, warmup: int
 
 def env_metadata(lm=None) -> dict[str, Any]:
     """Where a number came from: device, driver, library versions, model, dtype, weights source, date."""
-    import transformers
+    import os
 
-    from .hardware import detect
+    import transformers
 
     info = detect()
     meta: dict[str, Any] = {
@@ -240,6 +203,8 @@ def env_metadata(lm=None) -> dict[str, Any]:
         "device_kind": info.kind, "device_name": info.name, "driver": info.driver,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "python": platform.python_version(), "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "hardware": device_label(),
     }
     if lm is not None:
         meta.update({"model": lm.name, "weights": lm.source, "dtype": str(lm.dtype).replace("torch.", ""),

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from .catalog import UnknownNameError, list_models, load_model_config
+from .progress import in_notebook
+from .shape import LLAMA_LIKE
 from .units import fmt_bytes
 
 EMBEDDED_NAME = "smollm2-135m"
@@ -78,6 +80,20 @@ class LoadedModel:
     @property
     def is_random(self) -> bool:
         return self.source == "random"
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Token ids that end a generation: the config's and the generation config's EOS ids.
+
+        Empty for random weights, which never emit a meaningful end of sequence.
+        """
+        if self.is_random:
+            return frozenset()
+        ids: set[int] = set()
+        for source in (self.model.config, getattr(self.model, "generation_config", None)):
+            value = getattr(source, "eos_token_id", None)
+            ids.update(value if isinstance(value, (list, tuple, set)) else [] if value is None else [value])
+        return frozenset(int(i) for i in ids)
 
     def chat_ids(self, user_message: str, system: str | None = None) -> torch.Tensor:
         """Token ids (1, n) of a single-turn chat, with the model's chat template and generation prompt."""
@@ -303,6 +319,10 @@ def load_model(name: str = EMBEDDED_NAME, weights: str = "pretrained", device: s
         raise ValueError(f"weights must be 'pretrained' or 'random', got {weights!r}")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    if in_notebook():  # tqdm's bars render as red stderr boxes in marimo; the cell shows the load
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     t0 = time.perf_counter()
     is_hub_id = "/" in name and not Path(name).exists()
 
@@ -334,6 +354,10 @@ def load_model(name: str = EMBEDDED_NAME, weights: str = "pretrained", device: s
             repo_id = name
         model, tokenizer = _load_from_hub(repo_id, dev, dt)
         source = "hub"
+    if model.config.model_type in LLAMA_LIKE:
+        from .engine.model import fuse_projections
+
+        fuse_projections(model)  # once, here: every engine built on this model shares the result
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, device=dev, dtype=dt,

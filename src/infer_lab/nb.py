@@ -1,18 +1,21 @@
-"""Small helpers shared by the notebooks: run mode, sizing, saved GPU results.
+"""What the marimo notebooks share: run buttons, placeholders, tables, saved views, model pickers.
 
-Notebooks stay thin: narrative, widgets and plots. Everything they compute comes from the
-library; this module only answers "how big should this run be here" and "what did a GPU
-measure when we have none".
+The notebooks stay thin: narrative, widgets and visible calls into their chapter module
+(:mod:`infer_lab.course`). This module only answers notebook questions: was this button
+pressed (always yes in script mode, which is how CI runs the notebooks), what to show before
+it is, how to render a chapter's tables and saved GPU results, and how long a button took on
+a laptop CPU when the course was last measured.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
-QUICK_ENV = "INFER_LAB_QUICK"
+from .course.chapter import choose_size
+from .course.saved import SavedView, load_saved
+
+CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 
 
 def run_mode() -> str:
@@ -26,22 +29,73 @@ def run_mode() -> str:
 
 
 def is_script() -> bool:
-    """True when the notebook runs as ``python notebooks/NN_x.py`` (CI, the tour)."""
+    """True when the notebook runs as ``python notebooks/NN_x.py`` (CI, a headless check)."""
     return run_mode() == "script"
 
 
-def should_run(button: Any) -> bool:
+def pressed(button: Any) -> bool:
     """Heavy cells run when their run button is pressed, and always in script mode."""
     return bool(getattr(button, "value", False)) or is_script()
 
 
-def quick() -> bool:
-    """Small sizes: ``INFER_LAB_QUICK=1`` (CI sets it), or a CPU-only machine in script mode."""
-    if os.environ.get(QUICK_ENV):
-        return os.environ[QUICK_ENV] not in ("0", "false", "")
-    import torch
+def placeholder(button: Any, note: str = "") -> Any:
+    """The friendly box a measurement's cell shows until its button is pressed."""
+    import marimo as mo
 
-    return is_script() and not torch.cuda.is_available()
+    label = getattr(button, "label", None) or "the button above"
+    label = label.replace("<span>", "").replace("</span>", "")
+    text = f"The measurement appears here: press **{label}** above." + (f" {note}" if note else "")
+    return mo.callout(mo.md(text), kind="neutral")
+
+
+def table(frame: Any, **kwargs: Any) -> Any:
+    """A chapter's people table (display strings) as a marimo table, without selection boxes."""
+    import marimo as mo
+
+    options = {"selection": None, "pagination": len(frame) > 12, "show_column_summaries": False,
+               "show_data_types": False, "show_download": False}
+    return mo.ui.table(frame, **{**options, **kwargs})
+
+
+def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
+    """A chapter's saved GPU results, labelled as saved (nothing when absent, or on a GPU)."""
+    import marimo as mo
+
+    if view is None or (only_without_gpu and has_gpu()):
+        return mo.md("")
+    items = [mo.md(f"### {view.title}\n\n_{view.label}_")]
+    if view.warning:
+        items.append(mo.callout(mo.md(f"**Caution:** {view.warning}"), kind="warn"))
+    for name, frame in view.tables.items():
+        items += [mo.md(f"**{name}**"), table(frame)]
+    items += list(view.figures.values())
+    items += [mo.md("\n".join(f"- {n}" for n in view.notes))] if view.notes else []
+    return mo.vstack(items)
+
+
+def button_time(chapter: Any, part: str) -> str:
+    """'About 9 s on CPU: AMD EPYC (2 cores), measured 2026-12-01' for a chapter's run button.
+
+    Read from the newest ``assets/results/chapter-times-cpu-*.json`` (written by
+    ``scripts/time_chapters.py``); an empty string when the part was never timed.
+    """
+    found = load_saved(CPU_TIMES_FILE)
+    if not found:
+        return ""
+    entry = found[0].data.get("chapters", {}).get(chapter.NUMBER, {})
+    seconds = entry.get("seconds", {}).get(part)
+    if seconds is None:
+        return ""
+    size = entry.get("size", "quick")
+    return (f"About {seconds:.0f} s at {size} sizes on {found[0].raw['environment'].get('hardware')}, "
+            f"measured {found[0].date}.")
+
+
+def size_picker(device: Any = None) -> Any:
+    """quick / full, starting at the size chosen for this device (quick on a CPU)."""
+    import marimo as mo
+
+    return mo.ui.dropdown(options=["quick", "full"], value=choose_size(device), label="sizes")
 
 
 def has_gpu() -> bool:
@@ -50,40 +104,28 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def results_dir() -> Path:
-    """``assets/results`` of the repository (override with ``$INFER_LAB_RESULTS``)."""
-    env = os.environ.get("INFER_LAB_RESULTS")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "assets" / "results"
+def model_choice() -> tuple[str, str]:
+    """(model, weights) for the notebooks: ``$INFER_LAB_MODEL``/``$INFER_LAB_WEIGHTS``, else the
+    embedded SmolLM2 on a CPU and a Mistral-7B-shape random model on a GPU."""
+    model = os.environ.get("INFER_LAB_MODEL")
+    weights = os.environ.get("INFER_LAB_WEIGHTS")
+    if model:
+        return model, weights or "pretrained"
+    if has_gpu():
+        return "mistral-7b", weights or "random"
+    return "smollm2-135m", weights or "pretrained"
 
 
-def saved_results(pattern: str) -> list[dict[str, Any]]:
-    """Saved GPU result files matching ``pattern`` (e.g. ``'*tour*.json'``), newest first.
+def model_pickers() -> tuple[Any, Any]:
+    """A model dropdown and a weights radio, starting at :func:`model_choice`."""
+    import marimo as mo
 
-    Each dict gains ``_file``. Notebooks show these, labelled with their hardware and date,
-    when the current machine has no GPU.
-    """
-    folder = results_dir()
-    if not folder.is_dir():
-        return []
-    out = []
-    for path in sorted(folder.glob(pattern), reverse=True):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        data["_file"] = path.name
-        out.append(data)
-    return out
+    from .catalog import list_models
 
-
-def saved_label(result: dict[str, Any]) -> str:
-    """'Saved result: NVIDIA H200, 2026-11-30, torch 2.11 (file)' from a result's metadata."""
-    meta = result.get("environment") or result.get("meta") or result
-    device = meta.get("device_name") or meta.get("gpu") or "unknown device"
-    date = str(meta.get("date", "unknown date"))[:10]
-    return f"Saved result, not measured on this machine: {device}, {date} ({result.get('_file', '')})"
+    model_name, weights = model_choice()
+    names = sorted(set(list_models()) | {model_name})
+    return (mo.ui.dropdown(options=names, value=model_name, label="model"),
+            mo.ui.radio(options=["pretrained", "random"], value=weights, label="weights", inline=True))
 
 
 def embedded_model_missing() -> str | None:
@@ -107,13 +149,18 @@ def install_embedded_model() -> None:
     importlib.invalidate_caches()
 
 
-def model_choice() -> tuple[str, str]:
-    """(model, weights) for the notebooks: ``$INFER_LAB_MODEL``/``$INFER_LAB_WEIGHTS``, else the
-    embedded SmolLM2 on a CPU and a Mistral-7B-shape random model on a GPU."""
-    model = os.environ.get("INFER_LAB_MODEL")
-    weights = os.environ.get("INFER_LAB_WEIGHTS")
-    if model:
-        return model, weights or "pretrained"
-    if has_gpu():
-        return "mistral-7b", weights or "random"
-    return "smollm2-135m", weights or "pretrained"
+def load_model_or_explain(name: str, weights: str) -> Any:
+    """:func:`infer_lab.models.load_model`, or a clear box (and a stopped cell) when it cannot load.
+
+    A model predicted not to fit, or one that needs a hub this machine cannot reach, stops the
+    cell with the reason instead of a traceback.
+    """
+    import marimo as mo
+
+    from .models import ModelDoesNotFitError, ModelSourceError, load_model
+
+    try:
+        return load_model(name, weights=weights)
+    except (ModelDoesNotFitError, ModelSourceError, ValueError) as exc:
+        mo.stop(True, mo.callout(mo.md(f"**{name} ({weights} weights) cannot be loaded here.** {exc}"),
+                                 kind="danger"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 KB = 1_000
 MB = 1_000_000
 GB = 1_000_000_000
@@ -39,6 +41,28 @@ def _num(value: float, digits: int) -> str:
     """``digits`` significant digits, never in exponent notation (999.5 -> '1000', not '1e+03')."""
     text = f"{value:.{digits}g}"
     return f"{value:.0f}" if "e" in text else text
+
+
+def human(value: float | int | None, digits: int = 3) -> str:
+    """A number rounded for people: ``digits`` significant figures, thousands separators, no exponent.
+
+    ``24.869571912452834 -> '24.9'``, ``1536.0 -> '1,536'``, ``0.012345 -> '0.0123'``,
+    ``None`` or NaN -> ``'—'``.
+    """
+    if value is None:
+        return "—"
+    x = float(value)
+    if math.isnan(x):
+        return "—"
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    if x == 0:
+        return "0"
+    if abs(x) >= 10 ** (digits - 1):
+        return f"{round(x):,}"
+    decimals = digits - 1 - math.floor(math.log10(abs(x)))
+    text = f"{x:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:

@@ -32,7 +32,8 @@ from .memory import (
     max_users,
     weight_bytes,
 )
-from .params import ModelShape, ParamCounts, model_shape, param_counts
+from ..shape import ModelShape, model_shape
+from .params import ParamCounts, param_counts
 from .roofline import (
     Roof,
     critical_batch,

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..units import require_positive
 from .memory import kv_bytes, weight_bytes
-from .params import ModelShape, model_shape
+from ..shape import ModelShape, model_shape
 from .roofline import Roof, measured_roof, predict_decode, predict_prefill
 
 TORCH_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..units import GiB, require_positive
-from .params import ModelShape, ParamCounts, model_shape, param_counts
+from ..shape import ModelShape, model_shape
+from .params import ParamCounts, param_counts
 
 ModelLike = str | os.PathLike | dict[str, Any] | ModelShape
 

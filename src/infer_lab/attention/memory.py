@@ -28,7 +28,7 @@ def _roofline() -> Any:
 def variant_shapes(model: str, window: int = 4096) -> dict[str, Any]:
     """The model's shape as MHA, its own GQA, MQA, sliding-window (its KV heads) and MLA when it has it.
 
-    Shapes are :class:`infer_lab.analysis.params.ModelShape` copies with one field changed.
+    Shapes are :class:`infer_lab.shape.ModelShape` copies with one field changed.
     """
     shape = analysis().as_shape(model)
     if shape.mla:

@@ -71,14 +71,14 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--fuse",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="one GEMM for q|k|v and one for gate|up (default auto: on a GPU)",
+        choices=["on", "off"],
+        default="on",
+        help="one GEMM for q|k|v and one for gate|up (default on; off runs five GEMMs)",
     )
     p.add_argument(
         "--compile",
         action="store_true",
-        help="torch.compile the static decode layers (fuses norms, RoPE, SiLU; compiles in the warm-up)",
+        help="torch.compile both halves of every layer (fuses norms, RoPE, SiLU; compiles in the warm-up)",
     )
     p.add_argument(
         "--compare-hf",
@@ -96,7 +96,7 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from ..engine.bench import benchmark_with_metadata
+    from ..bench.engine import benchmark_with_metadata
     from ..models import load_model
 
     if args.chunk_tokens is not None and args.chunk_tokens < 1:
@@ -122,8 +122,8 @@ def run(args) -> int:
         block_size=args.block_size,
         shared_prefix_len=args.shared_prefix,
         decode_path=args.decode_path,
-        fuse_projections={"auto": None, "on": True, "off": False}[args.fuse],
-        compile_decode=args.compile,
+        fuse_projections=args.fuse == "on",
+        compile_layers=args.compile,
     )
     result["command"] = (
         "infer-lab " + " ".join(sys.argv[1:])

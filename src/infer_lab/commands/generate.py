@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._args import add_model_arguments
+
+if TYPE_CHECKING:
+    import torch
 
 NAME = "generate"
 ORDER = 20
@@ -29,13 +34,15 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", default="hf", choices=["hf", "nocache", "contiguous", "paged"],
                    help="hf: transformers with its DynamicCache; the others: our engine (module 07)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="generate exactly --max-new-tokens, past the end-of-sequence token (for timing)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
 def run(args) -> int:
     import json
 
-    from ..harness import summarize, timed_generate
+    from ..harness import summarize
     from ..models import load_model
 
     if args.max_new_tokens < 1:
@@ -47,19 +54,11 @@ def run(args) -> int:
         ids = lm.tokenizer(args.prompt, return_tensors="pt")["input_ids"].to(lm.device)
     else:
         ids = lm.chat_ids(args.prompt)
-    if args.engine == "hf":
-        timed_generate(lm, ids, 1)  # warm-up: the first call pays one-time setup costs
-        rec = timed_generate(lm, ids, args.max_new_tokens)
-        token_ids, ttft_s, itl_s = rec.token_ids[0], rec.ttft_s, rec.itl_s
-    else:
-        from ..engine import generate_text
-
-        out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine)
-        token_ids, ttft_s, itl_s = out["token_ids"], out["ttft_s"], out["itl_s"]
-    eos = getattr(lm.config, "eos_token_id", None)
-    if not lm.is_random and eos in token_ids:
-        token_ids = token_ids[: token_ids.index(eos)]
-    text = lm.tokenizer.decode(token_ids, skip_special_tokens=True) if lm.tokenizer is not None else ""
+    out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine, ignore_eos=args.ignore_eos)
+    token_ids, ttft_s, itl_s = out["token_ids"], out["ttft_s"], out["itl_s"]
+    eos = lm.eos_token_ids
+    shown = token_ids[:-1] if token_ids and token_ids[-1] in eos else token_ids
+    text = lm.tokenizer.decode(shown, skip_special_tokens=True) if lm.tokenizer is not None else ""
     itl = summarize(itl_s) if itl_s else None
     result = {"model": lm.name, "weights": lm.source, "device": str(lm.device),
               "dtype": str(lm.dtype).replace("torch.", ""), "engine": args.engine, "prompt_tokens": ids.shape[1],
@@ -72,3 +71,46 @@ def run(args) -> int:
     tail = f", ITL p50 {result['itl_ms_p50']:.1f} ms, p90 {result['itl_ms_p90']:.1f} ms" if itl else ""
     print(f"\n[{lm.describe()} · {args.engine} · prompt {ids.shape[1]} tokens · TTFT {result['ttft_ms']:.1f} ms{tail}]")
     return 0
+
+
+def generate_text(
+    lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged",
+    ignore_eos: bool = False,
+) -> dict[str, Any]:
+    """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
+
+    Args:
+        lm: a loaded model (:func:`infer_lab.models.load_model`).
+        prompt_ids: the prompt, ``(1, n)`` or ``(n,)`` tensor or a list of ids.
+        max_new_tokens: most tokens to generate; stops at EOS (included) unless ``ignore_eos``.
+        mode: ``"hf"`` (transformers with its DynamicCache), ``"nocache"``, ``"contiguous"`` or ``"paged"``.
+    Returns:
+        ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds).
+    """
+    import torch
+
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids)
+    ids = ids.reshape(1, -1)
+    if mode == "hf":
+        from ..harness import timed_generate
+
+        timed_generate(lm, ids, 1)  # warm-up: the first call pays one-time setup costs
+        rec = timed_generate(lm, ids, max_new_tokens, ignore_eos=ignore_eos)
+        return {"token_ids": rec.token_ids[0], "ttft_s": rec.ttft_s, "itl_s": rec.itl_s}
+    from ..engine import Engine, EngineConfig, SamplingParams
+
+    if mode not in ("nocache", "contiguous", "paged"):
+        raise ValueError(f"mode must be one of hf, nocache, contiguous, paged; got {mode!r}")
+    config = EngineConfig(
+        kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1
+    )
+    Engine.from_loaded(lm, config).generate(
+        [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)
+    )  # warm-up
+    ignore = ignore_eos or lm.is_random
+    params = SamplingParams(max_tokens=max_new_tokens, ignore_eos=ignore,
+                            stop_token_ids=() if ignore else tuple(sorted(lm.eos_token_ids)))
+    out = Engine.from_loaded(lm, config).generate([ids[0]], params)[0]
+    return {"token_ids": out.token_ids, "ttft_s": out.ttft_s, "itl_s": out.itl_s}

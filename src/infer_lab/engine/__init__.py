@@ -1,12 +1,29 @@
 """A mini LLM serving engine written from scratch: KV cache, paging, batching, prefix caching, chunked prefill.
 
-Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in its own file.
+Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in its own file:
+
+=================  ===============================================================
+``config``         every switch of the engine (:class:`EngineConfig`)
+``sequence``       a request as the engine sees it, its sampling settings and events
+``sampling``       greedy, temperature, top-k / top-p
+``scheduler``      who runs each step: static or continuous batching, chunked prefill
+``kv_cache``       where K/V lives: none, contiguous regions, or paged blocks
+``prefix_cache``   reusing computed prefixes: hashed blocks or a radix tree
+``layers``         RMSNorm, RoPE, attention, SwiGLU: the decoder layer, written once
+``model``          the decoder over a flat ragged batch of tokens
+``graph_runner``   fixed-shape decode steps, replayed from CUDA graphs
+``engine``         the step loop that ties them together
+=================  ===============================================================
+
+Nothing here plots, benchmarks or demonstrates: the course chapters (:mod:`infer_lab.course`)
+and :mod:`infer_lab.bench` do that on top of this package.
 """
 
-from .bench import generate_text, run_engine_benchmark
-from .engine import Engine, EngineConfig, RequestRejected, StepRecord
+from .config import EngineConfig
+from .engine import Engine, RequestRejected, StepRecord
 from .graph_runner import DecodeBatch, StaticDecodeRunner
 from .kv_cache import (
+    AttentionMetadata,
     BlockPool,
     ContiguousKVCache,
     KVMemoryReport,
@@ -14,12 +31,14 @@ from .kv_cache import (
     OutOfKVMemory,
     PagedKVCache,
 )
-from .model import EngineModel, ModelShape
+from .layers import LayerFunctions, LayerWeights
+from .model import EngineModel, fuse_projections
 from .prefix_cache import HashPrefixCache, RadixPrefixCache
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import RequestOutput, SamplingParams, Sequence, TokenEvent
 
 __all__ = [
+    "AttentionMetadata",
     "BlockPool",
     "ContiguousKVCache",
     "DecodeBatch",
@@ -28,7 +47,8 @@ __all__ = [
     "EngineModel",
     "HashPrefixCache",
     "KVMemoryReport",
-    "ModelShape",
+    "LayerFunctions",
+    "LayerWeights",
     "NoKVCache",
     "OutOfKVMemory",
     "PagedKVCache",
@@ -42,6 +62,5 @@ __all__ = [
     "StaticDecodeRunner",
     "StepRecord",
     "TokenEvent",
-    "generate_text",
-    "run_engine_benchmark",
+    "fuse_projections",
 ]

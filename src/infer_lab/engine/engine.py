@@ -36,94 +36,19 @@ from typing import Any
 
 import torch
 
+from .config import EngineConfig
 from .graph_runner import DecodeBatch, StaticDecodeRunner
-from .kv_cache import ContiguousKVCache, NoKVCache, PagedKVCache
-from .model import AttentionMetadata, EngineModel
+from .kv_cache import AttentionMetadata, ContiguousKVCache, NoKVCache, PagedKVCache
+from .layers import LayerFunctions
+from .model import EngineModel
 from .prefix_cache import HashPrefixCache, PrefixCache, RadixPrefixCache
 from .sampling import make_generator, sample_token
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
 
-KV_MODES = ("nocache", "contiguous", "paged")
-PREFIX_CACHES = ("none", "hash", "radix")
-
 
 class RequestRejected(ValueError):
     """A request the engine cannot take (too long, empty, bad sampling settings); nothing changed."""
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Every switch of the engine, so each optimization can be turned off and measured.
-
-    Attributes:
-        kv_mode: ``"nocache"`` (recompute everything), ``"contiguous"`` (a max-length region per
-            request) or ``"paged"`` (blocks on demand).
-        block_size: tokens per KV block (paged mode).
-        num_blocks: blocks in the pool; default ``max_num_seqs * ceil(max_model_len / block_size)``,
-            the same memory the contiguous mode reserves. Must hold one full-length request.
-        max_model_len: longest prompt + output in tokens; default ``min(model limit, 2048)``.
-        policy: ``"continuous"`` or ``"static"`` batching.
-        max_num_seqs: batch slots (requests running at once).
-        chunked_prefill: split prompts under ``max_num_batched_tokens`` per step.
-        max_num_batched_tokens: token budget of one step when chunking (tokens).
-        prefix_cache: ``"none"``, ``"hash"`` (block-aligned) or ``"radix"`` (token-granular); paged only.
-        step_log_limit: how many recent :class:`StepRecord` to keep (``None``: all; a long-running
-            server sets a bound so the log cannot grow without limit).
-        batched_decode: attend all single-token (decode) sequences of a step in one call
-            instead of one call per sequence.
-        fuse_projections: one GEMM for q|k|v and one for gate|up (``None``: on a CUDA device).
-            The switch lives on the shared model, so the last engine built sets it.
-        static_decode: run pure-decode steps through :class:`~.graph_runner.StaticDecodeRunner`
-            (fixed padded shapes; paged only; ``None``: on a CUDA device with paged KV).
-        cuda_graphs: capture those steps in CUDA graphs (``None``: whenever ``static_decode``
-            runs on a CUDA device).
-        compile_decode: let ``torch.compile`` fuse the small ops of the static decode step
-            (:meth:`~.model.EngineModel.compile_decode`); implies fused projections. Off by
-            default: the first steps then pay the compilation (tens of seconds).
-    """
-
-    kv_mode: str = "paged"
-    block_size: int = 16
-    num_blocks: int | None = None
-    max_model_len: int | None = None
-    policy: str = "continuous"
-    max_num_seqs: int = 16
-    chunked_prefill: bool = False
-    max_num_batched_tokens: int = 512
-    prefix_cache: str = "none"
-    step_log_limit: int | None = None
-    batched_decode: bool = True
-    fuse_projections: bool | None = None
-    static_decode: bool | None = None
-    cuda_graphs: bool | None = None
-    compile_decode: bool = False
-
-    def validate(self) -> None:
-        if self.kv_mode not in KV_MODES:
-            raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {self.kv_mode!r}")
-        if self.prefix_cache not in PREFIX_CACHES:
-            raise ValueError(
-                f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {self.prefix_cache!r}"
-            )
-        if self.prefix_cache != "none" and self.kv_mode != "paged":
-            raise ValueError("prefix caching shares KV blocks, so it needs kv_mode='paged'")
-        if self.chunked_prefill and self.kv_mode == "nocache":
-            raise ValueError(
-                "chunked prefill needs a KV cache to keep the earlier chunks (kv_mode != 'nocache')"
-            )
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
-        if self.static_decode and self.kv_mode != "paged":
-            raise ValueError(
-                "static_decode reads K/V through block tables, so it needs kv_mode='paged'"
-            )
-        if self.compile_decode and (self.static_decode is False or self.kv_mode != "paged"):
-            raise ValueError(
-                "compile_decode compiles the static decode path: needs it on, with paged KV"
-            )
-        if self.cuda_graphs and self.static_decode is False:
-            raise ValueError("cuda_graphs capture the static decode path: leave static_decode on")
 
 
 @dataclass
@@ -165,16 +90,9 @@ class Engine:
         on_cuda = model.device.type == "cuda"
         if config.cuda_graphs and not on_cuda:
             raise ValueError(f"cuda_graphs need a CUDA device; the model is on {model.device}")
-        fuse = config.fuse_projections if config.fuse_projections is not None else on_cuda
-        fuse = fuse or config.compile_decode
-        if fuse:
-            model.fuse_projections()
-        model.fused = fuse  # engines sharing one model share this switch
+        self.layer_fns = LayerFunctions(fused=config.fuse_projections, compiled=config.compile_layers)
         static = config.static_decode
         static = (on_cuda and config.kv_mode == "paged") if static is None else static
-        static = static or config.compile_decode
-        if config.compile_decode and not model.compiled:
-            model.compile_decode()
         self.prefix_cache: PrefixCache | None = None
         if config.kv_mode == "paged":
             blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
@@ -217,7 +135,12 @@ class Engine:
         if static:
             graphs = config.cuda_graphs if config.cuda_graphs is not None else on_cuda
             self.decode_runner = StaticDecodeRunner(
-                model, self.kv, config.max_num_seqs, self.max_model_len, use_cuda_graphs=graphs
+                model,
+                self.kv,
+                config.max_num_seqs,
+                self.max_model_len,
+                use_cuda_graphs=graphs,
+                layer_fns=self.layer_fns,
             )
         self.eos_token_id = shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
@@ -229,7 +152,10 @@ class Engine:
 
     @classmethod
     def from_loaded(cls, lm: Any, config: EngineConfig | None = None) -> Engine:
-        """An engine over an :class:`infer_lab.models.LoadedModel` (its weights are shared, not copied)."""
+        """An engine over an :class:`infer_lab.models.LoadedModel`: the way to build one.
+
+        The weights are shared with ``lm``, not copied (its projections were fused at load).
+        """
         return cls(EngineModel.from_hf(lm.model), config)
 
     # ---------------------------------------------------------------------------------------
@@ -256,7 +182,7 @@ class Engine:
         except ValueError as exc:
             raise RequestRejected(str(exc)) from None
         ids = _as_id_list(prompt_ids)
-        vocab = self.model.shape.vocab_size
+        vocab = self.model.shape.vocab
         if not ids:
             raise RequestRejected("the prompt is empty: give at least one token id")
         if min(ids) < 0 or max(ids) >= vocab:
@@ -372,6 +298,7 @@ class Engine:
             torch.tensor(positions, dtype=torch.long, device=device),
             meta,
             self.kv if self.kv.stores_kv else None,
+            self.layer_fns,
         )
 
     def _decode_batch(self, sched: SchedulerOutput) -> DecodeBatch:

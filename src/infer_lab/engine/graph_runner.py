@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from .kv_cache import PagedKVCache
+from .layers import LayerFunctions
 from .model import EngineModel
 
 
@@ -96,6 +97,7 @@ class StaticDecodeRunner:
         use_cuda_graphs: capture and replay CUDA graphs (only on a CUDA device).
         capture: how a step is captured (default :class:`CudaGraphCapture`); tests pass a
             stand-in that replays by re-running, to check the buffer bookkeeping on a CPU.
+        layer_fns: how the engine runs each layer (fused GEMMs, torch.compile).
     """
 
     def __init__(
@@ -106,10 +108,12 @@ class StaticDecodeRunner:
         max_model_len: int,
         use_cuda_graphs: bool = False,
         capture: Capture | None = None,
+        layer_fns: LayerFunctions | None = None,
     ):
         if use_cuda_graphs and capture is None and model.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; the model is on {model.device}")
         self.model, self.kv = model, kv
+        self.layer_fns = layer_fns or LayerFunctions()
         self.block_size = kv.block_size
         self.batch_buckets = buckets_up_to(max_num_seqs)
         self.block_buckets = buckets_up_to(math.ceil(max_model_len / self.block_size))
@@ -186,6 +190,7 @@ class StaticDecodeRunner:
             self.context_lens[:b],
             self.kv,
             self.block_size,
+            self.layer_fns,
         )
 
     def _capture(self, b: int, w: int) -> None:

@@ -20,12 +20,64 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .model import AttentionMetadata, ModelShape, block_table_slots
+from ..shape import ModelShape
 from .sequence import Sequence
+
+
+@dataclass
+class AttentionMetadata:
+    """Where each sequence's tokens sit in the flattened batch and in the KV cache, for one step.
+
+    Attributes:
+        query_lens: new tokens per sequence this step (prefill chunk length, or 1 when decoding).
+        context_lens: tokens of K/V each sequence attends to after this step's writes
+            (cached tokens + new tokens).
+        slot_mapping: ``(T,)`` int64 cache slot for every new token (where its K/V is written);
+            ``None`` when there is no cache (the no-cache mode recomputes everything).
+        block_tables: per sequence, the physical block ids holding its tokens in order (paged mode);
+            in contiguous mode each sequence's first slot is in ``region_starts`` instead.
+        region_starts: first slot of each sequence's contiguous reservation (contiguous mode).
+        context_slots: paged mode: per sequence, the slot of each of its context tokens, in order
+            (derived from the block table once per step, so each layer does one gather).
+        sample_indices: rows of the flattened batch whose logits are wanted (a sequence's last
+            new token, when that token completes its context).
+        decode_seqs: indices of the sequences attended by the batched decode path (one new
+            token each); empty when the path is off or no sequence qualifies.
+        decode_rows: ``(B,)`` their rows in the flattened batch.
+        decode_slots: ``(B, L)`` slot of each of their context positions, padded to the longest
+            context ``L`` with a valid slot (masked out by ``decode_context_lens``).
+        decode_context_lens: ``(B,)`` their context lengths (tokens).
+    """
+
+    query_lens: list[int]
+    context_lens: list[int]
+    slot_mapping: torch.Tensor | None = None
+    block_tables: list[list[int]] | None = None
+    region_starts: list[int] | None = None
+    context_slots: list[torch.Tensor | None] | None = None
+    sample_indices: list[int] = field(default_factory=list)
+    decode_seqs: list[int] = field(default_factory=list)
+    decode_rows: torch.Tensor | None = None
+    decode_slots: torch.Tensor | None = None
+    decode_context_lens: torch.Tensor | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.query_lens)
+
+
+def block_table_slots(block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Block ids ``(B, blocks)`` -> the slot of every position ``(B, blocks * block_size)``.
+
+    Position ``p`` of a sequence lives in slot ``block_tables[p // block_size] * block_size +
+    p % block_size``: the paged equivalent of a virtual-to-physical address translation.
+    """
+    offsets = torch.arange(block_size, device=block_tables.device)
+    return (block_tables[:, :, None] * block_size + offsets).flatten(1)
 
 
 class OutOfKVMemory(RuntimeError):
@@ -59,8 +111,14 @@ def _store(
 ) -> torch.Tensor:
     # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
     return torch.empty(
-        shape.num_layers, num_slots, shape.num_kv_heads, shape.head_dim, dtype=dtype, device=device
+        shape.layers, num_slots, shape.kv_heads, shape.head_dim, dtype=dtype, device=device
     )
+
+
+def _bytes_per_token(k_store: torch.Tensor) -> int:
+    """K and V bytes of one token in every layer, counted from the store's own shape and dtype."""
+    layers, _, kv_heads, head_dim = k_store.shape
+    return 2 * layers * kv_heads * head_dim * k_store.element_size()
 
 
 class NoKVCache:
@@ -113,7 +171,7 @@ class ContiguousKVCache:
         self.shape, self.max_seqs, self.max_model_len = shape, max_seqs, max_model_len
         self.k = _store(shape, max_seqs * max_model_len, dtype, torch.device(device))
         self.v = torch.empty_like(self.k)
-        self.bytes_per_token = shape.kv_bytes_per_token(dtype)
+        self.bytes_per_token = _bytes_per_token(self.k)
         self.free_regions: deque[int] = deque(range(max_seqs))
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -255,7 +313,7 @@ class PagedKVCache:
         stored = num_blocks + (1 if scratch_block else 0)
         self.k = _store(shape, stored * block_size, dtype, torch.device(device))
         self.v = torch.empty_like(self.k)
-        self.bytes_per_token = shape.kv_bytes_per_token(dtype)
+        self.bytes_per_token = _bytes_per_token(self.k)
         self.block_fill = [0] * num_blocks  # slots of each block holding a token (for used bytes)
         self.peak_blocks_used = 0
 

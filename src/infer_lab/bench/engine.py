@@ -12,18 +12,8 @@ from typing import Any
 
 import torch
 
+from ..engine import Engine, EngineConfig, RequestOutput, SamplingParams
 from ..harness import env_metadata, summarize
-from .engine import Engine, EngineConfig
-from .model import EngineModel
-from .sequence import RequestOutput, SamplingParams
-
-
-def engine_model(lm: Any) -> EngineModel:
-    """The :class:`EngineModel` wrapping ``lm`` (built once per loaded model and remembered in ``lm.extra``)."""
-    cached = lm.extra.get("engine_model")
-    if cached is None:
-        cached = lm.extra["engine_model"] = EngineModel.from_hf(lm.model)
-    return cached
 
 
 DECODE_PATHS = {
@@ -110,8 +100,8 @@ def run_engine_benchmark(
     seed: int = 0,
     warmup: bool = True,
     decode_path: str = "auto",
-    fuse_projections: bool | None = None,
-    compile_decode: bool = False,
+    fuse_projections: bool = True,
+    compile_layers: bool = False,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -123,8 +113,8 @@ def run_engine_benchmark(
         chunk_tokens: per-step token budget with chunked prefill (None: no chunking).
         decode_path: ``auto``, ``per-sequence``, ``batched``, ``static`` or ``cuda-graphs``
             (see :data:`DECODE_PATHS`).
-        fuse_projections: fused q|k|v and gate|up GEMMs (None: on a GPU).
-        compile_decode: torch.compile the static decode layers (compiled during the warm-up).
+        fuse_projections: one GEMM for q|k|v and one for gate|up (off: five GEMMs).
+        compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
     Returns:
         :func:`summarize_run` fields plus ``config``; ``graph_capture_s`` when CUDA graphs are
         captured (before the clock starts, as a server does at start-up).
@@ -151,18 +141,17 @@ def run_engine_benchmark(
         prefix_cache=prefix_cache,
         max_model_len=prompt_len + max(lens) + 1,
         fuse_projections=fuse_projections,
-        compile_decode=compile_decode,
+        compile_layers=compile_layers,
         **decode_path_config(decode_path),
     )
-    model = engine_model(lm)
     if warmup:  # one request, then two: batch 1 and batch > 1 are separate shapes to a compiler
         for n in (1, 2):
-            Engine(model, config).generate(
+            Engine.from_loaded(lm, config).generate(
                 workload(lm, n, min(prompt_len, 8), seed=seed + 1),
                 SamplingParams(max_tokens=3, ignore_eos=True),
             )
     prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
-    engine = Engine(model, config)
+    engine = Engine.from_loaded(lm, config)
     runner = engine.decode_runner
     capture_s = runner.capture_all() if runner is not None and runner.use_cuda_graphs else None
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lens]
@@ -175,8 +164,8 @@ def run_engine_benchmark(
         "batched_decode": config.batched_decode,
         "static_decode": runner is not None,
         "cuda_graphs": bool(runner and runner.use_cuda_graphs),
-        "fused_projections": model.fused,
-        "compiled": model.compiled,
+        "fused_projections": config.fuse_projections,
+        "compiled": config.compile_layers,
         "static_steps": runner.steps if runner else 0,
         "graphs_captured": len(runner.graphs) if runner else 0,
     }
@@ -246,40 +235,3 @@ def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) ->
         result["speedup_vs_hf_sequential"] = result["output_tokens_per_s"] / base["tokens_per_s"]
     result["environment"] = env_metadata(lm)
     return result
-
-
-def generate_text(
-    lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged"
-) -> dict:
-    """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
-
-    Args:
-        lm: a loaded model (:func:`infer_lab.models.load_model`).
-        prompt_ids: the prompt, ``(1, n)`` or ``(n,)`` tensor or a list of ids.
-        max_new_tokens: tokens to generate (stops early at EOS for real weights).
-        mode: ``"hf"`` (transformers with its DynamicCache), ``"nocache"``, ``"contiguous"`` or ``"paged"``.
-    Returns:
-        ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds).
-    """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids)
-    ids = ids.reshape(1, -1)
-    if mode == "hf":
-        from ..harness import timed_generate
-
-        rec = timed_generate(lm, ids, max_new_tokens)
-        return {"token_ids": rec.token_ids[0], "ttft_s": rec.ttft_s, "itl_s": rec.itl_s}
-    if mode not in ("nocache", "contiguous", "paged"):
-        raise ValueError(f"mode must be one of hf, nocache, contiguous, paged; got {mode!r}")
-    model = engine_model(lm)
-    config = EngineConfig(
-        kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1
-    )
-    Engine(model, config).generate(
-        [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)
-    )  # warm-up
-    out = Engine(model, config).generate(
-        [ids[0]], SamplingParams(max_tokens=max_new_tokens, ignore_eos=lm.is_random)
-    )[0]
-    return {"token_ids": out.token_ids, "ttft_s": out.ttft_s, "itl_s": out.itl_s}

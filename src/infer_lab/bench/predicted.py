@@ -14,9 +14,7 @@ from typing import Any
 from ..analysis.compare import dtype_name, shape_of
 from ..analysis.roofline import Roof, measured_roof, predict_decode, predict_prefill
 from ..units import require_positive
-from .bench import engine_model
-from .engine import Engine, EngineConfig
-from .sequence import SamplingParams
+from ..engine import Engine, EngineConfig, SamplingParams
 
 GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 QUICK_CPU_BATCHES = (1, 2, 4, 8, 16)
@@ -73,7 +71,6 @@ def decode_step_predicted_vs_measured(
 
         roof = measured_roof(measure_ceilings(lm.device, quick=quick))
     shape, dtype = shape_of(lm), dtype_name(lm)
-    model = engine_model(lm)
     params = SamplingParams(max_tokens=decode_steps + 1, ignore_eos=True)
     rows = []
     for b in batches:
@@ -83,8 +80,8 @@ def decode_step_predicted_vs_measured(
             max_num_batched_tokens=max(512, b * prompt_len),
         )
         prompts = lm.random_ids(b, prompt_len, seed=b).cpu().tolist()
-        Engine(model, config).generate(prompts, params)  # warm-up at the same shapes
-        engine = Engine(model, config)
+        Engine.from_loaded(lm, config).generate(prompts, params)  # warm-up at the same shapes
+        engine = Engine.from_loaded(lm, config)
         if engine.decode_runner is not None:  # on a GPU: capture the graphs before timing
             engine.decode_runner.capture_all()
         engine.generate(prompts, params)

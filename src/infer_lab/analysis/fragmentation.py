@@ -10,7 +10,7 @@ budget of ``budget_slots`` token slots, handed out by one of three layouts:
 * ``contiguous-exact``: each request reserves ``prompt + max_tokens`` contiguous slots, where
   ``max_tokens`` is the limit the client *declared*; it usually generates fewer. Reservations have
   different sizes, so the :class:`FirstFitAllocator` leaves holes between them.
-* ``paged``: blocks of ``block_size`` slots are taken from a :class:`~.kv_cache.BlockPool` as the
+* ``paged``: blocks of ``block_size`` slots are taken from a :class:`~infer_lab.engine.kv_cache.BlockPool` as the
   request grows (``ceil(tokens / block_size)`` blocks), as in vLLM.
 
 After every step each slot of the budget is in exactly one class (:class:`StepSlots`):
@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .kv_cache import BlockPool, OutOfKVMemory
+from ..engine.kv_cache import BlockPool, OutOfKVMemory
 
 LAYOUTS = ("contiguous-max", "contiguous-exact", "paged")
 

@@ -1,4 +1,6 @@
-"""Figures for the serving-engine notebooks (07-10): each takes the tidy rows of a demo and a title.
+"""LEGACY, being moved into the chapter modules ch07-ch10; delete when empty.
+
+Figures for the serving-engine notebooks (07-10): each takes the tidy rows of a demo and a title.
 
 Every title names where the numbers came from (hardware and model, from ``lm.describe()``), so a
 figure copied out of a notebook still says what produced it. Nothing here measures anything.

@@ -1,4 +1,6 @@
-"""The step-by-step demonstrations of modules 07-10, as library functions returning tidy rows.
+"""LEGACY, being moved into the chapter modules ch07-ch10 and ch12; delete when empty.
+
+The step-by-step demonstrations of modules 07-10, as library functions returning tidy rows.
 
 Notebooks and tour steps only call these and plot the rows; every number is measured here
 (times with ``time.perf_counter`` around synchronized engine steps; memory from the allocators).
@@ -12,12 +14,10 @@ import time
 from collections.abc import Sequence as Seq
 from typing import Any
 
-from .bench import engine_model, percentiles_ms, run_engine_benchmark
-from .engine import Engine, EngineConfig
-from .fragmentation import LAYOUTS, make_layout, make_requests, simulate
-from .kv_cache import ContiguousKVCache, PagedKVCache
-from .model import ModelShape
-from .sequence import SamplingParams, Sequence
+from ..analysis.fragmentation import LAYOUTS, make_layout, make_requests, simulate
+from ..bench.engine import percentiles_ms, run_engine_benchmark
+from ..engine import ContiguousKVCache, Engine, EngineConfig, PagedKVCache, SamplingParams, Sequence
+from ..shape import ModelShape
 
 
 def no_cache_vs_kv_cache(
@@ -35,9 +35,9 @@ def no_cache_vs_kv_cache(
         config = EngineConfig(
             kv_mode=mode, max_num_seqs=1, max_model_len=prompt_len + new_tokens + 1
         )
-        engine = Engine(engine_model(lm), config)
+        engine = Engine.from_loaded(lm, config)
         engine.generate([prompt[:4]], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
-        engine = Engine(engine_model(lm), config)
+        engine = Engine.from_loaded(lm, config)
         engine.generate([prompt], SamplingParams(max_tokens=new_tokens, ignore_eos=True))
         for i, rec in enumerate(engine.step_log):
             rows.append(
@@ -73,10 +73,8 @@ def kv_memory_waste(
     import torch
 
     dtype = {2: torch.bfloat16, 4: torch.float32}[bytes_per_value]
-    tiny = ModelShape(
-        **{**shape.__dict__, "num_layers": 1}
-    )  # one layer of storage; bytes scaled below
-    scale = shape.num_layers
+    tiny = shape.with_layers(1)  # one layer of storage; bytes scaled below
+    scale = shape.layers
     n = len(prompt_lens)
     seqs = [
         Sequence(f"r{i}", [0] * p, SamplingParams(max_tokens=o), 0.0)
@@ -148,7 +146,7 @@ def kv_waste_breakdown(
       ``preemptions`` (paged only), ``external_frag_steps`` (steps where holes blocked the queue).
     * ``kv_budget_bytes``: the budget actually simulated (rounded down to whole slots).
     """
-    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * bytes_per_value
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * bytes_per_value
     budget_slots = kv_budget_bytes // per_token
     requests = make_requests(prompt_lens, output_lens, max_model_len, max_tokens, arrival_every)
     declared = max_tokens if max_tokens is None or isinstance(max_tokens, int) else "per request"
@@ -202,7 +200,7 @@ def requests_that_fit(
     bytes_per_value: int = 2,
 ) -> list[dict[str, Any]]:
     """How many of the requests fit at once in a KV budget: contiguous reservation vs paged blocks."""
-    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * bytes_per_value
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * bytes_per_value
     budget_tokens = kv_budget_bytes // per_token
     contiguous = min(len(prompt_lens), budget_tokens // max_model_len)
     blocks, fit = budget_tokens // block_size, 0
@@ -289,7 +287,7 @@ def decode_paths(
     batch: int = 1,
     prompt_len: int = 32,
     output_len: int = 16,
-    compile_decode: bool = False,
+    compile_layers: bool = False,
 ) -> list[dict[str, Any]]:
     """The same decode run through each decode path this device has, slowest idea first.
 
@@ -304,7 +302,7 @@ def decode_paths(
     variants = [("per-sequence", False, False), ("batched", cuda, False), ("static", cuda, False)]
     if cuda:
         variants.append(("cuda-graphs", True, False))
-    if compile_decode:
+    if compile_layers:
         variants.append((variants[-1][0], True, True))
     rows = []
     for path, fused, compiled in variants:
@@ -316,7 +314,7 @@ def decode_paths(
             output_len=output_len,
             decode_path=path,
             fuse_projections=fused,
-            compile_decode=compiled,
+            compile_layers=compiled,
         )
         itl = r["itl_ms"]["p50"] if r["itl_ms"] else None
         rows.append(
@@ -432,9 +430,9 @@ def prefix_cache_comparison(
                 max_num_seqs=8,
                 max_model_len=longest + output_len + 1,
             )
-            engine = Engine(engine_model(lm), config)
+            engine = Engine.from_loaded(lm, config)
             engine.generate([waves[0][0][:4]], SamplingParams(max_tokens=1))  # warm-up
-            engine = Engine(engine_model(lm), config)
+            engine = Engine.from_loaded(lm, config)
             ttfts, prompt_tokens = [], 0
             t0 = time.perf_counter()
             for wave in waves:
@@ -492,10 +490,10 @@ def chunked_prefill_effect(
             max_num_batched_tokens=chunk_tokens,
             max_model_len=long_prompt + 8,
         )
-        Engine(engine_model(lm), config).generate(
+        Engine.from_loaded(lm, config).generate(
             [prompts[0][:4]], SamplingParams(max_tokens=2)
         )  # warm-up
-        engine = Engine(engine_model(lm), config)
+        engine = Engine.from_loaded(lm, config)
         outs = engine.generate(prompts, params, arrival_steps=arrivals)
         for rec in engine.step_log:
             rows.append(

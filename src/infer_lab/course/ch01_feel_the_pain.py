@@ -1,0 +1,545 @@
+"""Chapter 01, "Feel the pain": the four problems of serving an LLM, measured on your machine.
+
+1. Memory grows with tokens and with users (KV bytes counted from the cache tensors).
+2. Time to first token grows with context length (prefill).
+3. Naive serving runs requests one after another.
+4. Each decode step (the inter-token latency) costs a full read of the weights and the KV.
+
+Every timing goes through :mod:`infer_lab.harness` (warm-up, synchronization, repeats,
+percentiles). The prompts are random token ids and EOS is ignored, so every run has exactly
+the length asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..harness import (
+    cache_kwarg,
+    cache_tensor_bytes,
+    progress,
+    summarize,
+    synchronize,
+    timed_generate,
+)
+from ..units import GB
+from .chapter import ChapterResult, choose_size, run_parts
+from .saved import SavedView, load_saved
+from .tables import Column, people_table
+
+NUMBER = "01"
+SLUG = "feel_the_pain"
+TITLE = "01 · Feel the pain: memory, TTFT, sequential serving, ITL"
+NEEDS_MODEL = True
+PARTS = {
+    "memory": "Measure KV memory",
+    "ttft": "Measure TTFT vs prompt length",
+    "serving": "Serve requests one by one, then batched",
+    "itl": "Measure the decode step",
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sweep sizes (tokens, users, requests) for the four measurements."""
+
+    size: str
+    contexts: tuple[int, ...]  # prompt lengths of the KV measurement (1 user)
+    users: tuple[int, ...]  # user counts of the KV measurement (at the first context)
+    ttft_lengths: tuple[int, ...]
+    itl_contexts: tuple[int, ...]
+    itl_batches: tuple[int, ...]
+    n_requests: int
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+    itl_steps: int
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """Sizes for this device: ``quick`` fits a 2-core CPU in seconds, ``full`` a GPU's 7B model."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if on_gpu:
+        return Sizes(size, contexts=(512, 2048, 8192, 16384), users=(1, 8, 32, 64),
+                     ttft_lengths=(128, 512, 2048, 8192, 16384), itl_contexts=(128, 2048, 8192, 16384),
+                     itl_batches=(1, 8, 32, 64, 128), n_requests=4, prompt_len=512,
+                     new_tokens=32 if size == "quick" else 128, repeats=3 if size == "quick" else 5,
+                     itl_steps=8 if size == "quick" else 16)
+    if size == "quick":
+        return Sizes(size, contexts=(64, 256), users=(1, 4), ttft_lengths=(32, 128, 256),
+                     itl_contexts=(64, 256), itl_batches=(1, 4), n_requests=3, prompt_len=32,
+                     new_tokens=8, repeats=3, itl_steps=6)
+    return Sizes(size, contexts=(128, 512, 1024, 2048), users=(1, 4, 8, 16), ttft_lengths=(64, 256, 1024, 2048),
+                 itl_contexts=(128, 1024, 2048), itl_batches=(1, 4, 16), n_requests=8, prompt_len=128,
+                 new_tokens=32, repeats=3, itl_steps=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed results
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """KV bytes after one prefill of ``users`` prompts of ``context`` tokens (from the cache tensors)."""
+
+    axis: str  # "context" (1 user) or "users" (at the first context)
+    context: int
+    users: int
+    kv_bytes: int
+    weight_bytes: int
+
+    @property
+    def tokens(self) -> int:
+        return self.context * self.users
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.kv_bytes / self.tokens
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    points: list[MemoryPoint]
+    device_memory_bytes: int
+    device_memory_label: str  # "GPU memory" or "RAM"
+    max_context: int  # the model's position limit (tokens)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.points[0].kv_bytes_per_token
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.points[0].weight_bytes
+
+    @property
+    def tokens_that_fit(self) -> float:
+        """Tokens of KV the device memory holds beside the weights, shared by all users."""
+        return (self.device_memory_bytes - self.weight_bytes) / self.kv_bytes_per_token
+
+
+@dataclass(frozen=True)
+class TTFTPoint:
+    """Prefill time of one request with ``prompt_len`` tokens over ``repeats`` runs (seconds)."""
+
+    prompt_len: int
+    p50_s: float
+    p90_s: float
+    min_s: float
+    repeats: int
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """One request's life in seconds since all requests arrived (t = 0)."""
+
+    mode: str  # "sequential" or "batched"
+    request: int
+    start_s: float
+    first_token_s: float
+    finish_s: float
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    requests: list[RequestTimes]
+    n_requests: int
+    prompt_len: int
+    new_tokens: int
+    wall_s: dict[str, float]  # mode -> seconds until the last request finished
+
+    def tokens_per_s(self, mode: str) -> float:
+        return self.n_requests * self.new_tokens / self.wall_s[mode]
+
+    def mean_finish_s(self, mode: str) -> float:
+        rows = [r for r in self.requests if r.mode == mode]
+        return sum(r.finish_s for r in rows) / len(rows)
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_s("batched") / self.tokens_per_s("sequential")
+
+
+@dataclass(frozen=True)
+class ITLPoint:
+    """Decode step time over ``steps`` cached steps at one (context, batch), seconds."""
+
+    context: int
+    batch: int
+    p50_s: float
+    p90_s: float
+    steps: int
+    kv_bytes: int
+
+    @property
+    def tokens_per_s_total(self) -> float:
+        return self.batch / self.p50_s
+
+    @property
+    def tokens_per_s_per_user(self) -> float:
+        return 1 / self.p50_s
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 01's measurements; a part not run is ``None``."""
+
+    model: str = ""
+    memory: MemoryResult | None = None
+    ttft: list[TTFTPoint] | None = None
+    serving: ServingResult | None = None
+    itl: list[ITLPoint] | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+
+
+@torch.inference_mode()
+def _prefill_kv_bytes(lm: Any, batch: int, length: int) -> int:
+    """Run one prefill and count the bytes of the KV cache it produced."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=lm.model.config)
+    lm.model(lm.random_ids(batch, length), use_cache=True, logits_to_keep=1, **{cache_kwarg(lm.model): cache})
+    return cache_tensor_bytes(cache)
+
+
+def measure_memory(lm: Any, sizes: Sizes) -> MemoryResult:
+    """KV bytes measured after a real prefill, for each context (1 user) and each user count."""
+    from ..hardware import detect
+
+    plan = [("context", c, 1) for c in sizes.contexts] + [("users", sizes.contexts[0], u) for u in sizes.users]
+    points = [
+        MemoryPoint(axis, ctx, users, _prefill_kv_bytes(lm, users, ctx), lm.weight_bytes)
+        for axis, ctx, users in progress(plan, desc="KV bytes")
+    ]
+    info = detect(lm.device)
+    return MemoryResult(points, info.memory_total_bytes, "GPU memory" if info.kind == "cuda" else "RAM",
+                        lm.config.max_position_embeddings)
+
+
+@torch.inference_mode()
+def measure_ttft(lm: Any, sizes: Sizes) -> list[TTFTPoint]:
+    """Prefill time (TTFT) of one request for each prompt length, after a warm-up at that shape."""
+    points = []
+    for length in progress(sizes.ttft_lengths, desc="TTFT vs prompt length"):
+        ids = lm.random_ids(1, length)
+        timed_generate(lm, ids, 1, ignore_eos=True)  # warm-up at this shape
+        s = summarize([timed_generate(lm, ids, 1, ignore_eos=True).ttft_s for _ in range(sizes.repeats)])
+        points.append(TTFTPoint(length, s.p50, s.p90, s.min, sizes.repeats))
+    return points
+
+
+@torch.inference_mode()
+def measure_serving(lm: Any, sizes: Sizes) -> ServingResult:
+    """N requests of the same size, served one after another, then together in one padded batch."""
+    n, new = sizes.n_requests, sizes.new_tokens
+    ids = lm.random_ids(n, sizes.prompt_len)
+    timed_generate(lm, ids[:1], 2, ignore_eos=True)  # warm-up
+    requests, wall = [], {}
+    synchronize(lm.device)
+    t0 = time.perf_counter()
+    for i in progress(range(n), desc="one request at a time"):
+        start = time.perf_counter() - t0
+        rec = timed_generate(lm, ids[i : i + 1], new, ignore_eos=True)
+        requests.append(RequestTimes("sequential", i, start, start + rec.ttft_s, time.perf_counter() - t0))
+    wall["sequential"] = time.perf_counter() - t0
+    rec = timed_generate(lm, ids, new, ignore_eos=True)
+    requests += [RequestTimes("batched", i, 0.0, rec.ttft_s, rec.e2e_s) for i in range(n)]
+    wall["batched"] = rec.e2e_s
+    return ServingResult(requests, n, sizes.prompt_len, new, wall)
+
+
+@torch.inference_mode()
+def measure_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
+    """Decode step time (ITL) for each (context, batch): p50/p90 over cached decode steps."""
+    points = []
+    grid = [(c, b) for c in sizes.itl_contexts for b in sizes.itl_batches]
+    for ctx, batch in progress(grid, desc="decode step grid"):
+        ids = lm.random_ids(batch, ctx)
+        timed_generate(lm, ids, 2, ignore_eos=True)  # warm-up at this shape
+        rec = timed_generate(lm, ids, sizes.itl_steps + 1, ignore_eos=True)
+        s = summarize(rec.itl_s)
+        points.append(ITLPoint(ctx, batch, s.p50, s.p90, len(rec.itl_s), rec.kv_bytes))
+    return points
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe())
+    return run_parts(result, parts, PARTS, {
+        "memory": lambda: measure_memory(lm, sizes),
+        "ttft": lambda: measure_ttft(lm, sizes),
+        "serving": lambda: measure_serving(lm, sizes),
+        "itl": lambda: measure_itl(lm, sizes),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# Words, tables and figures
+
+
+def memory_text(memory: MemoryResult) -> str:
+    per_token = memory.kv_bytes_per_token
+    return (
+        f"Measured: **{per_token:,.0f} bytes of KV per token** ({per_token / 1024:.1f} KiB). At this rate "
+        f"the {memory.device_memory_label} of this machine ({memory.device_memory_bytes / GB:.1f} GB) "
+        f"holds about **{memory.tokens_that_fit:,.0f} tokens** of KV beside the weights, shared by all users, "
+        "before anything else is counted."
+    )
+
+
+def serving_text(serving: ServingResult) -> str:
+    return (
+        f"One padded batch gives **{serving.speedup:.1f}×** the throughput of one request at a time here "
+        f"({serving.tokens_per_s('sequential'):.1f} → {serving.tokens_per_s('batched'):.1f} output tokens/s), "
+        f"and the mean request finishes at {serving.mean_finish_s('batched'):.2f} s instead of "
+        f"{serving.mean_finish_s('sequential'):.2f} s. One static batch is not the end of the story: "
+        "chapter 08 shows continuous batching."
+    )
+
+
+def itl_text(itl: list[ITLPoint]) -> str:
+    first, last = itl[0], max(itl, key=lambda p: (p.context, p.batch))
+    return (
+        f"A decode step took {first.p50_s * 1e3:.1f} ms at batch {first.batch} and context {first.context}, "
+        f"and {last.p50_s * 1e3:.1f} ms at batch {last.batch} and context {last.context}: "
+        f"{last.tokens_per_s_total / first.tokens_per_s_total:.1f}× the total tokens/s for "
+        f"{last.p50_s / first.p50_s:.1f}× the step time."
+    )
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.memory:
+        lines.append(memory_text(result.memory))
+    if result.ttft:
+        a, b = result.ttft[0], result.ttft[-1]
+        lines.append(f"TTFT grows from {a.p50_s * 1e3:.0f} ms at {a.prompt_len} tokens to "
+                     f"{b.p50_s * 1e3:.0f} ms at {b.prompt_len} tokens (p50 of {a.repeats} runs).")
+    if result.serving:
+        lines.append(serving_text(result.serving))
+    if result.itl:
+        lines.append(itl_text(result.itl))
+    return "\n\n".join(lines)
+
+
+MEMORY_COLUMNS = [
+    Column("axis", "sweep", "text"), Column("context", "context (tokens)", "int"),
+    Column("users", "users", "int"), Column("kv_bytes", "KV", "bytes"),
+    Column("kv_bytes_per_token", "KV per token (B)", "int"), Column("weight_bytes", "weights", "bytes"),
+]
+TTFT_COLUMNS = [
+    Column("prompt_len", "prompt (tokens)", "int"), Column("p50_s", "TTFT p50 (ms)", scale=1e3),
+    Column("p90_s", "TTFT p90 (ms)", scale=1e3), Column("repeats", "runs", "int"),
+]
+ITL_COLUMNS = [
+    Column("context", "context (tokens)", "int"), Column("batch", "batch", "int"),
+    Column("p50_s", "step p50 (ms)", scale=1e3), Column("p90_s", "step p90 (ms)", scale=1e3),
+    Column("tokens_per_s_total", "tokens/s total"), Column("tokens_per_s_per_user", "tokens/s per user"),
+]
+
+
+def serving_rows(serving: ServingResult) -> list[dict[str, Any]]:
+    return [{"mode": m, "wall_s": serving.wall_s[m], "tokens_per_s": serving.tokens_per_s(m),
+             "mean_finish_s": serving.mean_finish_s(m)} for m in ("sequential", "batched")]
+
+
+SERVING_COLUMNS = [
+    Column("mode", "serving", "text"), Column("wall_s", "all done (s)"),
+    Column("tokens_per_s", "output tokens/s"), Column("mean_finish_s", "mean finish (s)"),
+]
+
+
+def memory_table(memory: MemoryResult):
+    return people_table(memory.points, MEMORY_COLUMNS)
+
+
+def ttft_table(ttft: list[TTFTPoint]):
+    return people_table(ttft, TTFT_COLUMNS)
+
+
+def serving_table(serving: ServingResult):
+    return people_table(serving_rows(serving), SERVING_COLUMNS)
+
+
+def itl_table(itl: list[ITLPoint]):
+    return people_table(itl, ITL_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.memory:
+        out["KV memory, measured from the cache tensors"] = memory_table(result.memory)
+    if result.ttft:
+        out["Time to first token"] = ttft_table(result.ttft)
+    if result.serving:
+        out["Sequential vs batched serving"] = serving_table(result.serving)
+    if result.itl:
+        out["Decode step (ITL) by context and batch"] = itl_table(result.itl)
+    return out
+
+
+def memory_figure(memory: MemoryResult, source: str):
+    """Weights + KV vs context (1 user) and vs users, in GB (1e9 B), on log axes.
+
+    Dots are measured after a real prefill; the line extends the measured bytes per token and
+    says so, to show where the device memory runs out.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    per_token, weights = memory.kv_bytes_per_token, memory.weight_bytes
+    users_context = 4096
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    panels = ((axes[0], "context", max(memory.max_context, max(p.context for p in memory.points)), 1,
+               "context length (tokens), 1 user"),
+              (axes[1], "users", 1024, users_context, f"concurrent users at {users_context:,} tokens each"))
+    budget = memory.device_memory_bytes
+    for ax, axis, x_max, tokens_per_x, xlabel in panels:
+        x = np.geomspace(1, x_max, 200)
+        ax.plot(x, (weights + per_token * tokens_per_x * x) / GB, color="tab:red",
+                label=f"weights + KV (extrapolated from the measured {per_token:,.0f} B/token)")
+        ax.axhline(weights / GB, color="tab:gray", lw=1, label=f"weights ({weights / GB:.2f} GB)")
+        measured = [p for p in memory.points if p.axis == axis]
+        ax.plot([p.context if axis == "context" else p.users for p in measured],
+                [(p.weight_bytes + p.kv_bytes) / GB for p in measured], "ko",
+                label="measured after a prefill" if axis == "context" else f"measured at {measured[0].context} tokens")
+        ax.axhline(budget / GB, color="k", ls="--", lw=1,
+                   label=f"{memory.device_memory_label} ({budget / GB:.1f} GB)")
+        limit = (budget - weights) / (per_token * tokens_per_x)
+        if 1 <= limit <= x_max:
+            ax.axvline(limit, color="k", ls=":", lw=1)
+            ax.annotate(f"full at {limit:,.0f}", (limit, budget / GB), textcoords="offset points",
+                        xytext=(-5, -14), ha="right", fontsize=8)
+        ax.set(xscale="log", yscale="log", xlabel=xlabel)
+    axes[0].set_ylabel("GB (1e9 bytes), log scale")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"Memory grows with tokens and users: {source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] | None = None,
+                saved_label: str = ""):
+    """TTFT p50 (band to p90) vs prompt length; optionally a saved GPU curve beside it."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    x = [p.prompt_len for p in ttft]
+    ax.plot(x, [p.p50_s * 1e3 for p in ttft], "o-", label="this machine (p50)")
+    ax.fill_between(x, [p.p50_s * 1e3 for p in ttft], [p.p90_s * 1e3 for p in ttft], alpha=0.2, label="p50 to p90")
+    if saved:
+        ax.plot([r["ctx"] for r in saved], [r["ttft_ms"] for r in saved], "s--", label=saved_label)
+    ax.set(xscale="log", yscale="log", xlabel="prompt length (tokens)", ylabel="time to first token (ms)")
+    ax.set_xscale("log", base=2)
+    ax.legend(fontsize=8)
+    ax.set_title(f"TTFT grows with context\n{source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def serving_figure(serving: ServingResult, source: str):
+    """Each request's wait, prefill and decode: one at a time vs one batch."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharex=True)
+    for ax, mode in zip(axes, ("sequential", "batched"), strict=True):
+        rows = [r for r in serving.requests if r.mode == mode]
+        for r in rows:
+            first = r.request == 0
+            ax.barh(r.request, r.start_s, color="lightgray", label="waiting" if first else None)
+            ax.barh(r.request, r.first_token_s - r.start_s, left=r.start_s, color="tab:orange",
+                    label="prefill (TTFT)" if first else None)
+            ax.barh(r.request, r.finish_s - r.first_token_s, left=r.first_token_s, color="tab:blue",
+                    label="decode" if first else None)
+        ax.set_title(f"{mode}: {serving.tokens_per_s(mode):.1f} output tokens/s", fontsize=10)
+        ax.set(xlabel="seconds since all requests arrived", ylabel="request")
+        ax.set_yticks([r.request for r in rows])
+        ax.invert_yaxis()
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"Naive serving is sequential ({serving.n_requests} requests, {serving.prompt_len} in / "
+                 f"{serving.new_tokens} out): {source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def itl_figure(itl: list[ITLPoint], source: str):
+    """Decode step p50 vs batch (one line per context), and total vs per-user tokens/s."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ctx in sorted({p.context for p in itl}):
+        line = sorted((p for p in itl if p.context == ctx), key=lambda p: p.batch)
+        axes[0].plot([p.batch for p in line], [p.p50_s * 1e3 for p in line], "o-", label=f"context {ctx:,}")
+        axes[1].plot([p.tokens_per_s_per_user for p in line], [p.tokens_per_s_total for p in line], "o-",
+                     label=f"context {ctx:,}")
+    axes[0].set_xscale("log", base=2)
+    axes[0].set(xlabel="batch size (sequences decoded together)", ylabel="decode step, p50 (ms)", ylim=(0, None))
+    axes[0].legend(fontsize=8)
+    axes[1].set(xlabel="tokens/s per user", ylabel="tokens/s total", title="throughput vs per-user speed",
+                xlim=(0, None), ylim=(0, None))
+    fig.suptitle(f"Inter-token latency vs context and batch: {source}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.memory:
+        out["memory"] = memory_figure(result.memory, result.model)
+    if result.ttft:
+        out["ttft"] = ttft_figure(result.ttft, result.model)
+    if result.serving:
+        out["serving"] = serving_figure(result.serving, result.model)
+    if result.itl:
+        out["itl"] = itl_figure(result.itl, result.model)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The saved GPU baseline
+
+def saved_warning(data: dict[str, Any]) -> str:
+    """Why the saved HF baseline must not be read for its shape, with its own numbers."""
+    ctx, batch = data["ctx_sweep"], {r["batch"]: r for r in data["batch_sweep"]}
+    b1, b_next = batch[min(batch)], batch[sorted(batch)[1]]
+    return (
+        f"this run is noisy and launch-bound: its ITL *falls* from {ctx[0]['itl_ms']:.0f} ms at "
+        f"{ctx[0]['ctx']:,} tokens to {ctx[-1]['itl_ms']:.0f} ms at {ctx[-1]['ctx']:,}, and its decode step "
+        f"jumps from {b1['step_ms']:.0f} ms at batch {b1['batch']} to {b_next['step_ms']:.0f} ms at batch "
+        f"{b_next['batch']}, then stays flat. Read it only as 'HF eager decode costs tens of ms per step, "
+        "far above the weight-streaming time'; draw no conclusion from its shape until it is re-measured."
+    )
+
+
+def saved() -> SavedView | None:
+    """The saved H200 HF-eager baseline (Mistral-7B shape, random bf16 weights), with its caution."""
+    found = load_saved("h200-hf-baseline-*.json")
+    if not found:
+        return None
+    src = found[0]
+    d = src.data
+    ctx = people_table(d["ctx_sweep"], [
+        Column("ctx", "context (tokens)", "int"), Column("ttft_ms", "TTFT (ms)"),
+        Column("itl_ms", "ITL (ms)"), Column("peak_GB", "peak memory (GB)"),
+    ])
+    batch = people_table(d["batch_sweep"], [
+        Column("batch", "batch", "int"), Column("step_ms", "decode step (ms)"),
+        Column("tok_s_total", "tokens/s total"), Column("tok_s_user", "tokens/s per user"),
+    ])
+    return SavedView(
+        title=f"HF transformers eager on {src.device}: {src.raw.get('model')} ({src.raw.get('weights')} weights)",
+        source=src,
+        tables={"TTFT and ITL by context, batch 1": ctx, "Decode step by batch, context 512": batch},
+        notes=[f"Measured by: {src.command}"],
+        warning=saved_warning(d),
+    )

@@ -1,0 +1,78 @@
+"""Every switch of the engine in one dataclass, so each optimization can be turned off and measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KV_MODES = ("nocache", "contiguous", "paged")
+PREFIX_CACHES = ("none", "hash", "radix")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Every switch of the engine, so each optimization can be turned off and measured.
+
+    Attributes:
+        kv_mode: ``"nocache"`` (recompute everything), ``"contiguous"`` (a max-length region per
+            request) or ``"paged"`` (blocks on demand).
+        block_size: tokens per KV block (paged mode).
+        num_blocks: blocks in the pool; default ``max_num_seqs * ceil(max_model_len / block_size)``,
+            the same memory the contiguous mode reserves. Must hold one full-length request.
+        max_model_len: longest prompt + output in tokens; default ``min(model limit, 2048)``.
+        policy: ``"continuous"`` or ``"static"`` batching.
+        max_num_seqs: batch slots (requests running at once).
+        chunked_prefill: split prompts under ``max_num_batched_tokens`` per step.
+        max_num_batched_tokens: token budget of one step when chunking (tokens).
+        prefix_cache: ``"none"``, ``"hash"`` (block-aligned) or ``"radix"`` (token-granular); paged only.
+        step_log_limit: how many recent :class:`StepRecord` to keep (``None``: all; a long-running
+            server sets a bound so the log cannot grow without limit).
+        batched_decode: attend all single-token (decode) sequences of a step in one call
+            instead of one call per sequence.
+        fuse_projections: run one GEMM for q|k|v and one for gate|up (the weights are stored
+            stacked either way, since the model was loaded; off runs five GEMMs over their rows).
+        static_decode: run pure-decode steps through :class:`~.graph_runner.StaticDecodeRunner`
+            (fixed padded shapes; paged only; ``None``: on a CUDA device with paged KV).
+        cuda_graphs: capture those steps in CUDA graphs (``None``: whenever ``static_decode``
+            runs on a CUDA device).
+        compile_layers: let ``torch.compile`` fuse the small ops (norms, RoPE, SiLU) of both
+            halves of every decoder layer, on every path. Off by default: the first steps then
+            pay the compilation (tens of seconds on a CPU).
+    """
+
+    kv_mode: str = "paged"
+    block_size: int = 16
+    num_blocks: int | None = None
+    max_model_len: int | None = None
+    policy: str = "continuous"
+    max_num_seqs: int = 16
+    chunked_prefill: bool = False
+    max_num_batched_tokens: int = 512
+    prefix_cache: str = "none"
+    step_log_limit: int | None = None
+    batched_decode: bool = True
+    fuse_projections: bool = True
+    static_decode: bool | None = None
+    cuda_graphs: bool | None = None
+    compile_layers: bool = False
+
+    def validate(self) -> None:
+        if self.kv_mode not in KV_MODES:
+            raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {self.kv_mode!r}")
+        if self.prefix_cache not in PREFIX_CACHES:
+            raise ValueError(
+                f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {self.prefix_cache!r}"
+            )
+        if self.prefix_cache != "none" and self.kv_mode != "paged":
+            raise ValueError("prefix caching shares KV blocks, so it needs kv_mode='paged'")
+        if self.chunked_prefill and self.kv_mode == "nocache":
+            raise ValueError(
+                "chunked prefill needs a KV cache to keep the earlier chunks (kv_mode != 'nocache')"
+            )
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.static_decode and self.kv_mode != "paged":
+            raise ValueError(
+                "static_decode reads K/V through block tables, so it needs kv_mode='paged'"
+            )
+        if self.cuda_graphs and self.static_decode is False:
+            raise ValueError("cuda_graphs capture the static decode path: leave static_decode on")

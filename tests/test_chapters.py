@@ -1,0 +1,82 @@
+"""Every chapter module has the same surface and runs on the CPU at quick sizes, as the tour runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infer_lab.course import chapter, chapter_names, chapters
+from infer_lab.tour import TourContext, run_chapter
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = chapter_names()
+SURFACE = ("NUMBER", "SLUG", "TITLE", "NEEDS_MODEL", "PARTS", "Sizes", "sizes", "Result", "measure",
+           "figures", "tables", "summary", "saved")
+
+
+def test_chapters_cover_every_notebook():
+    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert [n[2:] for n in NAMES] == notebooks  # ch01_feel_the_pain <-> 01_feel_the_pain.py
+    assert chapter("01").NUMBER == "01" and chapter("feel_the_pain").SLUG == "feel_the_pain"
+    with pytest.raises(KeyError, match="known"):
+        chapter("no-such-chapter")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chapter_has_the_common_surface(name):
+    mod = importlib.import_module(f"infer_lab.course.{name}")
+    missing = [attr for attr in SURFACE if not hasattr(mod, attr)]
+    assert not missing, f"{name} lacks {missing}"
+    assert mod.NUMBER == name[2:4] and mod.TITLE.startswith(mod.NUMBER)
+    assert dataclasses.is_dataclass(mod.Result) and mod.PARTS
+    quick, full = mod.sizes("cpu", "quick"), mod.sizes("cpu", "full")
+    assert quick.size == "quick" and full.size == "full"
+    with pytest.raises(ValueError, match="size must be"):
+        mod.sizes("cpu", "huge")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chapter_runs_on_the_cpu_at_quick_sizes(name, embedded, tmp_path):
+    mod = importlib.import_module(f"infer_lab.course.{name}")
+    ctx = TourContext(out_dir=tmp_path, quick=True)
+    ctx._lm = embedded
+    run = run_chapter(mod, ctx)
+    assert run.ok, run.traceback
+    result = run.result
+    assert isinstance(result, mod.Result) and set(result.seconds) == set(mod.PARTS)
+    assert run.figures and all(p.stat().st_size > 1000 for p in run.figures)
+    json.dumps(dataclasses.asdict(result), default=str)  # results are plain data
+    for title, frame in mod.tables(result).items():
+        assert len(frame), title
+        text = frame.to_string()
+        for raw in ("nan", "None", "NaN"):
+            assert raw not in text.split(), f"{title} shows {raw}"
+    assert mod.summary(result).strip()
+
+
+def test_parts_can_be_run_one_at_a_time(embedded):
+    ch01 = chapter("01")
+    result = ch01.measure(embedded, ch01.sizes("cpu", "quick"), parts=["memory"])
+    assert result.memory is not None and result.ttft is None and list(result.seconds) == ["memory"]
+    assert result.memory.kv_bytes_per_token == 2 * 30 * 3 * 64 * 4  # SmolLM2-135M, fp32
+    assert list(ch01.figures(result)) == ["memory"]
+    with pytest.raises(ValueError, match="unknown part"):
+        ch01.measure(embedded, ch01.sizes("cpu", "quick"), parts=["nope"])
+
+
+def test_chapters_in_course_order():
+    numbers = [m.NUMBER for m in chapters()]
+    assert numbers == sorted(numbers) and numbers[:2] == ["00", "01"]
+
+
+def test_the_engine_package_imports_no_plotting_or_notebook_library():
+    code = ("import sys, infer_lab.engine; "
+            "print(sorted(m for m in ('matplotlib', 'pandas', 'marimo') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
