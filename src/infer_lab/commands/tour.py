@@ -1,4 +1,4 @@
-"""infer-lab tour: every module headless, one report."""
+"""infer-lab tour: every chapter headless, one report."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="small sizes: a few minutes on a 2-core CPU")
     p.add_argument("--out", default="tour-report", help="output folder (default: tour-report)")
     add_model_arguments(p, dtype=False)
-    p.add_argument("--only", nargs="*", help="run only the steps whose name contains one of these (e.g. 01 02)")
+    p.add_argument("--only", nargs="*",
+                   help="run only the chapters whose module name contains one of these (e.g. ch01 ch02)")
 
 
 def run(args) -> int:
@@ -33,6 +34,6 @@ def run(args) -> int:
     ctx = TourContext(out_dir=Path(args.out), quick=args.quick, model=args.model, weights=args.weights,
                       device=args.device)
     results = run_tour(ctx, only=args.only)
-    failed = [k for k, v in results["steps"].items() if not v["ok"]]
+    failed = [k for k, v in results["chapters"].items() if not v["ok"]]
     print(f"[tour] report: {Path(args.out) / 'report.md'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
