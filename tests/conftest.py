@@ -18,3 +18,19 @@ def embedded():
     from infer_lab.models import load_model
 
     return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def prompts(embedded) -> list[list[int]]:
+    """The 20-prompt set every engine mode is checked on (see ``engine_helpers.chat_prompts``)."""
+    from engine_helpers import chat_prompts
+
+    return chat_prompts(embedded)
+
+
+@pytest.fixture(scope="session")
+def reference(embedded, prompts) -> list[list[int]]:
+    """transformers greedy ``generate`` on the 20 prompts: what every engine mode must reproduce."""
+    from engine_helpers import greedy_reference
+
+    return greedy_reference(embedded, prompts)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from infer_lab.engine.predicted import decode_step_predicted_vs_measured
 
 from infer_lab.analysis.compare import shape_of
 from infer_lab.analysis.roofline import Roof, predict_decode
-from infer_lab.engine.predicted import decode_step_predicted_vs_measured
 
 # A made-up roof: the test checks arithmetic, not this machine's ceilings (and skips measuring them).
 ROOF = Roof("test roof", peak_flops=1e11, bandwidth_Bps=2e10, source="test")
@@ -68,8 +68,9 @@ def test_prefix_match_granularity_is_measured_per_cache(embedded):
 
 
 def test_throughput_bound_by_hand_for_mistral_7b():
-    from infer_lab.analysis.roofline import Roof
     from infer_lab.engine.predicted import throughput_bound
+
+    from infer_lab.analysis.roofline import Roof
 
     roof = Roof("test", peak_flops=1e15, bandwidth_Bps=1e12)
     # One 1-token prompt, 2 output tokens: two weight-bound passes of 14.5 GB (bf16 weights,

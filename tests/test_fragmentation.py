@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from infer_lab.engine import demos
 from infer_lab.engine.fragmentation import (
     LAYOUTS,
     FirstFitAllocator,
@@ -16,6 +14,8 @@ from infer_lab.engine.fragmentation import (
     make_requests,
     simulate,
 )
+
+from infer_lab.engine import demos
 from infer_lab.engine.kv_cache import OutOfKVMemory
 
 # (prompt, actual output, declared max_tokens), all arriving at step 0

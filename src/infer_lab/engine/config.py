@@ -37,6 +37,10 @@ class EngineConfig:
         compile_layers: let ``torch.compile`` fuse the small ops (norms, RoPE, SiLU) of both
             halves of every decoder layer, on every path. Off by default: the first steps then
             pay the compilation (tens of seconds on a CPU).
+        speculative: speculative decoding's proposer: ``"ngram"`` (prompt lookup, n <= 3),
+            ``"ngram:N"``, ``"self:L"`` (the target's first L layers as the draft) or ``"draft"``
+            (a separate draft model given to :meth:`Engine.from_loaded`); ``None``: off.
+        num_speculative_tokens: most tokens guessed per sequence and step (``k``).
     """
 
     kv_mode: str = "paged"
@@ -54,6 +58,8 @@ class EngineConfig:
     static_decode: bool | None = None
     cuda_graphs: bool | None = None
     compile_layers: bool = False
+    speculative: str | None = None
+    num_speculative_tokens: int = 4
 
     def validate(self) -> None:
         if self.kv_mode not in KV_MODES:
@@ -74,5 +80,9 @@ class EngineConfig:
             raise ValueError(
                 "static_decode reads K/V through block tables, so it needs kv_mode='paged'"
             )
+        if self.speculative is not None and self.kv_mode == "nocache":
+            raise ValueError("speculative decoding verifies guesses against cached K/V: needs a KV cache")
+        if self.num_speculative_tokens < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
         if self.cuda_graphs and self.static_decode is False:
             raise ValueError("cuda_graphs capture the static decode path: leave static_decode on")

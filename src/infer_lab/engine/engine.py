@@ -36,13 +36,15 @@ from typing import Any
 
 import torch
 
+from .acceptance import Verdict, verify_greedy, verify_sampling
 from .config import EngineConfig
 from .graph_runner import DecodeBatch, StaticDecodeRunner
 from .kv_cache import AttentionMetadata, ContiguousKVCache, NoKVCache, PagedKVCache
 from .layers import LayerFunctions
 from .model import EngineModel
 from .prefix_cache import HashPrefixCache, PrefixCache, RadixPrefixCache
-from .sampling import make_generator, sample_token
+from .proposers import Proposer, check_same_tokenizer, make_proposer
+from .sampling import filter_logits, make_generator, sample_token
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
 
@@ -65,6 +67,9 @@ class StepRecord:
     duration_s: float
     kv_blocks_used: int
     failed: bool = False
+    draft_s: float = 0.0  # of duration_s, the time the proposer took (speculative decoding)
+    proposed: int = 0  # speculative guesses verified this step
+    accepted: int = 0  # of which the target kept
 
 
 @dataclass
@@ -75,7 +80,12 @@ class _Pending:
 class Engine:
     """A mini serving engine over an :class:`EngineModel` (see the module docstring for the API)."""
 
-    def __init__(self, model: EngineModel, config: EngineConfig | None = None):
+    def __init__(
+        self,
+        model: EngineModel,
+        config: EngineConfig | None = None,
+        draft_model: EngineModel | None = None,
+    ):
         config = config or EngineConfig()
         config.validate()
         self.model = model
@@ -142,6 +152,9 @@ class Engine:
                 use_cuda_graphs=graphs,
                 layer_fns=self.layer_fns,
             )
+        pool_blocks = self.kv.num_blocks if isinstance(self.kv, PagedKVCache) else (
+            config.max_num_seqs * math.ceil(self.max_model_len / config.block_size))
+        self.proposer: Proposer | None = make_proposer(config, model, pool_blocks, draft_model)
         self.eos_token_id = shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
         self.step_log: collections.deque[StepRecord] = collections.deque(
@@ -151,12 +164,18 @@ class Engine:
         self._lock = threading.RLock()
 
     @classmethod
-    def from_loaded(cls, lm: Any, config: EngineConfig | None = None) -> Engine:
+    def from_loaded(cls, lm: Any, config: EngineConfig | None = None, draft: Any = None) -> Engine:
         """An engine over an :class:`infer_lab.models.LoadedModel`: the way to build one.
 
         The weights are shared with ``lm``, not copied (its projections were fused at load).
+        ``draft`` is a second loaded model for ``speculative="draft"``; its tokenizer must be
+        ``lm``'s (checked: a different tokenizer is refused with the differences).
         """
-        return cls(EngineModel.from_hf(lm.model), config)
+        draft_model = None
+        if draft is not None:
+            check_same_tokenizer(lm.tokenizer, draft.tokenizer)
+            draft_model = EngineModel.from_hf(draft.model)
+        return cls(EngineModel.from_hf(lm.model), config, draft_model)
 
     # ---------------------------------------------------------------------------------------
     # Requests
@@ -248,14 +267,19 @@ class Engine:
     # The step
 
     def step(self) -> list[TokenEvent]:
-        """Schedule, run one forward pass, sample, stream; returns the events of this step."""
+        """Schedule, guess (speculative decoding), run one forward pass, sample, stream.
+
+        Returns the events of this step.
+        """
         pending = _Pending()
         with self._lock:
             sched = self.scheduler.schedule()
             if sched.scheduled:
                 t0 = time.perf_counter()
-                failed = False
+                failed, draft_s = False, 0.0
                 try:
+                    if self.proposer is not None:
+                        draft_s = self._add_drafts(sched)
                     logits = self._forward(sched)
                     self._advance(sched, logits, pending)
                 except Exception as exc:  # a failing pass must not take the other requests down
@@ -264,9 +288,41 @@ class Engine:
                     for item in sched.scheduled:
                         if not item.seq.is_finished:
                             self._finish(item.seq, "error", pending, error=why)
-                self._log(sched, time.perf_counter() - t0, failed)
+                self._log(sched, time.perf_counter() - t0, failed, draft_s)
         _dispatch(pending)
         return [event for _, event in pending.events]
+
+    def _add_drafts(self, sched: SchedulerOutput) -> float:
+        """Ask the proposer for guesses for every decoding sequence and make room for them.
+
+        A sequence may get up to ``num_speculative_tokens`` guesses, fewer near its
+        ``max_tokens`` or the context limit, and none when its KV blocks cannot grow (so a
+        guess never preempts anyone). Returns the seconds the proposer took.
+        """
+        t0 = time.perf_counter()
+        k_max = self.config.num_speculative_tokens
+        budget = (self.config.max_num_batched_tokens - sched.num_tokens
+                  if self.config.chunked_prefill else None)
+        decoding = [s for s in sched.scheduled if s.num_new_tokens == 1 and s.completes_context
+                    and s.seq.prefill_done]
+        ks = []
+        for item in decoding:
+            seq = item.seq
+            k = min(k_max, seq.params.max_tokens - len(seq.output_ids) - 1,
+                    self.max_model_len - seq.num_tokens - 1)
+            if budget is not None:
+                k = min(k, budget)
+                budget -= max(k, 0)
+            ks.append(max(k, 0))
+        proposals = self.proposer.propose([s.seq for s in decoding], ks)
+        for item, proposal in zip(decoding, proposals, strict=True):
+            drafts = proposal.tokens
+            if not drafts or not self.kv.can_allocate(item.seq, 1 + len(drafts)):
+                continue
+            self.kv.allocate(item.seq, 1 + len(drafts))
+            item.drafts, item.draft_probs = drafts, proposal.probs
+            item.num_new_tokens = 1 + len(drafts)
+        return time.perf_counter() - t0
 
     def _forward(self, sched: SchedulerOutput) -> torch.Tensor:
         if self.decode_runner is not None and all(
@@ -276,11 +332,11 @@ class Engine:
         ids, positions, slots, sample_rows = [], [], [], []
         for item in sched.scheduled:
             seq, start, n = item.seq, item.start, item.num_new_tokens
-            ids += seq.all_ids[start : start + n]
+            ids += seq.all_ids[start : start + item.num_real_tokens] + item.drafts
             positions += range(start, start + n)
             slots += self.kv.slots(seq, start, n)
-            if item.completes_context:
-                sample_rows.append(len(ids) - 1)
+            if item.completes_context:  # one row per real last token and per guess
+                sample_rows += range(len(ids) - 1 - len(item.drafts), len(ids))
         device = self.model.device
         meta = AttentionMetadata(
             query_lens=[s.num_new_tokens for s in sched.scheduled],
@@ -318,49 +374,65 @@ class Engine:
     def _advance(self, sched: SchedulerOutput, logits: torch.Tensor, pending: _Pending) -> None:
         row = 0
         now = time.perf_counter()
-        # One device-to-host copy for every row (a per-row .cpu() would sync B times).
-        greedy, finite = torch.stack(
-            (logits.argmax(dim=-1), torch.isfinite(logits).all(dim=-1).long())
-        ).tolist()
+        # One device-to-host copy for all rows (a per-row .cpu() would sync B times). A NaN or
+        # Inf anywhere in a row wins its argmax, so checking the chosen logit checks the row.
+        greedy = logits.argmax(dim=-1)
+        chosen = logits.gather(1, greedy[:, None])[:, 0]
+        greedy, finite = torch.stack((greedy, torch.isfinite(chosen).long())).tolist()
         for item in sched.scheduled:
             seq = item.seq
             if self.kv.stores_kv:
-                seq.num_computed = item.start + item.num_new_tokens
+                seq.num_computed = item.start + item.num_real_tokens
             if not item.completes_context:
                 continue
-            if not finite[row]:  # NaN/Inf logits: a numerical fault; fail this request, not others
-                row += 1
+            rows = range(row, row + 1 + len(item.drafts))
+            row += len(rows)
+            if not all(finite[r] for r in rows):  # a numerical fault: fail this request, not others
                 self._finish(seq, "error", pending, error="the model produced NaN/Inf logits")
                 continue
-            if seq.params.greedy:
-                token = greedy[row]
-            else:
-                token = sample_token(logits[row].cpu(), seq.params, seq.generator)
-            row += 1
+            verdict = self._verdict(item, logits, rows, greedy)
+            seq.num_target_passes += 1
+            if item.drafts:
+                seq.num_proposed += verdict.proposed
+                seq.num_accepted += verdict.accepted
+                item.accepted = verdict.accepted
+                seq.num_computed += verdict.accepted  # the kept guesses' K/V is valid
+                self.kv.truncate(seq, seq.num_computed)  # the rejected ones' blocks go back
             if not seq.prefill_done:
                 seq.prefill_done = True
                 seq.first_token_s = now
                 if self.prefix_cache is not None:
                     self.prefix_cache.insert(seq)
+            self._emit(seq, verdict.tokens, now, pending)
+            if self.proposer is not None and not seq.is_finished:
+                self.proposer.rollback(seq, seq.num_computed)
+
+    def _verdict(self, item: Any, logits: torch.Tensor, rows: range, greedy: list[int]) -> Verdict:
+        """The tokens this step appends to one sequence: its sample, or its verified guesses."""
+        seq, p = item.seq, item.seq.params
+        if p.greedy:
+            return verify_greedy(item.drafts, [greedy[r] for r in rows])
+        if not item.drafts:
+            return Verdict([sample_token(logits[rows[0]].cpu(), p, seq.generator)], 0, 0)
+        target = torch.stack([
+            torch.softmax(filter_logits(logits[r].cpu() / p.temperature, p.top_k, p.top_p), dim=-1)
+            for r in rows
+        ])
+        return verify_sampling(item.drafts, item.draft_probs, target, seq.generator)
+
+    def _emit(self, seq: Sequence, tokens: list[int], now: float, pending: _Pending) -> None:
+        """Append ``tokens`` one by one, streaming each; stop at the first stop condition."""
+        for token in tokens:
             seq.output_ids.append(token)
             seq.token_times_s.append(now)
             reason = self._stop_reason(seq, token)
             if seq.on_token is not None:
-                pending.events.append(
-                    (
-                        seq.on_token,
-                        TokenEvent(
-                            seq.request_id,
-                            token,
-                            len(seq.output_ids) - 1,
-                            finished=reason is not None,
-                            finish_reason=reason,
-                            time_s=now,
-                        ),
-                    )
-                )
+                pending.events.append((seq.on_token, TokenEvent(
+                    seq.request_id, token, len(seq.output_ids) - 1, finished=reason is not None,
+                    finish_reason=reason, time_s=now)))
             if reason is not None:
                 self._finish(seq, reason, pending, notify=False)
+                return
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         p = seq.params
@@ -379,7 +451,10 @@ class Engine:
         notify: bool = True,
     ) -> None:
         if self.prefix_cache is not None and reason in ("stop", "length"):
+            seq.num_computed = min(seq.num_computed, seq.num_tokens)
             self.prefix_cache.insert(seq)
+        if self.proposer is not None:
+            self.proposer.release(seq)
         self.scheduler.remove(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason, seq.error = reason, error
@@ -400,11 +475,11 @@ class Engine:
                 )
             )
 
-    def _log(self, sched: SchedulerOutput, duration_s: float, failed: bool) -> None:
+    def _log(self, sched: SchedulerOutput, duration_s: float, failed: bool, draft_s: float = 0.0) -> None:
         prefill = sum(
-            s.num_new_tokens
+            s.num_real_tokens
             for s in sched.scheduled
-            if s.num_new_tokens > 1 or not s.seq.prefill_done
+            if s.num_real_tokens > 1 or not s.seq.prefill_done
         )
         used = self.kv.pool.num_used if isinstance(self.kv, PagedKVCache) else 0
         self.step_log.append(
@@ -419,6 +494,9 @@ class Engine:
                 duration_s=duration_s,
                 kv_blocks_used=used,
                 failed=failed,
+                draft_s=draft_s,
+                proposed=sum(len(s.drafts) for s in sched.scheduled),
+                accepted=sum(s.accepted for s in sched.scheduled),
             )
         )
 

@@ -139,6 +139,9 @@ class NoKVCache:
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         return []
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        pass
+
     def fill_metadata(
         self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
     ) -> None:
@@ -195,6 +198,9 @@ class ContiguousKVCache:
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         base = seq.region * self.max_model_len
         return list(range(base + start, base + start + count))
+
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Nothing to give back: the region stays reserved; slots past ``num_tokens`` are rewritten later."""
 
     def fill_metadata(
         self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
@@ -350,6 +356,23 @@ class PagedKVCache:
             if self.pool.ref_counts[block] == 0:
                 self.block_fill[block] = 0
         seq.block_table = []
+
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Keep the blocks of ``seq``'s first ``num_tokens`` tokens and give the rest back.
+
+        Rejected speculative tokens roll back this way: a block that held only rejected tokens
+        returns to the pool, and the last kept block's fill counts only the kept tokens.
+        """
+        keep = math.ceil(num_tokens / self.block_size)
+        for block in reversed(seq.block_table[keep:]):
+            self.pool.decref(block)
+            if self.pool.ref_counts[block] == 0:
+                self.block_fill[block] = 0
+        del seq.block_table[keep:]
+        if keep and num_tokens % self.block_size:
+            last = seq.block_table[-1]
+            if self.pool.ref_counts[last] == 1:  # not shared: its fill is this sequence's alone
+                self.block_fill[last] = num_tokens - (keep - 1) * self.block_size
 
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         """Slot ids of positions ``start .. start+count-1``: block_table[pos // B] * B + pos % B."""

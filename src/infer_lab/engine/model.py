@@ -102,7 +102,7 @@ class EngineModel:
     """A Llama-family decoder over flat ragged batches, reading K/V through a :class:`KVStore`.
 
     Build it from a transformers model with :meth:`from_hf`; the tensors are shared, not copied.
-    ``layers`` may be a prefix of the model's layers (a self-speculative draft).
+    :meth:`first_layers` gives the same model cut short (a self-speculative draft).
     """
 
     def __init__(
@@ -129,12 +129,11 @@ class EngineModel:
         self.scale = shape.head_dim**-0.5
 
     @classmethod
-    def from_hf(cls, hf_model: Any, num_layers: int | None = None) -> EngineModel:
+    def from_hf(cls, hf_model: Any) -> EngineModel:
         """Wrap the weights of a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, SmolLM2).
 
         Tied embeddings work: ``lm_head`` then is the embedding matrix itself. A model whose RoPE
         uses a scaling rule keeps transformers' own inverse frequencies so positions match.
-        ``num_layers`` keeps only the first layers (with the same final norm and LM head).
         """
         shape = ModelShape.from_hf_config(hf_model.config)
         if shape.has_sliding_window and any(
@@ -156,10 +155,6 @@ class EngineModel:
             )
             for block, f in zip(decoder.layers, fused, strict=True)
         ]
-        if num_layers is not None:
-            if not 1 <= num_layers <= shape.layers:
-                raise ValueError(f"num_layers must be in 1..{shape.layers}, got {num_layers}")
-            shape, layers = shape.with_layers(num_layers), layers[:num_layers]
         return cls(
             shape,
             decoder.embed_tokens.weight.detach(),
@@ -168,6 +163,16 @@ class EngineModel:
             hf_model.lm_head.weight.detach(),
             inv_freq=inv_freq,
         )
+
+    def first_layers(self, n: int) -> EngineModel:
+        """The same model cut after ``n`` layers, with the same final norm and LM head.
+
+        Nothing is copied: this is the self-speculative draft, the target's own early layers.
+        """
+        if not 1 <= n <= self.shape.layers:
+            raise ValueError(f"n must be in 1..{self.shape.layers}, got {n}")
+        return EngineModel(self.shape.with_layers(n), self.embed, self.layers[:n], self.final_norm,
+                           self.lm_head, inv_freq=self.inv_freq)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)

@@ -51,16 +51,27 @@ class SchedulerConfig:
 
 @dataclass
 class ScheduledSequence:
-    """``num_new_tokens`` tokens of ``seq`` starting at ``start`` are computed this step."""
+    """``num_new_tokens`` tokens of ``seq`` starting at ``start`` are computed this step.
+
+    With speculative decoding the last ``len(drafts)`` of them are guesses that follow the
+    sequence's real tokens; ``draft_probs`` are the distributions they were sampled from.
+    """
 
     seq: Sequence
     start: int
     num_new_tokens: int
+    drafts: list[int] = field(default_factory=list)
+    draft_probs: Any = None
+    accepted: int = 0  # guesses the target kept (set after verification)
+
+    @property
+    def num_real_tokens(self) -> int:
+        return self.num_new_tokens - len(self.drafts)
 
     @property
     def completes_context(self) -> bool:
-        """True when this chunk reaches the sequence's last token, so a new token is sampled."""
-        return self.start + self.num_new_tokens == self.seq.num_tokens
+        """True when this chunk reaches the sequence's last real token, so a new token is sampled."""
+        return self.start + self.num_real_tokens == self.seq.num_tokens
 
 
 @dataclass

@@ -99,6 +99,9 @@ class Sequence:
     finish_reason: str | None = None
     error: str | None = None
     generator: torch.Generator | None = None
+    num_target_passes: int = 0  # forward passes that produced tokens for this request
+    num_proposed: int = 0  # speculative guesses verified
+    num_accepted: int = 0  # of which the target kept
 
     @property
     def all_ids(self) -> list[int]:
@@ -143,6 +146,9 @@ class RequestOutput:
     e2e_s: float | None
     num_cached_prompt_tokens: int
     num_preemptions: int
+    target_passes: int = 0
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
 
     @classmethod
     def from_sequence(cls, seq: Sequence) -> RequestOutput:
@@ -158,4 +164,7 @@ class RequestOutput:
             e2e_s=None if end is None else end - seq.arrival_s,
             num_cached_prompt_tokens=seq.num_cached_prompt_tokens,
             num_preemptions=seq.num_preemptions,
+            target_passes=seq.num_target_passes,
+            proposed_tokens=seq.num_proposed,
+            accepted_tokens=seq.num_accepted,
         )
