@@ -357,7 +357,12 @@ def saturation(
 ) -> dict[str, Any]:
     """Throughput ceilings: the trace arrives ``overload`` x faster than the cluster's rough
     capacity, so every mode runs flat out. Compares colocated (plain and chunked) with the
-    best P:D split by output tokens/s per GPU (the strongest disaggregated baseline)."""
+    best P:D split by output tokens/s per GPU (the strongest disaggregated baseline).
+
+    The decode batch only fills when ``requests`` well exceeds instances x ``max_num_seqs``
+    (256): for decode-heavy work at the default size the ceilings are those of a partly
+    filled batch, for every mode alike.
+    """
     trace = trace_for(model, workload, gpu, n_gpus, requests, load=overload, seed=seed, tp=tp)
     plain = summarize(run_colocated(model, trace, gpu, n_gpus, tp, False))
     chunked = summarize(run_colocated(model, trace, gpu, n_gpus, tp, True))
