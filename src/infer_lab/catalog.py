@@ -1,7 +1,10 @@
 """One source of truth for constants: model architectures and GPU specs, read from data files.
 
 Model configs are HF ``config.json`` dicts (plus an ``_infer_lab`` block with the hub id and
-notes). GPU specs carry datasheet numbers and an indicative price with its source and date.
+notes). GPU specs carry datasheet numbers and an indicative price with its source and date, and
+name their scale-up interconnect (NVLink/NVSwitch, PCIe, Infinity Fabric), whose bandwidth and
+latency live in the same file with their sources. Accelerators that the course only *cites*
+(the wafer-scale SRAM chip of the talk) live in ``cited_chips.json`` and never enter the planner.
 Notebooks and CLI read these; nobody re-types a number.
 """
 
@@ -11,7 +14,7 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -92,6 +95,8 @@ class GPUSpec:
     price_usd_per_hour: float
     price_source: str
     price_date: str
+    interconnect: str = "pcie4-x16"
+    interconnect_note: str = ""
 
     @property
     def memory_bytes(self) -> int:
@@ -116,6 +121,10 @@ class GPUSpec:
     def ridge_point(self, dtype: str = "bf16") -> float:
         """Arithmetic intensity (FLOP/byte) where the roofline turns from memory- to compute-bound."""
         return self.peak_flops(dtype) / self.bandwidth_Bps
+
+    def link(self) -> InterconnectSpec:
+        """The scale-up interconnect tensor parallelism uses inside one server."""
+        return get_interconnect(self.interconnect)
 
 
 @lru_cache(maxsize=1)
@@ -169,3 +178,146 @@ def resolve_gpu_name(name: str) -> str | None:
         if key in words:
             return key
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Interconnects
+
+
+@dataclass(frozen=True)
+class InterconnectSpec:
+    """One GPU-to-GPU link type. Bandwidths in GB/s (1e9 B/s), latencies in microseconds.
+
+    ``total_bidirectional_gbps`` is the datasheet headline (both directions added);
+    ``per_direction_gbps`` is half of it. ``ring_busbw_gbps`` is what the scaling model uses:
+    the nccl-tests bus bandwidth of a ring all-reduce over the full group (see ``busbw_source``).
+    ``base_latency_us`` and ``hop_latency_us`` are NCCL's ring cost-model constants.
+    """
+
+    name: str
+    kind: str  # nvlink, pcie, xgmi, network
+    description: str
+    total_bidirectional_gbps: float
+    per_direction_gbps: float
+    topology: str  # switch, shared-bus, mesh, point-to-point
+    max_group: int
+    ring_busbw_gbps: float
+    busbw_source: str
+    base_latency_us: float
+    hop_latency_us: float
+    latency_source: str
+    source: str
+    recorded: str
+    peer_links: int | None = None  # mesh only: direct links per GPU
+
+    def bus_bandwidth_Bps(self, n_ranks: int) -> float:
+        """Ring bus bandwidth (bytes/s) for a group of ``n_ranks`` GPUs.
+
+        On a mesh a group of N uses N-1 of the GPU's direct links, so small groups get less;
+        on a switch or a shared bus the figure does not depend on N.
+        """
+        if self.topology == "mesh" and self.peer_links:
+            used = min(max(n_ranks - 1, 1), self.peer_links)
+            return self.ring_busbw_gbps * 1e9 * used / self.peer_links
+        return self.ring_busbw_gbps * 1e9
+
+    @property
+    def per_direction_Bps(self) -> float:
+        """Point-to-point bandwidth (bytes/s) of one transfer in one direction."""
+        if self.topology == "mesh" and self.peer_links:
+            return self.per_direction_gbps * 1e9 / self.peer_links  # one direct link
+        return self.per_direction_gbps * 1e9
+
+    @property
+    def base_latency_s(self) -> float:
+        return self.base_latency_us * 1e-6
+
+    @property
+    def hop_latency_s(self) -> float:
+        return self.hop_latency_us * 1e-6
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _interconnect_table() -> dict[str, Any]:
+    return _gpu_table()["_interconnects"]
+
+
+def list_interconnects() -> list[str]:
+    """Catalogued link types, e.g. ``['nvlink3-nvswitch', 'nvlink4-nvswitch', ...]``."""
+    return [k for k in _interconnect_table() if not k.startswith("_")]
+
+
+def interconnect_about() -> dict[str, str]:
+    """What each interconnect field means: which direction, which algorithm bandwidth."""
+    return dict(_interconnect_table()["_about"])
+
+
+def get_interconnect(name: str) -> InterconnectSpec:
+    """A link type by key (``'nvlink4-nvswitch'``, ``'pcie5-x16'``, ``'infiniband-ndr400'``...)."""
+    table = _interconnect_table()
+    if name.startswith("_") or name not in table:
+        raise _unknown("interconnect", name, list_interconnects())
+    return InterconnectSpec(
+        name=name, recorded=table["_about"]["recorded"], **table[name]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cited accelerators (data points from the talks, never planner GPUs)
+
+
+@dataclass(frozen=True)
+class CitedChip:
+    """An accelerator the course cites, with its vendor figures and what the talk claimed."""
+
+    name: str
+    kind: str
+    vendor: str
+    system: str
+    on_chip_memory_gb: float
+    on_chip_memory_type: str
+    memory_bandwidth_pbps: float
+    peak_pflops: float
+    peak_note: str
+    source: str
+    talk_claims: dict[str, Any]
+    recorded: str
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.memory_bandwidth_pbps * 1e15
+
+    def bandwidth_ratio_vs(self, gpu: str = "H100-SXM") -> float:
+        """This chip's memory bandwidth over a catalog GPU's HBM bandwidth."""
+        return self.bandwidth_Bps / get_gpu(gpu).bandwidth_Bps
+
+    def claimed_speedup(self) -> float | None:
+        """The talk's tokens/s over its H100 tokens/s (3,000 / 600 = 5x), when both are quoted."""
+        ours, h100 = self.talk_claims.get("tokens_per_s"), self.talk_claims.get("h100_tokens_per_s")
+        return ours / h100 if ours and h100 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["bandwidth_ratio_vs_h100_sxm"] = self.bandwidth_ratio_vs("H100-SXM")
+        d["claimed_speedup"] = self.claimed_speedup()
+        return d
+
+
+@lru_cache(maxsize=1)
+def _cited_table() -> dict[str, Any]:
+    return json.loads((_data_dir() / "cited_chips.json").read_text())
+
+
+def list_cited_chips() -> list[str]:
+    """Names of the cited (non-planner) accelerators."""
+    return [k for k in _cited_table() if not k.startswith("_")]
+
+
+def get_cited_chip(name: str) -> CitedChip:
+    """A cited accelerator by name, e.g. ``'Cerebras-WSE-3'``."""
+    table = _cited_table()
+    if name.startswith("_") or name not in table:
+        raise _unknown("cited chip", name, list_cited_chips())
+    return CitedChip(name=name, recorded=table["_about"]["recorded"], **table[name])

@@ -16,7 +16,21 @@ kv_cache_dtype      ``--kv-cache-dtype fp8``                   ``--kv-cache-dtyp
 chunked_prefill     ``--enable-chunked-prefill``               ``--chunked-prefill-size N``
 ngram_speculative   ``--speculative-config {"method":"ngram"}`` (not offered here)
 tensor_parallel     ``--tensor-parallel-size N``               ``--tp-size N``
+pipeline_parallel   ``--pipeline-parallel-size N``             ``--pp-size N``
+data_parallel       ``--data-parallel-size N``                 ``--dp-size N``
+disaggregation      ``--kv-transfer-config {"kv_connector":    ``--disaggregation-mode
+                    "NixlConnector","kv_role":"kv_producer"}`` prefill|decode``,
+                    (prefill) / ``kv_consumer`` (decode)       ``--disaggregation-transfer-backend
+                                                               mooncake|nixl``
 ==================  =========================================  ===============================
+
+Disaggregated prefill runs two launches (one ``disaggregation="prefill"``, one ``"decode"``,
+on different GPUs) plus a router in front: SGLang ships one
+(:func:`pd_router_command`: ``python -m sglang_router.launch_router --pd-disaggregation``);
+vLLM's docs use a proxy script from its repository (``toy_proxy_server.py`` next to its NIXL
+tests), which is not part of the installed package. For multi-node serving, KV-aware routing
+and autoscaled prefill/decode pools use NVIDIA Dynamo (github.com/ai-dynamo/dynamo) or llm-d
+(github.com/llm-d/llm-d); they run vLLM and SGLang workers with these same flags.
 """
 
 from __future__ import annotations
@@ -36,6 +50,13 @@ from pathlib import Path
 from typing import Any
 
 ENGINES = ("vllm", "sglang")
+DISAGGREGATION_ROLES = ("prefill", "decode")
+VLLM_KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+SGLANG_TRANSFER_BACKENDS = ("mooncake", "nixl")
+DISTRIBUTED_POINTERS = {
+    "dynamo": "NVIDIA Dynamo: disaggregated serving, KV-aware routing, multi-node (github.com/ai-dynamo/dynamo)",
+    "llm-d": "llm-d: Kubernetes-native distributed inference on vLLM, prefill/decode pools (github.com/llm-d/llm-d)",
+}
 INSTALL_HINT = {
     "vllm": "pip install vllm  (Linux + NVIDIA GPU; see docs.vllm.ai for the CUDA build matching your driver)",
     "sglang": "pip install 'sglang[all]'  (Linux + NVIDIA GPU; see docs.sglang.ai)",
@@ -60,7 +81,19 @@ class EngineOptions:
     chunked_prefill_size: int = 2048  # SGLang's chunk size in tokens when chunked_prefill is on
     ngram_speculative_tokens: int = 0  # vLLM: propose this many tokens by n-gram lookup (0 = off)
     max_model_len: int | None = None
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    disaggregation: str | None = None  # "prefill" or "decode": one side of a disaggregated pair
+    kv_connector: str = "NixlConnector"  # vLLM's KV-transfer connector
+    transfer_backend: str = "mooncake"  # SGLang's KV transfer engine: mooncake or nixl
+    ib_device: str | None = None  # SGLang --disaggregation-ib-device (e.g. mlx5_0)
+    bootstrap_port: int | None = None  # SGLang --disaggregation-bootstrap-port (prefill side)
     extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def n_gpus(self) -> int:
+        """GPUs this launch uses: tensor x pipeline x data parallel sizes."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
 
 
 def is_installed(engine: str) -> bool:
@@ -77,8 +110,15 @@ def _check_name(engine: str) -> None:
 def build_command(engine: str, opts: EngineOptions, python: str | None = None) -> list[str]:
     """The engine's command line for ``opts`` (no side effects; shown by ``--dry-run``)."""
     _check_name(engine)
-    if opts.tensor_parallel < 1:
-        raise ValueError(f"tensor parallel size must be >= 1, got {opts.tensor_parallel}")
+    for name in ("tensor_parallel", "pipeline_parallel", "data_parallel"):
+        if getattr(opts, name) < 1:
+            raise ValueError(
+                f"{name.replace('_', ' ')} size must be >= 1, got {getattr(opts, name)}"
+            )
+    if opts.disaggregation is not None and opts.disaggregation not in DISAGGREGATION_ROLES:
+        raise ValueError(
+            f"disaggregation must be one of {', '.join(DISAGGREGATION_ROLES)}, got {opts.disaggregation!r}"
+        )
     py = python or sys.executable
     if engine == "vllm":
         cmd = [
@@ -115,6 +155,16 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
             cmd += ["--speculative-config", json.dumps(spec)]
         if opts.max_model_len:
             cmd += ["--max-model-len", str(opts.max_model_len)]
+        if opts.pipeline_parallel > 1:
+            cmd += ["--pipeline-parallel-size", str(opts.pipeline_parallel)]
+        if opts.data_parallel > 1:
+            cmd += ["--data-parallel-size", str(opts.data_parallel)]
+        if opts.disaggregation:
+            config = {
+                "kv_connector": opts.kv_connector,
+                "kv_role": VLLM_KV_ROLES[opts.disaggregation],
+            }
+            cmd += ["--kv-transfer-config", json.dumps(config, separators=(",", ":"))]
     else:
         cmd = [
             py,
@@ -145,7 +195,62 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
             raise ValueError("n-gram speculative decoding is only wired up for vLLM here")
         if opts.max_model_len:
             cmd += ["--context-length", str(opts.max_model_len)]
+        if opts.pipeline_parallel > 1:
+            cmd += ["--pp-size", str(opts.pipeline_parallel)]
+        if opts.data_parallel > 1:
+            cmd += ["--dp-size", str(opts.data_parallel)]
+        if opts.disaggregation:
+            if opts.transfer_backend not in SGLANG_TRANSFER_BACKENDS:
+                raise ValueError(
+                    f"SGLang transfer backend must be one of {', '.join(SGLANG_TRANSFER_BACKENDS)}, "
+                    f"got {opts.transfer_backend!r}"
+                )
+            cmd += [
+                "--disaggregation-mode",
+                opts.disaggregation,
+                "--disaggregation-transfer-backend",
+                opts.transfer_backend,
+            ]
+            if opts.ib_device:
+                cmd += ["--disaggregation-ib-device", opts.ib_device]
+            if opts.bootstrap_port:
+                cmd += ["--disaggregation-bootstrap-port", str(opts.bootstrap_port)]
     return cmd + list(opts.extra_args)
+
+
+def pd_router_command(
+    engine: str,
+    prefill_urls: list[str],
+    decode_urls: list[str],
+    port: int = 8000,
+    host: str = "0.0.0.0",
+    bootstrap_ports: list[int | None] | None = None,
+    python: str = "python",
+) -> list[str]:
+    """The router in front of a disaggregated pair (SGLang's ``sglang_router``).
+
+    One ``--prefill URL [BOOTSTRAP_PORT]`` per prefill server and one ``--decode URL`` per
+    decode server, as in SGLang's PD disaggregation docs. vLLM has no router in its package
+    (its docs use a proxy script from the repository): this raises and names the options.
+    """
+    _check_name(engine)
+    if not prefill_urls or not decode_urls:
+        raise ValueError("a PD router needs at least one prefill URL and one decode URL")
+    if engine == "vllm":
+        raise ValueError(
+            "vLLM ships no PD router: use the proxy from its docs "
+            "(tests/v1/kv_connector/nixl_integration/toy_proxy_server.py in the vLLM repository), "
+            f"or {DISTRIBUTED_POINTERS['dynamo']}, or {DISTRIBUTED_POINTERS['llm-d']}"
+        )
+    cmd = [python, "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    ports = bootstrap_ports or [None] * len(prefill_urls)
+    if len(ports) != len(prefill_urls):
+        raise ValueError("give one bootstrap port (or None) per prefill URL")
+    for url, boot in zip(prefill_urls, ports, strict=True):
+        cmd += ["--prefill", url] + ([str(boot)] if boot else [])
+    for url in decode_urls:
+        cmd += ["--decode", url]
+    return cmd + ["--host", host, "--port", str(port)]
 
 
 def state_dir() -> Path:
@@ -623,26 +728,36 @@ def scale_out(
     min_users: int = 16,
     gpu_counts: tuple[int, ...] = (1, 2, 4, 8),
 ) -> dict[str, Any]:
-    """The fewest tensor-parallel GPUs (from the capacity planner) that fit ``model`` and serve
-    ``min_users`` within the ITL SLO, with the vLLM and SGLang launch lines for that many GPUs.
+    """How many GPUs and which parallelism (the capacity planner's recommendation) fit ``model``
+    and serve ``min_users`` within the ITL SLO, with the vLLM and SGLang launch lines for it.
 
-    Returns ``{"plans": [plan rows], "chosen": n_gpus or None, "vllm": cmd, "sglang": cmd}``.
+    Returns ``{"plans": [plan rows], "chosen": n_gpus or None, "parallelism": label or None,
+    "reason": str, "vllm": cmd, "sglang": cmd}``. When nothing meets the SLO the commands are
+    for the largest count, tensor parallel.
     """
-    from .analysis.capacity import plan
+    from .analysis.capacity import recommend
     from .catalog import load_model_config
 
-    rows, chosen = [], None
-    for n in gpu_counts:
-        p = plan(model, gpu, n_gpus=n, context=context, itl_slo_ms=itl_slo_ms, min_users=min_users)
-        rows.append(p.row())
-        if chosen is None and p.fits and p.meets_slo:
-            chosen = n
+    rec = recommend(
+        model, gpu, counts=gpu_counts, context=context, itl_slo_ms=itl_slo_ms, min_users=min_users
+    )
     hub_id = load_model_config(model).get("_infer_lab", {}).get("hf_id", model)
-    tp = chosen or max(gpu_counts)
-    opts = EngineOptions(model=hub_id, tensor_parallel=tp, max_model_len=context)
+    if rec.plan is not None:
+        tp, pp, dp = rec.plan.tp, rec.plan.pp, rec.plan.dp
+    else:
+        tp, pp, dp = max(gpu_counts), 1, 1
+    opts = EngineOptions(
+        model=hub_id,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        data_parallel=dp,
+        max_model_len=context,
+    )
     return {
-        "plans": rows,
-        "chosen": chosen,
+        "plans": [p.row() for p in rec.considered],
+        "chosen": rec.n_gpus,
+        "parallelism": rec.parallelism,
+        "reason": rec.reason,
         "vllm": build_command("vllm", opts, python="python"),
         "sglang": build_command("sglang", opts, python="python"),
     }

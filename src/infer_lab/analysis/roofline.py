@@ -6,8 +6,16 @@ the sum. The roof is either a datasheet (optionally derated by efficiency factor
 ceilings measured on this machine by :func:`infer_lab.hardware.measure_ceilings`.
 
 Assumptions, stated once: weights are read from memory once per step; attention is a fused
-kernel (scores never written to memory) that reads the cached K/V once per step; tensor
-parallelism over N GPUs multiplies FLOP/s and bandwidth by N with no communication cost.
+kernel (scores never written to memory) that reads the cached K/V once per step.
+
+Tensor parallelism over N GPUs (``gpu_roof(..., n_gpus=N)``): every op's FLOPs and bytes are
+split evenly across the N ranks (the roof's ceilings are N times one GPU's, so each op takes
+1/N of its one-GPU time), except the K/V cache when there are fewer KV heads than ranks (or
+an MLA latent): those heads are replicated, and so are their reads. On top of that the step
+pays 2 x layers ring all-reduces of (tokens in the step x hidden x activation bytes) on the
+GPU's interconnect (:func:`infer_lab.analysis.parallel.ring_allreduce_s`), not overlapped with
+compute. The vocab-parallel LM head's logit gather is not counted. So N GPUs are never N times
+faster: see :mod:`infer_lab.analysis.parallel` for pipeline and data parallelism.
 """
 
 from __future__ import annotations
@@ -26,15 +34,23 @@ from .memory import (
 )
 from .params import ModelShape, attention_params_per_layer, gated_mlp_params
 
+CROSS_SERVER_LINK = "infiniband-ndr400"
+
 
 @dataclass(frozen=True)
 class Roof:
-    """A device's two ceilings: ``peak_flops`` (FLOP/s) and ``bandwidth_Bps`` (bytes/s)."""
+    """A device's two ceilings: ``peak_flops`` (FLOP/s) and ``bandwidth_Bps`` (bytes/s).
+
+    For a tensor-parallel group, ``tp`` > 1, the ceilings are the group's (N times one GPU's)
+    and ``link`` is the interconnect its all-reduces run on.
+    """
 
     name: str
     peak_flops: float
     bandwidth_Bps: float
     source: str = "datasheet"
+    tp: int = 1
+    link: Any = None  # an infer_lab.catalog.InterconnectSpec when tp > 1
 
     @property
     def ridge_point(self) -> float:
@@ -52,6 +68,7 @@ class Roof:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ridge_point"] = self.ridge_point
+        d["link"] = self.link.name if self.link is not None else None
         return d
 
 
@@ -61,9 +78,15 @@ def gpu_roof(
     n_gpus: int = 1,
     flops_efficiency: float = 1.0,
     bandwidth_efficiency: float = 1.0,
+    link: str | Any | None = None,
 ) -> Roof:
-    """The datasheet roof of ``n_gpus`` catalog GPUs; efficiencies (0, 1] derate the peaks."""
-    from ..catalog import get_gpu
+    """The datasheet roof of one catalog GPU, or of a tensor-parallel group of ``n_gpus``.
+
+    Efficiencies in (0, 1] derate the peaks. ``link`` (a catalog interconnect key or spec)
+    overrides the GPU's own scale-up link. A group larger than that link joins (8 GPUs for an
+    HGX board) is modelled as one ring over ``CROSS_SERVER_LINK``, the network between servers.
+    """
+    from ..catalog import get_gpu, get_interconnect
 
     require_positive("n_gpus", n_gpus)
     for name, value in (
@@ -73,15 +96,22 @@ def gpu_roof(
         if not 0 < value <= 1:
             raise ValueError(f"{name} must be in (0, 1], got {value!r}")
     spec = get_gpu(gpu)
-    label = spec.name if n_gpus == 1 else f"{n_gpus}x {spec.name}"
+    label = spec.name if n_gpus == 1 else f"{n_gpus}x {spec.name} (TP{n_gpus})"
     source = (
         "datasheet" if flops_efficiency == bandwidth_efficiency == 1 else "datasheet x efficiency"
     )
+    if isinstance(link, str):
+        link = get_interconnect(link)
+    if link is None and n_gpus > spec.link().max_group:
+        # TP beyond one server: the ring crosses the network, whose hops set its pace
+        link = get_interconnect(CROSS_SERVER_LINK)
     return Roof(
         label,
         spec.peak_flops(dtype) * n_gpus * flops_efficiency,
         spec.bandwidth_Bps * n_gpus * bandwidth_efficiency,
         source,
+        tp=n_gpus,
+        link=(link or spec.link()) if n_gpus > 1 else None,
     )
 
 
@@ -341,8 +371,13 @@ def decode_ops(model: ModelLike, batch: int, context: int, **kwargs: Any) -> lis
 
 @dataclass(frozen=True)
 class StepPrediction:
-    """A step on a roof. ``time_s`` sums per-op roofline times; ``whole_step_time_s`` is the bound
-    from the step's total FLOPs and bytes (what you get if every op overlapped perfectly)."""
+    """A step on a roof. ``time_s`` sums per-op roofline times plus the tensor-parallel
+    all-reduces; ``whole_step_time_s`` is the bound from the step's total FLOPs and bytes (what
+    you get if every op overlapped perfectly), plus the same all-reduces.
+
+    ``compute_s`` is the per-op part alone; ``allreduce_s`` is ``allreduce_count`` ring
+    all-reduces of ``allreduce_bytes`` each (0 on one GPU).
+    """
 
     phase: str
     batch: int
@@ -352,6 +387,10 @@ class StepPrediction:
     time_s: float
     whole_step_time_s: float
     roof: Roof
+    compute_s: float = 0.0
+    allreduce_s: float = 0.0
+    allreduce_count: int = 0
+    allreduce_bytes: int = 0
 
     @property
     def intensity(self) -> float:
@@ -374,24 +413,85 @@ class StepPrediction:
             "bound": self.bound,
             "roof": self.roof.name,
             "ridge_point": self.roof.ridge_point,
+            "tp": self.roof.tp,
+            "compute_s": self.compute_s,
+            "allreduce_s": self.allreduce_s,
+            "allreduce_count": self.allreduce_count,
+            "allreduce_bytes": self.allreduce_bytes,
         }
 
 
 def predict_step(
-    ops: list[OpCost], roof: Roof, phase: str, batch: int, tokens: int
+    ops: list[OpCost],
+    roof: Roof,
+    phase: str,
+    batch: int,
+    tokens: int,
+    allreduce: tuple[int, int, float] = (0, 0, 0.0),
 ) -> StepPrediction:
-    """Sum a step's ops on a roof."""
+    """Sum a step's ops on a roof; ``allreduce`` is (count, bytes each, seconds in all)."""
     flops = sum(o.flops for o in ops)
     nbytes = sum(o.bytes for o in ops)
+    count, each, comm_s = allreduce
+    compute = sum(roof.time_s(o.flops, o.bytes) for o in ops)
     return StepPrediction(
         phase,
         batch,
         tokens,
         flops,
         nbytes,
-        sum(roof.time_s(o.flops, o.bytes) for o in ops),
-        roof.time_s(flops, nbytes),
+        compute + comm_s,
+        roof.time_s(flops, nbytes) + comm_s,
         roof,
+        compute_s=compute,
+        allreduce_s=comm_s,
+        allreduce_count=count,
+        allreduce_bytes=each,
+    )
+
+
+def shard_ops(ops: list[OpCost], shape: ModelShape, tp: int) -> list[OpCost]:
+    """The ops of a step as a TP group of ``tp`` runs them, summed over its ranks.
+
+    Everything splits evenly except the K/V reads and writes of replicated KV heads
+    (:func:`infer_lab.analysis.parallel.kv_replication`).
+    """
+    from dataclasses import replace
+
+    from .parallel import kv_replication
+
+    factor = kv_replication(shape, tp)
+    if factor == 1:
+        return ops
+    return [
+        replace(o, kv_read_bytes=o.kv_read_bytes * factor, kv_write_bytes=o.kv_write_bytes * factor)
+        if o.kv_read_bytes or o.kv_write_bytes
+        else o
+        for o in ops
+    ]
+
+
+def _tp_step(
+    shape: ModelShape,
+    ops: list[OpCost],
+    roof: Roof,
+    phase: str,
+    batch: int,
+    tokens: int,
+    act_dtype: str,
+) -> StepPrediction:
+    if roof.tp <= 1:
+        return predict_step(ops, roof, phase, batch, tokens)
+    from .parallel import tp_allreduces
+
+    comm = tp_allreduces(shape, roof.tp, tokens, roof.link, act_dtype)
+    return predict_step(
+        shard_ops(ops, shape, roof.tp),
+        roof,
+        phase,
+        batch,
+        tokens,
+        (comm.count, comm.message_bytes, comm.total_s),
     )
 
 
@@ -399,20 +499,19 @@ def predict_prefill(
     model: ModelLike, roof: Roof, batch: int, prompt_tokens: int, **kwargs: Any
 ) -> StepPrediction:
     """Predicted prefill (the TTFT of ``batch`` prompts arriving together)."""
-    return predict_step(
-        prefill_ops(model, batch, prompt_tokens, **kwargs),
-        roof,
-        "prefill",
-        batch,
-        batch * prompt_tokens,
-    )
+    shape = as_shape(model)
+    ops = prefill_ops(shape, batch, prompt_tokens, **kwargs)
+    act = kwargs.get("act_dtype", "bf16")
+    return _tp_step(shape, ops, roof, "prefill", batch, batch * prompt_tokens, act)
 
 
 def predict_decode(
     model: ModelLike, roof: Roof, batch: int, context: int, **kwargs: Any
 ) -> StepPrediction:
     """Predicted decode step (the ITL) for ``batch`` sequences at ``context`` tokens."""
-    return predict_step(decode_ops(model, batch, context, **kwargs), roof, "decode", batch, batch)
+    shape = as_shape(model)
+    ops = decode_ops(shape, batch, context, **kwargs)
+    return _tp_step(shape, ops, roof, "decode", batch, batch, kwargs.get("act_dtype", "bf16"))
 
 
 def critical_batch(
@@ -424,8 +523,10 @@ def critical_batch(
     may never become compute-bound: the answer is then ``None``.
     """
 
+    shape = as_shape(model)
+
     def compute_bound(b: int) -> bool:
-        step = predict_decode(model, roof, b, context, **kwargs)
+        step = predict_decode(shape, roof, b, context, **kwargs)
         return step.flops / roof.peak_flops >= step.bytes / roof.bandwidth_Bps
 
     if not compute_bound(max_batch):
@@ -457,11 +558,21 @@ class Prediction:
     prefill: StepPrediction
     decode: StepPrediction
 
+    @property
+    def parallelism(self) -> str:
+        """``'TP1'`` on one GPU, ``'TP4'`` for a tensor-parallel group of four."""
+        return f"TP{self.roof.tp}"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "device": self.roof.name,
             "roof_source": self.roof.source,
+            "parallelism": self.parallelism,
+            "tp": self.roof.tp,
+            "interconnect": self.roof.link.name if self.roof.link is not None else None,
+            "allreduce_ms_per_step": self.decode.allreduce_s * 1e3,
+            "prefill_allreduce_ms": self.prefill.allreduce_s * 1e3,
             "peak_flops": self.roof.peak_flops,
             "bandwidth_Bps": self.roof.bandwidth_Bps,
             "ridge_point": self.roof.ridge_point,

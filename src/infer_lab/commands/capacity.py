@@ -8,11 +8,19 @@ HELP = "capacity planner: users, ITL/TTFT, tokens/s and $ per million tokens per
 DESCRIPTION = """\
 GPU memory = weights + overhead + KV; max users = KV budget / KV per user; ITL and TTFT
 from the roofline; $ per million tokens = $/hour / tokens per hour. Without --gpu every
-catalog GPU is compared (each at the smallest count of 1/2/4/8 that fits), best first.
-Predictions are roofline bounds: real engines reach a fraction of them.
+catalog GPU is compared (each at the smallest count of 1/2/4/8 whose best layout meets the
+SLOs), best first. Predictions are roofline bounds: real engines reach a fraction of them.
+
+More than one GPU is a layout: TP (tensor parallel: every layer split, two all-reduces per
+layer on the GPU's NVLink or PCIe, so N GPUs are less than N times faster), DP (replicas: no
+traffic per token, but each holds the whole model) or PP (pipeline stages, --pipeline).
+With --gpus N every TP x DP split of N is listed, best first; --parallelism forces one.
+With --gpu the planner also recommends how many GPUs (1/2/4/8) and which layout.
 
   infer-lab capacity --model mistral-7b --context 4096 --itl-slo-ms 50
   infer-lab capacity --model llama-3-70b --gpu H200 --gpus 2 --context 8192 --users 32
+  infer-lab capacity --model llama-3-8b --gpu H100-PCIe --gpus 4 --itl-slo-ms 50   TP4 vs TP2xDP2 vs DP4
+  infer-lab capacity --model llama-3-70b --gpu H100-SXM --gpus 8 --parallelism tp4xdp2
   infer-lab capacity --model llama-3-8b --preset premium-chat --json
 """
 
@@ -61,13 +69,34 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--price-usd-per-hour", type=float, default=None, help="your price per GPU-hour (one --gpu)"
     )
+    p.add_argument(
+        "--parallelism",
+        default=None,
+        help="force one layout: tp4, tp2xdp2, dp4, tp8xpp2 (needs --gpu)",
+    )
+    p.add_argument(
+        "--pipeline", action="store_true", help="also consider pipeline-parallel layouts"
+    )
+    p.add_argument(
+        "--link",
+        default=None,
+        help="catalog interconnect instead of the GPU's own (e.g. pcie5-x16)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
 def run(args) -> int:
     import json
 
-    from ..analysis.capacity import cheapest, compare_gpus, get_preset, plan, price_vs_cost
+    from ..analysis.capacity import (
+        cheapest,
+        compare_gpus,
+        get_preset,
+        plan,
+        plan_layouts,
+        price_vs_cost,
+        recommend,
+    )
     from ..units import fmt_bytes
 
     kwargs = dict(
@@ -106,22 +135,46 @@ def run(args) -> int:
         target_tokens_per_s=args.target_tokens_per_s,
         memory_fraction=args.memory_fraction,
     )
+    if args.link:
+        kwargs["link"] = args.link
+    rec = None
     if args.gpu:
-        plans = [
-            plan(
+        n = 1 if args.gpus is None else args.gpus
+        if args.parallelism:
+            plans = [
+                plan(
+                    args.model,
+                    args.gpu,
+                    n,
+                    parallelism=args.parallelism,
+                    price_usd_per_hour=args.price_usd_per_hour,
+                    **kwargs,
+                )
+            ]
+        else:
+            plans = plan_layouts(
                 args.model,
                 args.gpu,
-                1 if args.gpus is None else args.gpus,
+                n,
+                pipeline=args.pipeline,
                 price_usd_per_hour=args.price_usd_per_hour,
                 **kwargs,
             )
-        ]
+        rec = recommend(
+            args.model,
+            args.gpu,
+            pipeline=args.pipeline,
+            price_usd_per_hour=args.price_usd_per_hour,
+            **kwargs,
+        )
     else:
         if args.price_usd_per_hour is not None:
             raise ValueError(
                 "--price-usd-per-hour needs one --gpu (each catalog GPU has its own price)"
             )
-        plans = compare_gpus(args.model, n_gpus=args.gpus, **kwargs)
+        if args.parallelism:
+            raise ValueError("--parallelism needs one --gpu (and --gpus to match it)")
+        plans = compare_gpus(args.model, n_gpus=args.gpus, pipeline=args.pipeline, **kwargs)
     best = cheapest(plans)
     paradox = price_vs_cost(plans)
     if args.json:
@@ -136,7 +189,9 @@ def run(args) -> int:
                     },
                     "plans": [p.as_dict() for p in plans],
                     "cheapest_meeting_slo": f"{best.n_gpus}x {best.gpu}" if best else None,
+                    "cheapest_parallelism": best.parallelism if best else None,
                     "price_vs_cost": paradox,
+                    "recommended": rec.as_dict() if rec else None,
                 },
                 indent=1,
             )
@@ -156,27 +211,37 @@ def run(args) -> int:
         f"{p0.prompt_tokens:,}, {slo}; roofline bounds, catalog prices"
     )
     print(
-        f"{'GPU':>28s} {'fits':>5s} {'users':>6s} {'ITL ms':>8s} {'TTFT ms':>8s} {'tok/s':>9s} {'$/h':>7s} "
-        f"{'$/M out':>8s} {'$/M in':>8s}  verdict"
+        f"{'GPU':>28s} {'layout':>10s} {'fits':>5s} {'users':>6s} {'ITL ms':>8s} {'AR ms':>6s} {'TTFT ms':>8s} "
+        f"{'tok/s':>9s} {'$/h':>7s} {'$/M out':>8s} {'$/M in':>8s}  verdict"
     )
     for p in plans:
         label = f"{p.n_gpus}x {p.gpu}"
         if p.itl_ms is None:
-            print(f"{label:>28s} {'no':>5s}  short by {fmt_bytes(p.fit.shortfall_bytes)}")
+            print(
+                f"{label:>28s} {p.parallelism:>10s} {'no':>5s}  short by {fmt_bytes(p.fit.shortfall_bytes)}"
+            )
             continue
         verdict = "meets SLO" if p.meets_slo else p.why_not
         print(
-            f"{label:>28s} {'yes' if p.fits else 'no':>5s} {p.users:6d} {p.itl_ms:8.1f} {p.ttft_ms:8.0f} "
-            f"{p.tokens_per_s:9,.0f} {p.usd_per_hour:7.2f} {p.usd_per_m_output_tokens:8.3f} "
-            f"{p.usd_per_m_input_tokens:8.3f}  {verdict}"
+            f"{label:>28s} {p.parallelism:>10s} {'yes' if p.fits else 'no':>5s} {p.users:6d} {p.itl_ms:8.1f} "
+            f"{p.allreduce_ms_per_step:6.2f} {p.ttft_ms:8.0f} {p.tokens_per_s:9,.0f} {p.usd_per_hour:7.2f} "
+            f"{p.usd_per_m_output_tokens:8.3f} {p.usd_per_m_input_tokens:8.3f}  {verdict}"
         )
+    print(
+        "AR ms: the tensor-parallel all-reduces inside one decode step (2 per layer), part of the ITL"
+    )
     if best:
         print(
-            f"\ncheapest meeting the SLOs: {best.n_gpus}x {best.gpu} at ${best.usd_per_m_output_tokens:.3f} "
-            "per M output tokens"
+            f"\ncheapest meeting the SLOs: {best.n_gpus}x {best.gpu} as {best.parallelism} at "
+            f"${best.usd_per_m_output_tokens:.3f} per M output tokens"
         )
     else:
         print("\nno configuration meets the SLOs")
+    if rec:
+        if rec.plan:
+            print(f"recommended: {rec.n_gpus}x {rec.gpu} as {rec.parallelism} ({rec.reason})")
+        else:
+            print(f"recommended: none ({rec.reason})")
     if paradox and paradox["expensive_gpu_wins"]:
         print(
             f"the cheapest per hour ({paradox['cheapest_per_hour']}, ${paradox['cheapest_per_hour_usd_per_hour']:.2f}/h) "

@@ -15,8 +15,21 @@ loadgen` you use on ours (same workload, concurrency, repeats: a fair comparison
   infer-lab engines launch vllm --model M --kv-cache-dtype fp8 --chunked-prefill on --ngram-spec 4
   infer-lab engines launch sglang --model M --prefix-caching off          (radix cache off)
   infer-lab engines launch vllm --model meta-llama/Meta-Llama-3-70B-Instruct --tp 4   (tensor parallel)
+  infer-lab engines launch vllm --model M --tp 2 --dp 4      (4 replicas of a TP2 group: 8 GPUs)
+  infer-lab engines launch sglang --model M --tp 8 --pp 2    (two pipeline stages, e.g. two servers)
   infer-lab engines launch vllm --model M --dry-run        just print the command line
   infer-lab engines stop vllm          (or --pid N, or --port P; no argument stops every launched engine)
+
+Disaggregated prefill/decode: two launches on different GPUs, then a router in front.
+  CUDA_VISIBLE_DEVICES=0 infer-lab engines launch vllm --model M --port 8100 --disaggregation prefill
+  CUDA_VISIBLE_DEVICES=1 infer-lab engines launch vllm --model M --port 8200 --disaggregation decode
+     (vLLM routes with the proxy script of its docs, toy_proxy_server.py in its repository)
+  infer-lab engines launch sglang --model M --port 30000 --disaggregation prefill --ib-device mlx5_0
+  infer-lab engines launch sglang --model M --port 30001 --disaggregation decode -- --base-gpu-id 1
+  infer-lab engines router sglang --prefill http://127.0.0.1:30000 --decode http://127.0.0.1:30001
+Which P:D, TP and how many GPUs: infer-lab cluster and infer-lab capacity (the same numbers).
+Beyond one server (KV-aware routing, autoscaled P and D pools): NVIDIA Dynamo
+(github.com/ai-dynamo/dynamo) or llm-d (github.com/llm-d/llm-d), which run these engines.
 
 Flags and what they become:
   --prefix-caching on|off   vLLM --enable-prefix-caching / --no-enable-prefix-caching; SGLang off = --disable-radix-cache
@@ -24,8 +37,16 @@ Flags and what they become:
   --chunked-prefill on|off  vLLM --enable-chunked-prefill; SGLang --chunked-prefill-size N (off = -1)
   --ngram-spec K            vLLM --speculative-config {"method": "ngram", "num_speculative_tokens": K}
   --tp N                    vLLM --tensor-parallel-size N; SGLang --tp-size N
+  --pp N                    vLLM --pipeline-parallel-size N; SGLang --pp-size N
+  --dp N                    vLLM --data-parallel-size N; SGLang --dp-size N
+  --disaggregation ROLE     vLLM --kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_producer"}
+                            (prefill) or "kv_consumer" (decode); --kv-connector picks another connector
+                            (e.g. LMCacheConnectorV1, P2pNcclConnector). SGLang --disaggregation-mode ROLE
+                            --disaggregation-transfer-backend mooncake|nixl (--transfer-backend),
+                            --disaggregation-ib-device (--ib-device), --disaggregation-bootstrap-port (--bootstrap-port)
 Anything after `--` is passed to the engine unchanged. vLLM and SGLang need Linux and an
-NVIDIA GPU; when one is not installed, launch says so and how to install it.
+NVIDIA GPU; when one is not installed, launch says so and how to install it. The NIXL and
+Mooncake transfer libraries are separate installs (pip install nixl / mooncake-transfer-engine).
 """
 
 
@@ -37,7 +58,28 @@ def add_arguments(p) -> None:
     lp.add_argument("--model", required=True, help="hub id or local path")
     lp.add_argument("--host", default="127.0.0.1")
     lp.add_argument("--port", type=int, default=8000)
-    lp.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
+    lp.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs per model copy)")
+    lp.add_argument("--pp", type=int, default=1, help="pipeline parallel size (stages)")
+    lp.add_argument("--dp", type=int, default=1, help="data parallel size (replicas)")
+    lp.add_argument(
+        "--disaggregation",
+        choices=["prefill", "decode"],
+        default=None,
+        help="run as the prefill or the decode side of a disaggregated pair",
+    )
+    lp.add_argument("--kv-connector", default="NixlConnector", help="vLLM KV-transfer connector")
+    lp.add_argument(
+        "--transfer-backend",
+        choices=["mooncake", "nixl"],
+        default="mooncake",
+        help="SGLang KV transfer engine",
+    )
+    lp.add_argument(
+        "--ib-device", default=None, help="SGLang --disaggregation-ib-device (e.g. mlx5_0)"
+    )
+    lp.add_argument(
+        "--bootstrap-port", type=int, default=None, help="SGLang --disaggregation-bootstrap-port"
+    )
     lp.add_argument("--prefix-caching", choices=["on", "off"], default=None)
     lp.add_argument("--kv-cache-dtype", default=None, help="e.g. fp8")
     lp.add_argument("--chunked-prefill", choices=["on", "off"], default=None)
@@ -49,6 +91,14 @@ def add_arguments(p) -> None:
     lp.add_argument("--dry-run", action="store_true", help="print the command line and exit")
     lp.add_argument("--json", action="store_true")
     lp.add_argument("extra", nargs="*", help="after --: passed to the engine unchanged")
+    rp = sub.add_parser("router", help="print the router command in front of a disaggregated pair")
+    rp.add_argument("engine", choices=["vllm", "sglang"])
+    rp.add_argument(
+        "--prefill", action="append", required=True, help="a prefill server URL (repeat)"
+    )
+    rp.add_argument("--decode", action="append", required=True, help="a decode server URL (repeat)")
+    rp.add_argument("--port", type=int, default=8000)
+    rp.add_argument("--json", action="store_true")
     sp = sub.add_parser("stop", help="stop launched engines by name, PID or port")
     sp.add_argument("engine", nargs="?", choices=["vllm", "sglang"])
     sp.add_argument("--pid", type=int, default=None)
@@ -65,7 +115,13 @@ def run(args) -> int:
     from .. import engines
 
     if args.action is None:
-        raise ValueError("choose an action: list, launch or stop (see infer-lab engines --help)")
+        raise ValueError(
+            "choose an action: list, launch, router or stop (see infer-lab engines --help)"
+        )
+    if args.action == "router":
+        cmd = engines.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
+        print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
+        return 0
     if args.action == "list":
         info = engines.which_engines()
         for name, d in info.items():
@@ -102,6 +158,13 @@ def run(args) -> int:
         chunked_prefill=onoff[args.chunked_prefill],
         ngram_speculative_tokens=args.ngram_spec,
         max_model_len=args.max_model_len,
+        pipeline_parallel=args.pp,
+        data_parallel=args.dp,
+        disaggregation=args.disaggregation,
+        kv_connector=args.kv_connector,
+        transfer_backend=args.transfer_backend,
+        ib_device=args.ib_device,
+        bootstrap_port=args.bootstrap_port,
         extra_args=list(args.extra),
     )
     cmd = engines.build_command(args.engine, opts)

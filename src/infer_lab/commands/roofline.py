@@ -8,7 +8,10 @@ HELP = "predicted TTFT, ITL, tokens/s and per-op FLOPs/bytes on a GPU's roofline
 DESCRIPTION = """\
 Each op (projections, attention, MLP, LM head) takes max(FLOPs / peak, bytes / bandwidth);
 a step takes the sum. Prefill is compute-bound, decode memory-bound; the critical batch is
-where a decode step would become compute-bound.
+where a decode step would become compute-bound. With --gpus N the model is tensor parallel:
+each op's work is split over N GPUs, and every step adds 2 x layers ring all-reduces of
+(tokens x hidden x 2 B) on the GPU's interconnect (NVLink, PCIe...: infer-lab capacity
+--help), so N GPUs are not N times faster.
 
   infer-lab roofline --model mistral-7b --gpu H100-SXM --batch 1 --context 4096
   infer-lab roofline --model llama-3-70b --gpu H200 --gpus 2 --batch 32 --json
@@ -21,7 +24,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--gpu", default="H100-SXM", help="catalog GPU name, or 'measured' for this machine"
     )
-    p.add_argument("--gpus", type=int, default=1, help="GPUs (ideal tensor parallelism)")
+    p.add_argument(
+        "--gpus", type=int, default=1, help="GPUs (tensor parallel, all-reduces included)"
+    )
+    p.add_argument(
+        "--link",
+        default=None,
+        help="catalog interconnect instead of the GPU's own (e.g. pcie5-x16)",
+    )
     p.add_argument("--batch", type=int, default=1, help="concurrent sequences in a decode step")
     p.add_argument(
         "--context", type=int, default=4096, help="tokens per sequence (decode attends this many)"
@@ -39,20 +49,37 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import json
 
-    from ..analysis.roofline import decode_ops, gpu_roof, measured_roof, predict, prefill_ops
+    from ..analysis.memory import as_shape
+    from ..analysis.roofline import (
+        decode_ops,
+        gpu_roof,
+        measured_roof,
+        predict,
+        prefill_ops,
+        shard_ops,
+    )
 
     if args.gpu == "measured":
         from ..hardware import measure_ceilings
 
+        if args.gpus != 1:
+            raise ValueError("--gpu measured is this machine's one device: --gpus must be 1")
         roof = measured_roof(measure_ceilings(quick=True))
     else:
-        roof = gpu_roof(args.gpu, n_gpus=args.gpus)
+        roof = gpu_roof(args.gpu, n_gpus=args.gpus, link=args.link)
     kw = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
     pred = predict(
         args.model, roof, batch=args.batch, context=args.context, prompt_tokens=args.prompt, **kw
     )
-    pre_ops = [o.row(roof) for o in prefill_ops(args.model, 1, pred.prompt_tokens, **kw)]
-    dec_ops = [o.row(roof) for o in decode_ops(args.model, args.batch, args.context, **kw)]
+    shape = as_shape(args.model)
+    pre_ops = [
+        o.row(roof)
+        for o in shard_ops(prefill_ops(shape, 1, pred.prompt_tokens, **kw), shape, roof.tp)
+    ]
+    dec_ops = [
+        o.row(roof)
+        for o in shard_ops(decode_ops(shape, args.batch, args.context, **kw), shape, roof.tp)
+    ]
     if args.json:
         out = pred.as_dict()
         out.update(prefill_ops=pre_ops, decode_ops=dec_ops)
@@ -73,6 +100,12 @@ def run(args) -> int:
                 f"  {o['name']:36s} {o['flops'] / 1e9:10.2f} {o['bytes'] / 1e6:10.1f} {o['intensity']:8.1f} "
                 f"{o['time_s'] * 1e3:8.3f}  {o['bound']}"
             )
+    if roof.tp > 1:
+        print(
+            f"\nall-reduces ({roof.link.name}): {pred.decode.allreduce_count} per step; decode "
+            f"{pred.decode.allreduce_s * 1e3:.2f} ms of the {pred.itl_s * 1e3:.2f} ms ITL, prefill "
+            f"{pred.prefill.allreduce_s * 1e3:.2f} ms of the {pred.ttft_s * 1e3:.2f} ms TTFT"
+        )
     cb = pred.critical_batch
     print(
         f"\nTTFT {pred.ttft_s * 1e3:.2f} ms | ITL {pred.itl_s * 1e3:.2f} ms | {pred.tokens_per_s:,.0f} tok/s "
