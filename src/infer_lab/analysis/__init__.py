@@ -7,6 +7,7 @@ front-ends the notebooks use.
 
 from __future__ import annotations
 
+from ..shape import ModelShape, model_shape
 from .capacity import (
     PRESETS,
     CapacityPlan,
@@ -32,7 +33,6 @@ from .memory import (
     max_users,
     weight_bytes,
 )
-from ..shape import ModelShape, model_shape
 from .params import ParamCounts, param_counts
 from .roofline import (
     Roof,

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..shape import ModelShape, model_shape
 from ..units import require_positive
 from .memory import kv_bytes, weight_bytes
-from ..shape import ModelShape, model_shape
 from .roofline import Roof, measured_roof, predict_decode, predict_prefill
 
 TORCH_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}

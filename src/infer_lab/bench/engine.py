@@ -15,7 +15,6 @@ import torch
 from ..engine import Engine, EngineConfig, RequestOutput, SamplingParams
 from ..harness import env_metadata, summarize
 
-
 DECODE_PATHS = {
     "auto": {},
     "per-sequence": {"batched_decode": False, "static_decode": False},

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..analysis.compare import dtype_name, shape_of
 from ..analysis.roofline import Roof, measured_roof, predict_decode, predict_prefill
-from ..units import require_positive
 from ..engine import Engine, EngineConfig, SamplingParams
+from ..units import require_positive
 
 GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 QUICK_CPU_BATCHES = (1, 2, 4, 8, 16)
