@@ -7,6 +7,7 @@ percentiles instead of single numbers. On a GPU every step ends with a synchroni
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -82,6 +83,73 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
     }
 
 
+def engine_config(
+    concurrency: int = 16,
+    max_model_len: int = 2048,
+    mode: str = "continuous",
+    prefix_cache: str = "none",
+    chunk_tokens: int | None = None,
+    kv_mode: str = "paged",
+    block_size: int = 16,
+    num_blocks: int | None = None,
+    decode_path: str = "auto",
+    fuse_projections: bool = True,
+    compile_layers: bool = False,
+    kv_dtype: str | None = None,
+) -> EngineConfig:
+    """The :class:`EngineConfig` a benchmark's switches name."""
+    extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
+    return EngineConfig(
+        kv_mode=kv_mode,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        policy=mode,
+        max_num_seqs=concurrency,
+        chunked_prefill=chunk_tokens is not None,
+        max_num_batched_tokens=chunk_tokens or 512,
+        prefix_cache=prefix_cache,
+        max_model_len=max_model_len,
+        fuse_projections=fuse_projections,
+        compile_layers=compile_layers,
+        **decode_path_config(decode_path),
+        **extra,
+    )
+
+
+def warm_up_engine(lm: Any, config: EngineConfig, seed: int = 1) -> None:
+    """One request, then two: batch 1 and batch > 1 are separate shapes to a compiler."""
+    for n in (1, 2):
+        Engine.from_loaded(lm, config).generate(
+            workload(lm, n, 8, seed=seed), SamplingParams(max_tokens=3, ignore_eos=True)
+        )
+
+
+def timed_engine_run(
+    lm: Any, config: EngineConfig, prompts: list[list[int]], output_lens: list[int]
+) -> tuple[dict[str, Any], list[RequestOutput]]:
+    """Every request at t = 0 through a fresh engine (EOS ignored); its summary and outputs."""
+    engine = Engine.from_loaded(lm, config)
+    runner = engine.decode_runner
+    capture_s = runner.capture_all() if runner is not None and runner.use_cuda_graphs else None
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in output_lens]
+    t0 = time.perf_counter()
+    outputs = engine.generate(prompts, params)
+    elapsed = time.perf_counter() - t0
+    result = summarize_run(engine, outputs, elapsed)
+    result["decode_path"] = {
+        "batched_decode": config.batched_decode,
+        "static_decode": runner is not None,
+        "cuda_graphs": bool(runner and runner.use_cuda_graphs),
+        "fused_projections": config.fuse_projections,
+        "compiled": config.compile_layers,
+        "static_steps": runner.steps if runner else 0,
+        "graphs_captured": len(runner.graphs) if runner else 0,
+    }
+    if capture_s is not None:
+        result["graph_capture_s"] = capture_s
+    return result, outputs
+
+
 def run_engine_benchmark(
     lm: Any,
     requests: int = 16,
@@ -101,6 +169,8 @@ def run_engine_benchmark(
     decode_path: str = "auto",
     fuse_projections: bool = True,
     compile_layers: bool = False,
+    kv_dtype: str | None = None,
+    workload_kind: str = "uniform",
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -114,10 +184,15 @@ def run_engine_benchmark(
             (see :data:`DECODE_PATHS`).
         fuse_projections: one GEMM for q|k|v and one for gate|up (off: five GEMMs).
         compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
+        kv_dtype: the KV cache's storage (``None``: the model's dtype; ``int8``, ``fp8``).
+        workload_kind: ``uniform`` or ``mixed`` (seeded prompt and output lengths; see
+            :func:`~infer_lab.bench.baselines.make_workload`).
     Returns:
         :func:`summarize_run` fields plus ``config``; ``graph_capture_s`` when CUDA graphs are
         captured (before the clock starts, as a server does at start-up).
     """
+    from .baselines import make_workload
+
     for name, value in (
         ("requests", requests),
         ("concurrency", concurrency),
@@ -126,111 +201,104 @@ def run_engine_benchmark(
     ):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    lens = output_lens or [output_len] * requests
+    wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed, shared_prefix_len)
+    lens = output_lens or wl.output_lens
     if len(lens) != requests:
         raise ValueError("output_lens needs one entry per request")
-    config = EngineConfig(
-        kv_mode=kv_mode,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        policy=mode,
-        max_num_seqs=concurrency,
-        chunked_prefill=chunk_tokens is not None,
-        max_num_batched_tokens=chunk_tokens or 512,
-        prefix_cache=prefix_cache,
-        max_model_len=prompt_len + max(lens) + 1,
-        fuse_projections=fuse_projections,
-        compile_layers=compile_layers,
-        **decode_path_config(decode_path),
-    )
-    if warmup:  # one request, then two: batch 1 and batch > 1 are separate shapes to a compiler
-        for n in (1, 2):
-            Engine.from_loaded(lm, config).generate(
-                workload(lm, n, min(prompt_len, 8), seed=seed + 1),
-                SamplingParams(max_tokens=3, ignore_eos=True),
-            )
-    prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
-    engine = Engine.from_loaded(lm, config)
-    runner = engine.decode_runner
-    capture_s = runner.capture_all() if runner is not None and runner.use_cuda_graphs else None
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lens]
-    t0 = time.perf_counter()
-    outputs = engine.generate(prompts, params)
-    elapsed = time.perf_counter() - t0
-    result = summarize_run(engine, outputs, elapsed)
-    result["decode_path"] = {
-        "requested": decode_path,
-        "batched_decode": config.batched_decode,
-        "static_decode": runner is not None,
-        "cuda_graphs": bool(runner and runner.use_cuda_graphs),
-        "fused_projections": config.fuse_projections,
-        "compiled": config.compile_layers,
-        "static_steps": runner.steps if runner else 0,
-        "graphs_captured": len(runner.graphs) if runner else 0,
-    }
-    if capture_s is not None:
-        result["graph_capture_s"] = capture_s
+    longest = max(len(p) for p in wl.prompts)
+    config = engine_config(concurrency, longest + max(lens) + 1, mode, prefix_cache, chunk_tokens,
+                           kv_mode, block_size, num_blocks, decode_path, fuse_projections,
+                           compile_layers, kv_dtype)
+    if warmup:
+        warm_up_engine(lm, config, seed + 1)
+    result, _ = timed_engine_run(lm, config, wl.prompts, lens)
+    result["decode_path"]["requested"] = decode_path
     result["config"] = {
         "requests": requests,
         "concurrency": concurrency,
         "prompt_len": prompt_len,
         "output_len": output_len,
+        "workload": wl.describe(),
         "mode": mode,
         "prefix_cache": prefix_cache,
         "chunk_tokens": chunk_tokens,
         "kv_mode": kv_mode,
+        "kv_dtype": config.kv_dtype if hasattr(config, "kv_dtype") else None,
         "block_size": block_size,
         "shared_prefix_len": shared_prefix_len,
     }
     return result
 
 
-@torch.inference_mode()
-def hf_sequential_tokens_per_s(
+def compare_with_hf(
     lm: Any,
-    requests: int,
-    prompt_len: int,
-    output_len: int,
+    workload_kind: str = "uniform",
+    requests: int = 16,
+    concurrency: int = 16,
+    prompt_len: int = 128,
+    output_len: int = 64,
+    rounds: int = 3,
     seed: int = 0,
-    shared_prefix_len: int = 0,
-) -> dict[str, float]:
-    """Baseline: transformers ``generate`` one request after another (exactly ``output_len`` tokens each)."""
-    prompts = workload(lm, requests, prompt_len, shared_prefix_len, seed)
-    device = lm.device
-    lm.model.generate(
-        torch.tensor([prompts[0][:8]], device=device),
-        max_new_tokens=2,
-        min_new_tokens=2,
-        do_sample=False,
-    )  # warm-up
-    t0 = time.perf_counter()
-    for p in prompts:
-        lm.model.generate(
-            torch.tensor([p], device=device),
-            max_new_tokens=output_len,
-            min_new_tokens=output_len,
-            do_sample=False,
-        )
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - t0
-    return {"tokens_per_s": requests * output_len / elapsed, "elapsed_s": elapsed}
+    contenders: tuple[str, ...] | None = None,
+    **engine_switches: Any,
+) -> dict[str, Any]:
+    """The engine against HF sequential, HF padded batch and HF continuous batching, interleaved.
+
+    Every contender runs the same requests (same prompts, same output lengths, EOS ignored,
+    greedy). Each contender is warmed up once, then ``rounds`` rounds run every contender in
+    turn (the order rotates), so a slow patch of the machine hits all of them. Reported
+    throughput is the median over rounds; ``identical_to_*`` says whether the engine's tokens
+    equal that contender's, request by request.
+    """
+    from .baselines import CONTENDERS, make_workload, run_contender
+
+    names = ("engine", *(contenders or CONTENDERS))
+    wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
+    longest = max(len(p) for p in wl.prompts)
+    config = engine_config(concurrency, longest + max(wl.output_lens) + 1, **engine_switches)
+    small = make_workload(lm, workload_kind, 2, 8, 3, seed + 1)
+    warm_up_engine(lm, config, seed + 1)
+    for name in names[1:]:
+        run_contender(name, lm, small, concurrency)
+    tokens_per_s: dict[str, list[float]] = {n: [] for n in names}
+    outputs: dict[str, list[list[int]]] = {}
+    engine_result: dict[str, Any] = {}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if name == "engine":
+                engine_result, outs = timed_engine_run(lm, config, wl.prompts, wl.output_lens)
+                tokens_per_s[name].append(engine_result["output_tokens_per_s"])
+                outputs[name] = [o.token_ids for o in outs]
+            else:
+                run = run_contender(name, lm, wl, concurrency)
+                tokens_per_s[name].append(run.tokens_per_s)
+                outputs[name] = run.outputs
+    median = {n: statistics.median(v) for n, v in tokens_per_s.items()}
+    result = dict(engine_result)
+    result["output_tokens_per_s"] = median["engine"]
+    result["rounds"] = rounds
+    result["tokens_per_s_by_round"] = tokens_per_s
+    result["workload"] = wl.describe()
+    result["threads"] = torch.get_num_threads()
+    for name in names[1:]:
+        key = name.replace("hf-", "hf_")
+        result[f"baseline_{key}_tokens_per_s"] = median[name]
+        result[f"speedup_vs_{key}"] = median["engine"] / median[name]
+        result[f"identical_to_{key}"] = outputs["engine"] == outputs[name]
+    return result
 
 
 def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) -> dict[str, Any]:
-    """:func:`run_engine_benchmark` plus environment metadata and, optionally, the HF sequential baseline."""
-    result = run_engine_benchmark(lm, **kwargs)
+    """:func:`run_engine_benchmark`, or with ``compare_hf`` :func:`compare_with_hf`; plus the environment."""
     if compare_hf:
-        cfg = result["config"]
-        base = hf_sequential_tokens_per_s(
-            lm,
-            cfg["requests"],
-            cfg["prompt_len"],
-            cfg["output_len"],
-            seed=kwargs.get("seed", 0),
-            shared_prefix_len=cfg["shared_prefix_len"],
-        )
-        result["baseline_hf_sequential_tokens_per_s"] = base["tokens_per_s"]
-        result["speedup_vs_hf_sequential"] = result["output_tokens_per_s"] / base["tokens_per_s"]
+        keys = ("workload_kind", "requests", "concurrency", "prompt_len", "output_len", "rounds", "seed")
+        args = {k: kwargs.pop(k) for k in keys if k in kwargs}
+        for unused in ("shared_prefix_len", "output_lens", "warmup"):
+            kwargs.pop(unused, None)
+        result = compare_with_hf(lm, **args, **kwargs)
+    else:
+        kwargs.pop("rounds", None)
+        result = run_engine_benchmark(lm, **kwargs)
+    result["threads"] = torch.get_num_threads()
     result["environment"] = env_metadata(lm)
     return result

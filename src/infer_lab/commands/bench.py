@@ -12,7 +12,8 @@ Run N random-prompt requests (EOS ignored, exact lengths) through the engine of 
 and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
 Every optimization is a switch, so its effect can be measured:
 
-  infer-lab bench engine --requests 16 --concurrency 16 --compare-hf      continuous batching vs HF, one by one
+  infer-lab bench engine --compare-hf --workload mixed                   vs HF three ways, same requests
+  infer-lab bench engine --kv-dtype int8                                 int8 KV blocks (per-token scales)
   infer-lab bench engine --mode static                                   static batching (slots idle until all finish)
   infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
   infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
@@ -28,6 +29,19 @@ batched (one call for all decoding requests), static (fixed padded shapes, preal
 buffers), cuda-graphs (static, captured once and replayed: no per-kernel launch cost).
 auto = cuda-graphs on a GPU, batched on a CPU. --compile adds torch.compile's fusion of the
 small ops (norms, RoPE, SiLU) to the static and cuda-graphs paths.
+
+--compare-hf times three transformers contenders on exactly the engine's requests, interleaved
+with the engine over --rounds rounds after a warm-up: HF sequential (generate, one request at a
+time), HF padded batch (generate on left-padded groups of --concurrency) and HF continuous
+batching (transformers' own manager). It reports each one's tok/s (median over rounds), the
+engine's ratio to each, and whether the outputs were token-identical. The strongest of the
+three is the fair baseline; one-at-a-time HF alone flatters any engine.
+
+--workload uniform: every request --prompt-len in / --output-len out. mixed: seeded lengths,
+prompts in [prompt-len/4, 2*prompt-len], outputs in [output-len/4, output-len].
+
+The torch thread count is recorded in the JSON (set it with OMP_NUM_THREADS or --threads); on
+a busy 2-core machine one thread is often faster than two.
 
 --json prints one JSON object on stdout (progress goes to stderr).
 """
@@ -83,8 +97,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--compare-hf",
         action="store_true",
-        help="also time transformers generate, one request at a time",
+        help="also time HF sequential, HF padded batch and HF continuous batching (interleaved)",
     )
+    p.add_argument("--workload", choices=["uniform", "mixed"], default="uniform",
+                   help="uniform lengths, or seeded mixed prompt and output lengths")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds with --compare-hf (default 3)")
+    p.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
+                   help="KV cache storage: the model's dtype (auto), int8 with per-token scales, or fp8 e4m3")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument(
         "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
     )
@@ -101,6 +121,14 @@ def run(args) -> int:
 
     if args.chunk_tokens is not None and args.chunk_tokens < 1:
         raise ValueError(f"--chunk-tokens must be >= 1, got {args.chunk_tokens}")
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
         f"[bench] {lm.describe()}: {args.requests} requests, concurrency {args.concurrency}, "
@@ -124,6 +152,9 @@ def run(args) -> int:
         decode_path=args.decode_path,
         fuse_projections=args.fuse == "on",
         compile_layers=args.compile,
+        kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
+        workload_kind=args.workload,
+        rounds=args.rounds,
     )
     result["command"] = (
         "infer-lab " + " ".join(sys.argv[1:])
@@ -159,9 +190,11 @@ def run(args) -> int:
         + (f" in {result['graph_capture_s']:.1f} s" if "graph_capture_s" in result else "")
         + f"), fused projections {path['fused_projections']}, compiled {path['compiled']}"
     )
-    if "baseline_hf_sequential_tokens_per_s" in result:
-        print(
-            f"HF generate one by one: {result['baseline_hf_sequential_tokens_per_s']:.1f} tok/s -> engine is "
-            f"{result['speedup_vs_hf_sequential']:.2f}x"
-        )
+    for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
+                       ("hf_continuous", "HF continuous batching")):
+        if f"baseline_{key}_tokens_per_s" in result:
+            same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
+            print(f"{label}: {result[f'baseline_{key}_tokens_per_s']:.1f} tok/s -> engine is "
+                  f"{result[f'speedup_vs_{key}']:.2f}x ({same})")
+    print(f"[{result['environment']['hardware']}, {result['threads']} torch threads]")
     return 0

@@ -41,6 +41,9 @@ class EngineConfig:
             ``"ngram:N"``, ``"self:L"`` (the target's first L layers as the draft) or ``"draft"``
             (a separate draft model given to :meth:`Engine.from_loaded`); ``None``: off.
         num_speculative_tokens: most tokens guessed per sequence and step (``k``).
+        kv_dtype: how the paged pool stores K/V: ``None`` (the model's dtype), ``"int8"``
+            (per-token, per-head absmax scales) or ``"fp8"`` (e4m3, per-token per-head scales).
+            Quantized KV is close to, not equal to, full precision: greedy outputs may differ.
     """
 
     kv_mode: str = "paged"
@@ -60,6 +63,7 @@ class EngineConfig:
     compile_layers: bool = False
     speculative: str | None = None
     num_speculative_tokens: int = 4
+    kv_dtype: str | None = None
 
     def validate(self) -> None:
         if self.kv_mode not in KV_MODES:
@@ -82,6 +86,10 @@ class EngineConfig:
             )
         if self.speculative is not None and self.kv_mode == "nocache":
             raise ValueError("speculative decoding verifies guesses against cached K/V: needs a KV cache")
+        if self.kv_dtype is not None and self.kv_mode != "paged":
+            raise ValueError(f"kv_dtype={self.kv_dtype!r} quantizes the paged pool: needs kv_mode='paged'")
+        if self.kv_dtype not in (None, "int8", "fp8"):
+            raise ValueError(f"kv_dtype must be None, 'int8' or 'fp8', got {self.kv_dtype!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}")
         if self.cuda_graphs and self.static_decode is False:

@@ -120,6 +120,7 @@ class Engine:
                 model.dtype,
                 model.device,
                 scratch_block=static,
+                kv_dtype=config.kv_dtype,
             )
             if config.prefix_cache == "hash":
                 self.prefix_cache = HashPrefixCache(self.kv)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..shape import ModelShape
+from .layers import context_mask
 from .sequence import Sequence
 
 
@@ -49,8 +50,9 @@ class AttentionMetadata:
             token each); empty when the path is off or no sequence qualifies.
         decode_rows: ``(B,)`` their rows in the flattened batch.
         decode_slots: ``(B, L)`` slot of each of their context positions, padded to the longest
-            context ``L`` with a valid slot (masked out by ``decode_context_lens``).
+            context ``L`` with each sequence's first slot (safe to gather; masked out).
         decode_context_lens: ``(B,)`` their context lengths (tokens).
+        decode_visible: ``(B, L)`` True at real context positions (computed once per step).
     """
 
     query_lens: list[int]
@@ -64,6 +66,7 @@ class AttentionMetadata:
     decode_rows: torch.Tensor | None = None
     decode_slots: torch.Tensor | None = None
     decode_context_lens: torch.Tensor | None = None
+    decode_visible: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -106,19 +109,66 @@ class KVMemoryReport:
         return self.wasted_bytes / self.reserved_bytes if self.reserved_bytes else 0.0
 
 
-def _store(
-    shape: ModelShape, num_slots: int, dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
-    return torch.empty(
-        shape.layers, num_slots, shape.kv_heads, shape.head_dim, dtype=dtype, device=device
-    )
+KV_DTYPES = ("int8", "fp8")
 
 
-def _bytes_per_token(k_store: torch.Tensor) -> int:
-    """K and V bytes of one token in every layer, counted from the store's own shape and dtype."""
-    layers, _, kv_heads, head_dim = k_store.shape
-    return 2 * layers * kv_heads * head_dim * k_store.element_size()
+class SlotStore:
+    """K and V of every layer in flat slots: ``(layers, num_slots, kv_heads, head_dim)`` each.
+
+    Plain, in the model's dtype; or quantized (``kv_dtype="int8"`` or ``"fp8"``, e4m3) with one
+    fp32 scale per token per head, written once when the token arrives and never re-scaled
+    (:func:`infer_lab.quant.kv.quantize_kv`). Attention reads it back through :meth:`gather`,
+    dequantized to the model's dtype.
+    """
+
+    def __init__(self, shape: ModelShape, num_slots: int, dtype: torch.dtype, device: torch.device,
+                 kv_dtype: str | None = None):
+        if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be None, {' or '.join(KV_DTYPES)}; got {kv_dtype!r}")
+        self.dtype, self.kv_dtype = dtype, kv_dtype
+        size = (shape.layers, num_slots, shape.kv_heads, shape.head_dim)
+        code_dtype = {None: dtype, "int8": torch.int8, "fp8": torch.float8_e4m3fn}[kv_dtype]
+        # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
+        self.k = torch.empty(size, dtype=code_dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.k_scale = self.v_scale = None
+        if kv_dtype is not None:
+            self.k_scale = torch.ones(*size[:3], 1, dtype=torch.float32, device=device)
+            self.v_scale = torch.ones_like(self.k_scale)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V bytes of one token in every layer, scales included, from the tensors themselves."""
+        tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kv_dtype else [])
+        return sum(t[:, 0].numel() * t.element_size() for t in tensors)
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the K/V ``(T, kv_heads, d)`` of ``T`` new tokens at their ``slots``."""
+        if self.kv_dtype is None:
+            self.k[layer, slots] = k
+            self.v[layer, slots] = v
+            return
+        from ..quant.kv import quantize_kv
+
+        for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            q = quantize_kv(x, self.kv_dtype)
+            store[layer, slots] = q.codes
+            scale[layer, slots] = q.scale
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V at ``slots`` (any shape ``S``) as ``(*S, kv_heads, d)`` in the model's dtype."""
+        if self.kv_dtype is None:
+            return self.k[layer][slots], self.v[layer][slots]
+        return (
+            (self.k[layer][slots].float() * self.k_scale[layer][slots]).to(self.dtype),
+            (self.v[layer][slots].float() * self.v_scale[layer][slots]).to(self.dtype),
+        )
+
+    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy every layer's K/V (and scales) of slots ``src`` into slots ``dst``."""
+        tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kv_dtype else [])
+        for t in tensors:
+            t[:, dst] = t[:, src]
 
 
 class NoKVCache:
@@ -172,9 +222,9 @@ class ContiguousKVCache:
         device: torch.device | str = "cpu",
     ):
         self.shape, self.max_seqs, self.max_model_len = shape, max_seqs, max_model_len
-        self.k = _store(shape, max_seqs * max_model_len, dtype, torch.device(device))
-        self.v = torch.empty_like(self.k)
-        self.bytes_per_token = _bytes_per_token(self.k)
+        self.store = SlotStore(shape, max_seqs * max_model_len, dtype, torch.device(device))
+        self.k, self.v = self.store.k, self.store.v
+        self.bytes_per_token = self.store.bytes_per_token
         self.free_regions: deque[int] = deque(range(max_seqs))
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -214,8 +264,11 @@ class ContiguousKVCache:
             starts = torch.tensor([meta.region_starts[i] for i in decode], device=device)
             _set_decode(meta, decode, starts[:, None] + torch.arange(width, device=device))
 
-    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[layer], self.v[layer]
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.store.write(layer, slots, k, v)
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.store.gather(layer, slots)
 
     def context_kv(
         self, layer: int, seq_index: int, meta: AttentionMetadata
@@ -297,6 +350,7 @@ class PagedKVCache:
         block_size: tokens per block (1 = token-granular, as in SGLang; 16 is vLLM's default).
         scratch_block: store one extra block outside the pool (id ``num_blocks``), where the
             padding rows of a fixed-shape decode batch write harmlessly.
+        kv_dtype: ``None`` (the model's dtype), ``"int8"`` or ``"fp8"`` (see :class:`SlotStore`).
     """
 
     kind = "paged"
@@ -310,6 +364,7 @@ class PagedKVCache:
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
         scratch_block: bool = False,
+        kv_dtype: str | None = None,
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -317,9 +372,9 @@ class PagedKVCache:
         self.pool = BlockPool(num_blocks)
         self.scratch_block = num_blocks if scratch_block else None
         stored = num_blocks + (1 if scratch_block else 0)
-        self.k = _store(shape, stored * block_size, dtype, torch.device(device))
-        self.v = torch.empty_like(self.k)
-        self.bytes_per_token = _bytes_per_token(self.k)
+        self.store = SlotStore(shape, stored * block_size, dtype, torch.device(device), kv_dtype)
+        self.k, self.v = self.store.k, self.store.v
+        self.bytes_per_token = self.store.bytes_per_token
         self.block_fill = [0] * num_blocks  # slots of each block holding a token (for used bytes)
         self.peak_blocks_used = 0
 
@@ -408,22 +463,23 @@ class PagedKVCache:
             )
             _set_decode(meta, decode, block_table_slots(table, bs))
 
-    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[layer], self.v[layer]
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.store.write(layer, slots, k, v)
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.store.gather(layer, slots)
 
     def context_kv(
         self, layer: int, seq_index: int, meta: AttentionMetadata
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gather the sequence's K/V through its block table (slot = block_table[pos // B] * B + pos % B)."""
-        slots = meta.context_slots[seq_index]
-        return self.k[layer].index_select(0, slots), self.v[layer].index_select(0, slots)
+        return self.store.gather(layer, meta.context_slots[seq_index])
 
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """Copy K/V of slots ``src`` into slots ``dst`` in every layer (copy-on-write for partial blocks)."""
         s = torch.tensor(src, dtype=torch.long, device=self.k.device)
         d = torch.tensor(dst, dtype=torch.long, device=self.k.device)
-        self.k[:, d] = self.k[:, s]
-        self.v[:, d] = self.v[:, s]
+        self.store.copy(s, d)
 
     def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
         used_blocks = [b for b in range(self.num_blocks) if self.pool.ref_counts[b] > 0]
@@ -446,7 +502,7 @@ def _set_decode(meta: AttentionMetadata, decode: list[int], slots: torch.Tensor)
         starts.append(starts[-1] + n)
     meta.decode_seqs = decode
     meta.decode_rows = torch.tensor([starts[i] for i in decode], dtype=torch.long, device=device)
-    meta.decode_slots = slots
     meta.decode_context_lens = torch.tensor(
         [meta.context_lens[i] for i in decode], dtype=torch.long, device=device
     )
+    meta.decode_slots, meta.decode_visible = context_mask(slots, meta.decode_context_lens)

@@ -93,6 +93,36 @@ def causal_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
 
 
+def context_mask(context_slots: torch.Tensor, context_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded context slots ``(B, L)`` made safe to gather, and the mask of real positions.
+
+    Positions at or past ``context_lens[b]`` may point at slots never written, which can hold
+    NaN (the store is ``torch.empty``), and 0 * NaN is NaN even through a masked softmax. They
+    are pointed at the sequence's first slot, which always holds a token.
+    """
+    length = context_slots.shape[1]
+    visible = torch.arange(length, device=context_slots.device)[None, :] < context_lens[:, None]
+    return torch.where(visible, context_slots, context_slots[:, :1]), visible
+
+
+def grouped_decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One query per sequence over its gathered context: ``q (B, heads, d)``, ``k, v (B, L, kv_heads, d)``.
+
+    The heads sharing one KV head become that head's "query rows", so every K/V is read once
+    for its whole group and no kernel needs to know about grouped-query attention.
+    Returns ``(B, heads, d)``.
+    """
+    batch, heads, d = q.shape
+    kv_heads = k.shape[2]
+    grouped = q.reshape(batch, kv_heads, heads // kv_heads, d)
+    out = F.scaled_dot_product_attention(
+        grouped, k.transpose(1, 2), v.transpose(1, 2), attn_mask=visible[:, None, None, :], scale=scale
+    )
+    return out.reshape(batch, heads, d)
+
+
 def decode_attention(
     q: torch.Tensor,
     k_store: torch.Tensor,
@@ -116,22 +146,8 @@ def decode_attention(
     The gather copies the context once (PagedAttention kernels read blocks in place instead;
     here the copy keeps the idea visible and lets SDPA do the arithmetic).
     """
-    batch, heads, d = q.shape
-    kv_heads = k_store.shape[1]
-    length = context_slots.shape[1]
-    visible = torch.arange(length, device=q.device)[None, :] < context_lens[:, None]
-    # Masked positions must still hold finite numbers: a never-written slot may contain NaN,
-    # and 0 * NaN is NaN. Point them at the sequence's first slot, which always holds a token.
-    context_slots = torch.where(visible, context_slots, context_slots[:, :1])
-    k = k_store[context_slots].transpose(1, 2)  # (B, kv_heads, L, d)
-    v = v_store[context_slots].transpose(1, 2)
-    # Grouped-query decode: the heads sharing one KV head become that head's "query rows", so
-    # every K/V is read once for its whole group and no kernel needs to know about GQA.
-    grouped = q.reshape(batch, kv_heads, heads // kv_heads, d)
-    out = F.scaled_dot_product_attention(
-        grouped, k, v, attn_mask=visible[:, None, None, :], scale=scale
-    )
-    return out.reshape(batch, heads, d)
+    safe, visible = context_mask(context_slots, context_lens)
+    return grouped_decode_attention(q, k_store[safe], v_store[safe], visible, scale)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ from .layers import (
     LayerFunctions,
     LayerWeights,
     causal_attention,
-    decode_attention,
+    context_mask,
     decoder_layer,
+    grouped_decode_attention,
     rms_norm,
     rope_cos_sin,
     rope_inverse_frequencies,
@@ -41,9 +42,11 @@ from .layers import (
 
 
 class KVStore(Protocol):
-    """What attention needs from a KV cache: per layer, a flat ``(num_slots, kv_heads, head_dim)`` store."""
+    """What attention needs from a KV cache: write new tokens' K/V, read any slots back."""
 
-    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None: ...
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def context_kv(
         self, layer: int, seq_index: int, meta: AttentionMetadata
@@ -218,15 +221,12 @@ class EngineModel:
     ) -> torch.Tensor:
         """Write this step's K/V into the cache, then attend each sequence's queries to its own context."""
         if kv is not None:
-            k_store, v_store = kv.layer_kv(layer)
-            k_store[meta.slot_mapping] = k
-            v_store[meta.slot_mapping] = v
+            kv.write(layer, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
         if meta.decode_seqs:
             rows = meta.decode_rows
-            o = decode_attention(
-                q[rows], k_store, v_store, meta.decode_slots, meta.decode_context_lens, self.scale
-            )
+            k_ctx, v_ctx = kv.gather(layer, meta.decode_slots)
+            o = grouped_decode_attention(q[rows], k_ctx, v_ctx, meta.decode_visible, self.scale)
             out[rows] = o.reshape(len(meta.decode_seqs), -1)
         batched = set(meta.decode_seqs)
         start = 0
@@ -266,16 +266,15 @@ class EngineModel:
         reads ``max_blocks * block_size`` context slots per sequence and masks past
         ``context_lens``; padding rows point at a scratch block.
         """
-        slots = block_table_slots(block_tables, block_size)  # (B, L)
+        slots, visible = context_mask(block_table_slots(block_tables, block_size), context_lens)
         h = self.embed[input_ids]
         cos, sin = self._rope(positions)
         for index, w in enumerate(self.layers):
-            k_store, v_store = kv.layer_kv(index)
 
-            def attend(q, k, v, k_store=k_store, v_store=v_store):
-                k_store[slot_mapping] = k
-                v_store[slot_mapping] = v
-                return decode_attention(q, k_store, v_store, slots, context_lens, self.scale)
+            def attend(q, k, v, index=index):
+                kv.write(index, slot_mapping, k, v)
+                k_ctx, v_ctx = kv.gather(index, slots)
+                return grouped_decode_attention(q, k_ctx, v_ctx, visible, self.scale)
 
             h = decoder_layer(h, w, attend, cos, sin, self.shape, fns)
         return self._logits(h)
