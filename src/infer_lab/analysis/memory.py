@@ -12,8 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..units import GiB, require_positive
 from ..shape import ModelShape, model_shape
+from ..units import GiB, require_positive
 from .params import ParamCounts, param_counts
 
 ModelLike = str | os.PathLike | dict[str, Any] | ModelShape
