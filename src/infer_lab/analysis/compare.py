@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..shape import ModelShape, model_shape
 from ..units import require_positive
 from .memory import kv_bytes, weight_bytes
-from ..shape import ModelShape, model_shape
 from .roofline import Roof, measured_roof, predict_decode, predict_prefill
 
 TORCH_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
@@ -177,19 +177,6 @@ def explain_gaps(rows: list[dict[str, Any]]) -> list[str]:
                 f"{q}: measured is {min(ratios):.1f}x to {max(ratios):.1f}x the roofline prediction; {why}."
             )
     return out
-
-
-def comparison_sizes(quick: bool) -> dict[str, Any]:
-    """Sizes for :func:`predicted_vs_measured`: tiny in quick mode (CI, a 2-core CPU), fuller otherwise."""
-    if quick:
-        return dict(prompt_lengths=(8, 32), contexts=(16,), batches=(1, 2), new_tokens=4, repeats=1)
-    return dict(
-        prompt_lengths=(16, 64, 256, 1024),
-        contexts=(64, 512, 2048),
-        batches=(1, 4, 16),
-        new_tokens=8,
-        repeats=3,
-    )
 
 
 def results_payload(rows: list[dict[str, Any]], lm: Any, roof: Roof) -> dict[str, Any]:
