@@ -1,12 +1,13 @@
 """The analytic model of inference: parameters, the memory equation, the roofline, the capacity planner.
 
 Everything works from a catalog name or an HF ``config.json`` with no weights. ``compare``
-puts the predictions next to measurements of a loaded model; ``widgets`` and ``plots`` are the
-front-ends the notebooks use.
+puts the predictions next to measurements of a loaded model. The figures, tables and widgets that
+show them belong to the course chapters (:mod:`infer_lab.course`), not to this package.
 """
 
 from __future__ import annotations
 
+from ..shape import ModelShape, model_shape
 from .capacity import (
     PRESETS,
     CapacityPlan,
@@ -32,7 +33,6 @@ from .memory import (
     max_users,
     weight_bytes,
 )
-from ..shape import ModelShape, model_shape
 from .params import ParamCounts, param_counts
 from .roofline import (
     Roof,
