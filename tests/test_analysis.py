@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from infer_lab.analysis import capacity, memory, params, roofline, widgets
-from infer_lab.catalog import UnknownNameError, get_gpu, list_gpus, list_models, load_model_config
+from infer_lab.analysis import capacity, memory, params, roofline
+from infer_lab.catalog import UnknownNameError, get_gpu, list_models, load_model_config
 from infer_lab.units import GB, KiB
 
 # ---------------------------------------------------------------------------------------------
@@ -352,44 +352,6 @@ def test_plan_bad_input():
         capacity.plan("mistral-7b", "H100-SXM", context=100, prompt_tokens=200)
     with pytest.raises(UnknownNameError, match="Known GPUs"):
         capacity.plan("mistral-7b", "X9000")
-
-
-# ---------------------------------------------------------------------------------------------
-# Widgets: the same functions behind marimo and ipywidgets
-
-
-def test_kv_visualizer_data_matches_the_equation():
-    d = widgets.kv_visualizer_data("mistral-7b", context=4096, users=80, gpu="H100-SXM")
-    assert d["kv_bytes_total"] == memory.kv_bytes("mistral-7b", 4096, 80)
-    assert d["kv_bytes_vs_tokens"][-1] == memory.kv_bytes("mistral-7b", d["tokens"][-1], 80)
-    assert d["kv_bytes_vs_users"][0] == memory.kv_bytes("mistral-7b", 4096, d["user_counts"][0])
-    assert "42.9 GB" in d["kv_total_label"] and "40 GiB" in d["kv_total_label"]
-    assert d["gpu_memory_bytes"] == get_gpu("H100-SXM").memory_bytes
-    widgets.kv_visualizer_figure(d)
-
-
-def test_capacity_table_widget_conventions():
-    df, verdict = widgets.capacity_table("mistral-7b", gpu="all", itl_slo_ms=50)
-    assert len(df) == len(list_gpus())
-    assert "Cheapest" in verdict and df.iloc[0]["meets_slo"]
-    df1, _ = widgets.capacity_table("mistral-7b", gpu="H200", n_gpus=2, users=10)
-    assert list(df1["n_gpus"]) == [2] and list(df1["users"]) == [10]
-
-
-def test_marimo_controls_feed_the_pure_functions():
-    import marimo as mo
-
-    kv = widgets.kv_controls(mo)
-    assert widgets.kv_visualizer_data(**kv.value)["model"] == kv.value["model"]
-    cap = widgets.capacity_controls(mo)
-    df, _ = widgets.capacity_table(**cap.value)
-    assert len(df) > 0
-
-
-def test_ipywidgets_builders_construct():
-    ipywidgets = pytest.importorskip("ipywidgets")
-    assert isinstance(widgets.kv_visualizer_ipywidget(), ipywidgets.VBox)
-    assert isinstance(widgets.capacity_calculator_ipywidget(), ipywidgets.VBox)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The analytic model of inference: parameters, the memory equation, the roofline, the capacity planner.
 
 Everything works from a catalog name or an HF ``config.json`` with no weights. ``compare``
-puts the predictions next to measurements of a loaded model; ``widgets`` and ``plots`` are the
-front-ends the notebooks use.
+puts the predictions next to measurements of a loaded model. The figures, tables and widgets that
+show them belong to the course chapters (:mod:`infer_lab.course`), not to this package.
 """
 
 from __future__ import annotations

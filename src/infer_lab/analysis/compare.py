@@ -179,19 +179,6 @@ def explain_gaps(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def comparison_sizes(quick: bool) -> dict[str, Any]:
-    """Sizes for :func:`predicted_vs_measured`: tiny in quick mode (CI, a 2-core CPU), fuller otherwise."""
-    if quick:
-        return dict(prompt_lengths=(8, 32), contexts=(16,), batches=(1, 2), new_tokens=4, repeats=1)
-    return dict(
-        prompt_lengths=(16, 64, 256, 1024),
-        contexts=(64, 512, 2048),
-        batches=(1, 4, 16),
-        new_tokens=8,
-        repeats=3,
-    )
-
-
 def results_payload(rows: list[dict[str, Any]], lm: Any, roof: Roof) -> dict[str, Any]:
     """A JSON-ready record of a comparison, with where it was measured (for ``assets/results``)."""
     from ..harness import env_metadata

@@ -30,6 +30,10 @@ import importlib
 import pkgutil
 from types import ModuleType
 
+# Load the submodule ``course.chapter`` now, so that the function ``chapter`` below keeps the
+# package attribute: importing the submodule later (any chapter module does) would rebind it.
+from . import chapter as _chapter_module  # noqa: F401
+
 
 def chapter_names() -> list[str]:
     """Module names of the chapters in course order (``ch00_setup``, ``ch01_feel_the_pain``, ...)."""

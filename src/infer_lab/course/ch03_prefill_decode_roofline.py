@@ -1,0 +1,406 @@
+"""Chapter 03, "Prefill vs decode and the roofline": predicted op by op, then measured here.
+
+1. On a datasheet GPU (analytic, live in the notebook): every op of a prefill and of a decode
+   step, its FLOPs, bytes and arithmetic intensity, and ``max(FLOPs / peak, bytes / bandwidth)``
+   (:mod:`infer_lab.analysis.roofline`).
+2. On this machine (measured): the same arithmetic on the ceilings measured here, next to what
+   the harness measures (:func:`infer_lab.analysis.compare.predicted_vs_measured`): bytes must
+   agree to within 1 %; times do not, and the ratio is the lesson.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..analysis import roofline
+from ..analysis.roofline import Prediction, Roof, StepPrediction
+from .chapter import ChapterResult, choose_size, run_parts
+from .saved import SavedView, load_saved
+from .tables import Column, people_table
+
+NUMBER = "03"
+SLUG = "prefill_decode_roofline"
+TITLE = "03 · Prefill vs decode and the roofline: predicted, then measured"
+NEEDS_MODEL = True
+PARTS = {
+    "datasheet": "Predict prefill and decode on a datasheet GPU (analytic: runs live)",
+    "compare": "Measure prefill and decode on this machine",
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The datasheet defaults (what the notebook's controls start at) and the measured sweep."""
+
+    size: str
+    model: str
+    gpu: str
+    batch: int
+    context: int
+    prompt_lengths: tuple[int, ...]  # prefill (TTFT) measurements, batch 1
+    contexts: tuple[int, ...]  # decode step measurements ...
+    batches: tuple[int, ...]  # ... at each of these batches
+    new_tokens: int  # per decode measurement (the first is the prefill's)
+    repeats: int
+    quick_ceilings: bool
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """``quick`` on a CPU: two tiny prefills and two tiny decodes (seconds); ``full``: a real sweep."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    common = dict(model="mistral-7b", gpu="H100-SXM", batch=1, context=4096, quick_ceilings=size == "quick")
+    if on_gpu:
+        if size == "quick":
+            return Sizes(size, prompt_lengths=(128, 512, 2048), contexts=(512, 2048), batches=(1, 8),
+                         new_tokens=8, repeats=3, **common)
+        return Sizes(size, prompt_lengths=(128, 512, 2048, 8192), contexts=(512, 2048, 8192), batches=(1, 8, 32),
+                     new_tokens=16, repeats=3, **common)
+    if size == "quick":
+        return Sizes(size, prompt_lengths=(8, 32), contexts=(16,), batches=(1, 2), new_tokens=4, repeats=1, **common)
+    return Sizes(size, prompt_lengths=(16, 64, 256, 1024), contexts=(64, 512, 2048), batches=(1, 4, 16),
+                 new_tokens=8, repeats=3, **common)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed results
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op of a step summed over the layers, on a roof: FLOPs, bytes, intensity, time (s)."""
+
+    name: str
+    flops: float
+    bytes: float
+    intensity: float
+    time_s: float
+    bound: str
+
+
+@dataclass(frozen=True)
+class DatasheetView:
+    """A model on a datasheet GPU: the prediction and each op of the prefill and the decode step."""
+
+    model: str
+    roof: Roof
+    batch: int
+    context: int
+    prediction: Prediction
+    prefill_ops: list[OpRow]
+    decode_ops: list[OpRow]
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One quantity predicted and measured (bytes in B, times in ms)."""
+
+    quantity: str
+    unit: str
+    predicted: float
+    measured: float
+    batch: int | None = None
+    context: int | None = None
+    phase: str | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    intensity: float | None = None
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.measured / self.predicted
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Predicted vs measured on this machine's measured roof."""
+
+    model: str
+    roof: Roof
+    rows: list[ComparisonRow]
+    gaps: list[str]  # the ratios read in words (computed)
+    steps: list[StepPrediction]  # prefill and decode at the longest prompt, for the figure
+    prefill_ops: list[OpRow]
+    decode_ops: list[OpRow]
+    threads: int
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 03's results; a part not run is ``None``."""
+
+    model: str = ""
+    datasheet: DatasheetView | None = None
+    compare: CompareResult | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# The datasheet part (live in the notebook)
+
+
+def op_rows(ops: list[roofline.OpCost], roof: Roof) -> list[OpRow]:
+    rows = []
+    for o in ops:
+        r = o.row(roof)
+        rows.append(OpRow(o.name, o.flops, o.bytes, o.intensity, r["time_s"], r["bound"]))
+    return rows
+
+
+def datasheet_view(model: str, gpu: str, batch: int = 1, context: int = 4096) -> DatasheetView:
+    """TTFT of one ``context``-token prompt and the decode step at ``batch`` on ``gpu``'s datasheet."""
+    roof = roofline.gpu_roof(gpu)
+    pred = roofline.predict(model, roof, batch=batch, context=context)
+    return DatasheetView(pred.model, roof, batch, context, pred,
+                         op_rows(roofline.prefill_ops(model, 1, context), roof),
+                         op_rows(roofline.decode_ops(model, batch, context), roof))
+
+
+def datasheet_text(view: DatasheetView) -> str:
+    roof, pred = view.roof, view.prediction
+    cb = pred.critical_batch
+    critical = (f"**{cb:,}**" if cb else "**never at this context**: each sequence adds its own KV reads, "
+                "whose intensity stays low")
+    return (
+        f"**{roof.name}** (datasheet): {roof.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense, "
+        f"{roof.bandwidth_Bps / 1e12:.3g} TB/s, ridge point **{roof.ridge_point:.3g} FLOP/B**.\n\n"
+        f"Predicted for {view.model}: TTFT **{pred.ttft_s * 1e3:.3g} ms** for a {view.context:,}-token prompt "
+        f"(intensity {pred.prefill.intensity:,.0f} FLOP/B: {pred.prefill.bound}-bound); ITL "
+        f"**{pred.itl_s * 1e3:.3g} ms** at batch {view.batch:,} (intensity {pred.decode.intensity:.3g} FLOP/B: "
+        f"{pred.decode.bound}-bound), so {pred.tokens_per_s:,.0f} tokens/s in total. Critical batch, where "
+        f"decode turns compute-bound: {critical}."
+    )
+
+
+def decode_intensity_text(model: str = "mistral-7b", context: int = 4096, dtype: str = "bf16") -> str:
+    """'about 1.0 FLOP per byte at batch 1', computed from the roofline's op count."""
+    ops = roofline.decode_ops(model, 1, context, weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
+    intensity = sum(o.flops for o in ops) / sum(o.bytes for o in ops)
+    return f"about {intensity:.2g} FLOP per byte at batch 1 ({model}, {dtype}, {context:,} tokens)"
+
+
+# ---------------------------------------------------------------------------------------------
+# The measured part
+
+
+def _comparison_row(r: dict[str, Any]) -> ComparisonRow:
+    names = {f.name for f in dataclasses.fields(ComparisonRow)}
+    return ComparisonRow(**{k: v for k, v in r.items() if k in names})
+
+
+def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
+    """The roofline on this machine's measured ceilings against the harness, for ``lm``."""
+    from ..analysis.compare import dtype_name, explain_gaps, predicted_vs_measured, shape_of
+    from ..hardware import measure_ceilings
+
+    roof = roofline.measured_roof(measure_ceilings(lm.device, quick=sizes.quick_ceilings))
+    raw = predicted_vs_measured(lm, prompt_lengths=sizes.prompt_lengths, contexts=sizes.contexts,
+                                batches=sizes.batches, new_tokens=sizes.new_tokens, repeats=sizes.repeats, roof=roof)
+    shape, dtype = shape_of(lm), dtype_name(lm)
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype, logits="all")
+    n = max(sizes.prompt_lengths)
+    steps = [roofline.predict_prefill(shape, roof, 1, n, **kw), roofline.predict_decode(shape, roof, 1, n, **kw)]
+    return CompareResult(lm.describe(), roof, [_comparison_row(r) for r in raw], explain_gaps(raw), steps,
+                         op_rows(roofline.prefill_ops(shape, 1, n, **kw), roof),
+                         op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads())
+
+
+def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
+    """Rows as plain dicts with their ratio (what a saved file holds)."""
+    return [{**dataclasses.asdict(r), "measured_over_predicted": r.measured_over_predicted} for r in rows]
+
+
+def save_compare(result: CompareResult, lm: Any):
+    """Save a GPU comparison under ``assets/results`` (what :func:`saved` shows elsewhere); return the path."""
+    from ..analysis.compare import save_results
+    from .saved import results_dir
+
+    return save_results(comparison_records(result.rows), lm, result.roof, results_dir())
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
+    return run_parts(result, parts, PARTS, {
+        "datasheet": lambda: datasheet_view(sizes.model, sizes.gpu, sizes.batch, sizes.context),
+        "compare": lambda: measure_compare(lm, sizes),
+    })
+
+
+def compare_text(result: CompareResult) -> str:
+    roof = result.roof
+    return (f"Measured on **{result.model}**, torch threads: {result.threads}; roof: "
+            f"{roof.peak_flops / 1e9:,.3g} GFLOP/s and {roof.bandwidth_Bps / 1e9:,.3g} GB/s (measured here, ridge "
+            f"{roof.ridge_point:.3g} FLOP/B).\n\n" + "\n".join(f"- {line}" for line in result.gaps))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables and figures
+
+
+OP_COLUMNS = [
+    Column("name", "op (all layers)", "text"), Column("flops", "GFLOP", scale=1e-9), Column("bytes", "MB moved", scale=1e-6),
+    Column("intensity", "FLOP/B"), Column("time_s", "time (µs)", scale=1e6), Column("bound", "bound", "text"),
+]
+COMPARE_COLUMNS = [
+    Column("quantity", "quantity", "text"), Column("unit", "unit", "text"),
+    Column("batch", "batch", "int"), Column("context", "context (tokens)", "int"),
+    Column("predicted", "predicted"), Column("measured", "measured"),
+    Column("measured_over_predicted", "measured ÷ predicted", "ratio"),
+]
+
+
+def ops_table(rows: list[OpRow]):
+    return people_table(rows, OP_COLUMNS)
+
+
+def compare_table(rows: list[ComparisonRow]):
+    return people_table(rows, COMPARE_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.datasheet:
+        v = result.datasheet
+        out[f"Prefill of one {v.context:,}-token prompt, {v.model} on {v.roof.name}"] = ops_table(v.prefill_ops)
+        out[f"Decode step at batch {v.batch:,}, {v.model} on {v.roof.name}"] = ops_table(v.decode_ops)
+    if result.compare:
+        out["Predicted vs measured on this machine"] = compare_table(result.compare.rows)
+    return out
+
+
+def summary(result: Result) -> str:
+    lines = []
+    if result.datasheet:
+        lines.append(datasheet_text(result.datasheet))
+    if result.compare:
+        lines.append(compare_text(result.compare))
+    return "\n\n".join(lines)
+
+
+COLORS = {"prefill": "tab:orange", "decode": "tab:blue"}
+
+
+def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list[OpRow]],
+                    measured: list[ComparisonRow] = (), title: str = ""):
+    """The roof of a device, whole steps (stars), each op (dots) and measured steps (crosses), log-log.
+
+    A measured step sits at its predicted intensity and the FLOP/s it actually achieved
+    (predicted FLOPs / measured time).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    measured = [r for r in measured if r.unit == "ms" and r.flops]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [s.intensity for s in steps] + [o.intensity for g in ops.values() for o in g if o.flops and o.bytes]
+    xs += [r.intensity for r in measured]
+    lo, hi = max(min(xs + [roof.ridge_point]) / 4, 1e-2), max(xs + [roof.ridge_point]) * 4
+    grid = np.geomspace(lo, hi, 200)
+    label = f"roof: {roof.name}" + ("" if roof.source in roof.name else f" ({roof.source})")
+    ax.loglog(grid, [roof.attainable_flops(x) for x in grid], "k-", lw=2, label=label)
+    ax.axvline(roof.ridge_point, color="grey", ls=":", lw=1)
+    ax.annotate(f"ridge {roof.ridge_point:.3g} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
+                xytext=(5, -15), textcoords="offset points")
+    for phase, group in ops.items():
+        for o in group:
+            if o.flops and o.bytes:
+                ax.scatter(o.intensity, o.flops / o.time_s, s=14, color=COLORS[phase], alpha=0.5)
+                ax.annotate(o.name.split(" ")[0], (o.intensity, o.flops / o.time_s), fontsize=6, alpha=0.7)
+    for s in steps:
+        ax.scatter(s.intensity, s.flops / s.time_s, s=90, marker="*", color=COLORS.get(s.phase, "k"),
+                   label=f"{s.phase} step, batch {s.batch}, {s.tokens:,} token{'' if s.tokens == 1 else 's'} (predicted)")
+    for r in measured:
+        ax.scatter(r.intensity, r.flops / (r.measured / 1e3), s=40, marker="x", color=COLORS.get(r.phase, "k"))
+    if measured:
+        ax.scatter([], [], marker="x", color="k", label="measured (harness): achieved FLOP/s")
+    top = max([roof.peak_flops] + [r.flops / (r.measured / 1e3) for r in measured])
+    ax.set_ylim(None, top * 3)
+    ax.set(xlabel="arithmetic intensity (FLOP / byte), log scale", ylabel="FLOP/s, log scale")
+    ax.set_title(title or f"Roofline: {roof.name}", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+def datasheet_figure(view: DatasheetView):
+    p = view.prediction
+    return roofline_figure(view.roof, [p.prefill, p.decode], {"prefill": view.prefill_ops, "decode": view.decode_ops},
+                           title=f"{view.model} on {view.roof.name}\ndatasheet roof, predicted only (analytic)")
+
+
+def compare_figure(result: CompareResult):
+    return roofline_figure(result.roof, result.steps, {"prefill": result.prefill_ops, "decode": result.decode_ops},
+                           result.rows, title=f"Predicted (*) and measured (x)\n{result.model}")
+
+
+def ratio_figure(rows: list[ComparisonRow], title: str):
+    """Measured / predicted time per timed row, on a log axis (1 = the roofline is reached)."""
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in rows if r.unit == "ms"]
+    labels = [f"{r.phase or r.quantity.split(' ')[0]} b{r.batch} n{r.context:,}" for r in timed]
+    ratios = [r.measured_over_predicted for r in timed]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    phase_of = [r.phase or ("prefill" if "TTFT" in r.quantity or "prefill" in r.quantity else "decode") for r in timed]
+    ax.bar(labels, ratios, color=[COLORS[p] for p in phase_of])
+    ax.axhline(1, color="k", lw=1)
+    ax.set_yscale("log")
+    ax.set_ylim(min([1.0, *ratios]) / 1.5, max([1.0, *ratios]) * 1.5)
+    ax.set_ylabel("measured ÷ predicted time, log scale")
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(axis="x", rotation=45, labelsize=7)
+    ax.grid(alpha=0.3, axis="y", which="both")
+    fig.tight_layout()
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.datasheet:
+        out["datasheet_roofline"] = datasheet_figure(result.datasheet)
+    if result.compare:
+        out["measured_roofline"] = compare_figure(result.compare)
+        out["ratio"] = ratio_figure(result.compare.rows, f"{result.compare.model}: measured ÷ predicted")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved GPU results
+
+
+def saved() -> SavedView | None:
+    """HF eager on an H200 against the roofline of that same run (and any saved comparison)."""
+    from ..analysis.compare import saved_baseline_vs_roofline
+    from .ch01_feel_the_pain import saved_warning
+
+    found = load_saved("*hf-baseline*.json")
+    if not found:
+        return None
+    src = found[0]
+    rows = [_comparison_row(r) for r in saved_baseline_vs_roofline(src.raw)]
+    b1 = min((r for r in rows if r.quantity.startswith("decode") and r.batch == 1),
+             key=lambda r: abs((r.context or 0) - 512))
+    tables = {"HF eager vs the roofline of the same run": compare_table(rows)}
+    for other in load_saved("*predicted_vs_measured*.json"):
+        tables[f"Predicted vs measured, {other.device}, {other.date}"] = compare_table(
+            [_comparison_row(r) for r in other.raw.get("rows", [])])
+    return SavedView(
+        title=f"HF transformers (eager) vs the roofline on {src.device}: {src.raw.get('model')}",
+        source=src,
+        tables=tables,
+        figures={"ratio": ratio_figure(rows, f"HF eager on {src.device}: measured ÷ predicted (saved)")},
+        notes=[
+            "The roof is the copy bandwidth and bf16 matmul rate measured in that same run.",
+            f"A decode step at batch 1 and {b1.context:,} tokens should take {b1.predicted:.3g} ms on that roof and "
+            f"took {b1.measured:.3g} ms ({b1.measured_over_predicted:.3g}×): the eager loop launches hundreds of "
+            "small kernels per token and waits on the CPU between them.",
+            f"Measured by: {src.command}",
+        ],
+        warning=saved_warning(src.data),
+    )
