@@ -9,7 +9,9 @@ a laptop CPU when the course was last measured.
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from typing import Any
 
 from .course.chapter import choose_size
@@ -42,19 +44,62 @@ def placeholder(button: Any, note: str = "") -> Any:
     """The friendly box a measurement's cell shows until its button is pressed."""
     import marimo as mo
 
-    label = getattr(button, "label", None) or "the button above"
-    label = label.replace("<span>", "").replace("</span>", "")
-    text = f"The measurement appears here: press **{label}** above." + (f" {note}" if note else "")
+    label = button_label(button)
+    action = f"press **{label}** above" if label else "press the run button above"
+    text = f"The measurement appears here: {action}." + (f" {note}" if note else "")
     return mo.callout(mo.md(text), kind="neutral")
 
 
-def table(frame: Any, **kwargs: Any) -> Any:
-    """A chapter's people table (display strings) as a marimo table, without selection boxes."""
+def button_label(button: Any) -> str:
+    """A marimo button's label as plain text ('' when it has none).
+
+    marimo keeps the label in the element's initialization arguments, not in a ``label``
+    attribute, and may wrap it in ``<span>`` markup.
+    """
+    label = getattr(button, "label", None) or getattr(getattr(button, "_args", None), "label", None)
+    return re.sub(r"<[^>]+>", "", label or "").strip()
+
+
+def table(frame: Any, interactive: bool = False, **kwargs: Any) -> Any:
+    """A chapter's people table (display strings) as a plain HTML table.
+
+    Columns of numbers are right-aligned so that digits line up; text columns are left-aligned.
+    A static table on purpose: the cells are display strings ('1,367'), which an interactive
+    table would sort as text (345 after 1,367), under a toolbar of search, column explorer and
+    chart builder a learner does not need here. ``interactive=True`` (or any ``mo.ui.table``
+    keyword) gives marimo's interactive table instead, without selection boxes or search.
+    """
     import marimo as mo
 
-    options = {"selection": None, "pagination": len(frame) > 12, "show_column_summaries": False,
-               "show_data_types": False, "show_download": False}
-    return mo.ui.table(frame, **{**options, **kwargs})
+    numeric = {str(c) for c in frame.columns if _all_numbers(frame[c])}
+    if interactive or kwargs:
+        options = {"selection": None, "pagination": len(frame) > 12, "show_column_summaries": False,
+                   "show_data_types": False, "show_download": False, "show_search": False,
+                   "text_justify_columns": {c: "right" for c in numeric}}
+        return mo.ui.table(frame, **{**options, **kwargs})
+
+    return mo.Html(_html_table(frame, right_aligned=numeric))
+
+
+def _html_table(frame: Any, right_aligned: set[str]) -> str:
+    def cell(tag: str, column: Any, value: Any) -> str:
+        align = "right" if str(column) in right_aligned else "left"
+        return f'<{tag} style="text-align: {align}; padding: 0.2rem 0.8rem">{html.escape(str(value))}</{tag}>'
+
+    head = "".join(cell("th", c, c) for c in frame.columns)
+    rows = "".join("<tr>" + "".join(cell("td", c, v) for c, v in zip(frame.columns, row, strict=True)) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    return f'<table class="dataframe" style="width: auto"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+NUMBER_TEXT = re.compile(r"^\s*[-+−]?[\d,.]+\s*(%|×|x)?\s*$|^\s*[—–-]\s*$")
+
+
+def _all_numbers(column: Any) -> bool:
+    """True when every cell of a display column reads as a number (or the '—' of a missing one)."""
+    values = [str(v) for v in column]
+    return bool(values) and all(NUMBER_TEXT.match(v) for v in values) and any(
+        any(ch.isdigit() for ch in v) for v in values)
 
 
 def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:

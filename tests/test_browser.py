@@ -1,0 +1,147 @@
+"""Every notebook opens cleanly in a real browser, as a learner meets it with `make workshop`.
+
+One ``marimo edit --headless`` server for notebooks/ (at INFER_LAB_QUICK=1) and one headless
+Chromium; each notebook opens in its own page (two at a time), without pressing anything, and
+must settle within a minute with no error output, its title shown and at least one computed
+output. The checks are those
+of scripts/screenshot_notebooks.py: run it to see the screenshots when a test here fails.
+Skipped when chromium or playwright is missing (`make test` installs chromium when it can),
+except under CI=true, where a missing browser fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_notebooks.py"
+SETTLE_TIMEOUT_S = 60
+PARALLEL = 2  # notebooks open at once: one kernel each, CI has two cores
+TITLE_WITHIN_CELLS = 3
+COMPUTED_WITHIN_CELLS = 6
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("screenshot_notebooks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = _load_tool()
+NOTEBOOKS = tool.find_notebooks()
+
+BROKEN_NOTEBOOK = '''
+import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    import sys
+
+    import marimo as mo
+    return mo, sys
+
+
+@app.cell
+def _(mo):
+    mo.md("# A notebook that goes wrong")
+    return
+
+
+@app.cell
+def _():
+    1 / 0
+    return
+
+
+@app.cell
+def _(mo):
+    mo.stop(True)
+    stopped = 1
+    return (stopped,)
+
+
+@app.cell
+def _(stopped):
+    stopped + 1
+    return
+
+
+@app.cell
+def _(sys):
+    print("Loading weights: 100%|##########| 3/3", file=sys.stderr)
+    6 * 7
+    return
+
+
+@app.cell
+def _(mo):
+    mo.callout(mo.md("cannot be loaded here"), kind="danger")
+    return
+'''
+
+
+def _skip_without_browser() -> None:
+    """Skip on a developer's machine without the browser; under CI=true its absence is a failure."""
+    missing = tool.browser_missing()
+    if missing and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI must run the browser check, but {missing}")
+    if missing:
+        pytest.skip(f"browser check not run: {missing}")
+
+
+@pytest.fixture(scope="module")
+def chromium_context():
+    _skip_without_browser()
+    with tool.chromium() as context:
+        yield context
+
+
+@pytest.fixture(scope="module")
+def reports(request, chromium_context):
+    """The selected notebooks, opened through one ``marimo edit`` server, two at a time."""
+    selected = [item.callspec.params["path"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_notebook_opens_cleanly_in_the_browser"]
+    with tool.marimo_server(quick=True) as server:
+        found = tool.visit_notebooks(chromium_context, server, selected, timeout_s=SETTLE_TIMEOUT_S,
+                                     parallel=PARALLEL)
+        return {report.name: report for report in found}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_opens_cleanly_in_the_browser(path, reports):
+    report = reports[path.name]
+    rerun = f"\n(see it: python scripts/screenshot_notebooks.py {path.name[:2]})"
+    assert not report.problems(), report.summary() + rerun
+    assert any(c.headings for c in report.cells[:TITLE_WITHIN_CELLS]), (
+        f"no title (# heading) in the first {TITLE_WITHIN_CELLS} cells\n" + report.summary() + rerun)
+    assert any(c.computed for c in report.cells[:COMPUTED_WITHIN_CELLS]), (
+        f"no computed output in the first {COMPUTED_WITHIN_CELLS} cells before any button\n"
+        + report.summary() + rerun)
+
+
+@pytest.mark.slow
+def test_browser_check_sees_what_goes_wrong(tmp_path, chromium_context):
+    """The detector itself: a notebook with an exception, a stopped ancestor, stderr and a red
+    callout is reported with each of them, and its good outputs are still found."""
+    (tmp_path / "pyproject.toml").write_text("[tool.marimo.runtime]\nauto_instantiate = true\n")
+    notebook = tmp_path / "99_broken.py"
+    notebook.write_text(BROKEN_NOTEBOOK)
+    with tool.marimo_server(tmp_path) as server:
+        report = tool.open_notebook(chromium_context, server, notebook, timeout_s=SETTLE_TIMEOUT_S)
+    assert report.ran and not report.timed_out, report.summary()
+    problems = "\n".join(report.problems())
+    for expected in ("ZeroDivisionError", "Ancestor stopped", "stderr box: Loading weights",
+                     "red callout: cannot be loaded here"):
+        assert expected in problems, f"{expected!r} not reported:\n{report.summary()}"
+    assert report.cells[1].headings == ["A notebook that goes wrong"]
+    assert any(c.computed and "42" in c.text for c in report.cells), report.summary()
