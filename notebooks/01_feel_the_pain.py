@@ -62,10 +62,10 @@ def _(mo, nb):
 
 
 @app.cell
-def _(ch01, model_picker, nb, size_picker, weights_picker):
+def _(ch01, mo, model_picker, nb, size_picker, weights_picker):
     lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
     sizes = ch01.sizes(lm.device, size_picker.value)
-    lm.describe()
+    mo.md(f"Model: **{lm.describe()}**, {lm.n_params:,} parameters, {lm.weight_bytes / 1e9:.2f} GB of weights.")
     return lm, sizes
 
 

@@ -66,7 +66,7 @@ def main() -> int:
         print(f"[gpu_checks] wrote {path} ({time.perf_counter() - t_start:.0f} s)", flush=True)
 
     def decode1() -> dict:
-        from infer_lab.engine.bench import run_engine_benchmark
+        from infer_lab.bench.engine import run_engine_benchmark
 
         rows = []
         fast = "cuda-graphs" if device == "cuda" else "static"
@@ -88,7 +88,7 @@ def main() -> int:
                 output_len=8 if small else 256,
                 decode_path=path,
                 fuse_projections=fuse,
-                compile_decode=compiled,
+                compile_layers=compiled,
             )
             r["itl_tokens_per_s"] = 1e3 / r["itl_ms"]["p50"]
             rows.append(r)
@@ -103,8 +103,8 @@ def main() -> int:
     def throughput() -> dict:
         from infer_lab.analysis.compare import dtype_name, shape_of
         from infer_lab.analysis.roofline import gpu_roof, measured_roof
-        from infer_lab.engine.bench import run_engine_benchmark
-        from infer_lab.engine.predicted import throughput_bound
+        from infer_lab.bench.engine import run_engine_benchmark
+        from infer_lab.bench.predicted import throughput_bound
 
         n, prompt, output = (16, 16, 8) if small else (256, 512, 128)
         r = run_engine_benchmark(
@@ -128,7 +128,7 @@ def main() -> int:
         return {"result": r, "target_output_tokens_per_s": 10_000, "roofline_bounds": bounds}
 
     def sweep() -> dict:
-        from infer_lab.engine.predicted import decode_step_predicted_vs_measured
+        from infer_lab.bench.predicted import decode_step_predicted_vs_measured
 
         rows = decode_step_predicted_vs_measured(
             lm,

@@ -111,9 +111,11 @@ def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
     items = [mo.md(f"### {view.title}\n\n_{view.label}_")]
     if view.warning:
         items.append(mo.callout(mo.md(f"**Caution:** {view.warning}"), kind="warn"))
-    for name, frame in view.tables.items():
-        items += [mo.md(f"**{name}**"), table(frame)]
-    items += list(view.figures.values())
+    panels = {name: table(frame) for name, frame in view.tables.items()} | view.figures
+    if len(panels) > 1:  # tabs keep a tall view inside marimo's output height
+        items.append(mo.ui.tabs(panels))
+    else:
+        items += list(panels.values())
     items += [mo.md("\n".join(f"- {n}" for n in view.notes))] if view.notes else []
     return mo.vstack(items)
 
@@ -161,14 +163,35 @@ def model_choice() -> tuple[str, str]:
     return "smollm2-135m", weights or "pretrained"
 
 
+def loadable_models(device: Any = None) -> list[str]:
+    """Catalogued models whose weights fit this device's free memory in its default dtype.
+
+    On a laptop CPU that is the embedded model and a few small ones; a 7B model in fp32 (29 GB)
+    is left out rather than offered only to fail.
+    """
+    from .analysis.memory import weight_bytes
+    from .catalog import list_models
+    from .models import free_memory_bytes, resolve_device
+
+    dev = resolve_device(device or "auto")
+    fmt = "bf16" if dev.type == "cuda" else "fp32"
+    free = free_memory_bytes(dev)
+    fits = []
+    for name in list_models():
+        try:
+            if weight_bytes(name, fmt).total < 0.9 * free:
+                fits.append(name)
+        except (ValueError, KeyError):
+            continue
+    return fits
+
+
 def model_pickers() -> tuple[Any, Any]:
-    """A model dropdown and a weights radio, starting at :func:`model_choice`."""
+    """A model dropdown (models that fit here) and a weights radio, starting at :func:`model_choice`."""
     import marimo as mo
 
-    from .catalog import list_models
-
     model_name, weights = model_choice()
-    names = sorted(set(list_models()) | {model_name})
+    names = sorted(set(loadable_models()) | {model_name})
     return (mo.ui.dropdown(options=names, value=model_name, label="model"),
             mo.ui.radio(options=["pretrained", "random"], value=weights, label="weights", inline=True))
 

@@ -43,11 +43,12 @@ def _num(value: float, digits: int) -> str:
     return f"{value:.0f}" if "e" in text else text
 
 
-def human(value: float | int | None, digits: int = 3) -> str:
+def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) -> str:
     """A number rounded for people: ``digits`` significant figures, thousands separators, no exponent.
 
     ``24.869571912452834 -> '24.9'``, ``1536.0 -> '1,536'``, ``0.012345 -> '0.0123'``,
-    ``None`` or NaN -> ``'—'``.
+    ``None`` or NaN -> ``'—'``. ``keep_zeros`` keeps trailing zeros (``14.96 -> '15.0'``), so a
+    table column shows the same precision in every row.
     """
     if value is None:
         return "—"
@@ -62,7 +63,9 @@ def human(value: float | int | None, digits: int = 3) -> str:
         return f"{round(x):,}"
     decimals = digits - 1 - math.floor(math.log10(abs(x)))
     text = f"{x:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    if keep_zeros or "." not in text:
+        return text
+    return text.rstrip("0").rstrip(".")
 
 
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:

@@ -57,7 +57,7 @@ class Column:
             return f"{human(100 * x, self.digits)}%"
         if self.fmt == "ratio":
             return f"{human(x, self.digits)}×"
-        return human(x, self.digits)
+        return human(x, self.digits, keep_zeros=True)
 
 
 def _get(row: Any, key: str) -> Any:

@@ -127,7 +127,8 @@ class SlotStore:
             raise ValueError(f"kv_dtype must be None, {' or '.join(KV_DTYPES)}; got {kv_dtype!r}")
         self.dtype, self.kv_dtype = dtype, kv_dtype
         size = (shape.layers, num_slots, shape.kv_heads, shape.head_dim)
-        code_dtype = {None: dtype, "int8": torch.int8, "fp8": torch.float8_e4m3fn}[kv_dtype]
+        # fp8 codes are kept as their raw bytes: CPU kernels cannot index_copy float8 tensors.
+        code_dtype = {None: dtype, "int8": torch.int8, "fp8": torch.uint8}[kv_dtype]
         # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
         self.k = torch.empty(size, dtype=code_dtype, device=device)
         self.v = torch.empty_like(self.k)
@@ -145,23 +146,33 @@ class SlotStore:
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the K/V ``(T, kv_heads, d)`` of ``T`` new tokens at their ``slots``."""
         if self.kv_dtype is None:
-            self.k[layer, slots] = k
-            self.v[layer, slots] = v
+            self.k[layer].index_copy_(0, slots, k)
+            self.v[layer].index_copy_(0, slots, v)
             return
         from ..quant.kv import quantize_kv
 
         for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
             q = quantize_kv(x, self.kv_dtype)
-            store[layer, slots] = q.codes
-            scale[layer, slots] = q.scale
+            store[layer].index_copy_(0, slots, q.codes.view(store.dtype))
+            scale[layer].index_copy_(0, slots, q.scale)
 
     def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V at ``slots`` (any shape ``S``) as ``(*S, kv_heads, d)`` in the model's dtype."""
+        """K and V at ``slots`` (any shape ``S``) as ``(*S, kv_heads, d)`` in the model's dtype.
+
+        One ``index_select`` over the flattened slots: on a CPU it is several times faster
+        than indexing with the 2-D slot matrix directly, for the same bytes.
+        """
+        flat = slots.reshape(-1)
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t[layer].index_select(0, flat).view(*slots.shape, *t.shape[2:])
+
         if self.kv_dtype is None:
-            return self.k[layer][slots], self.v[layer][slots]
+            return take(self.k), take(self.v)
+        codes = torch.float8_e4m3fn if self.kv_dtype == "fp8" else torch.int8
         return (
-            (self.k[layer][slots].float() * self.k_scale[layer][slots]).to(self.dtype),
-            (self.v[layer][slots].float() * self.v_scale[layer][slots]).to(self.dtype),
+            (take(self.k).view(codes).float() * take(self.k_scale)).to(self.dtype),
+            (take(self.v).view(codes).float() * take(self.v_scale)).to(self.dtype),
         )
 
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -1,0 +1,77 @@
+"""Time every run button of every chapter on this machine, as a learner presses them, and save it.
+
+Each chapter's parts run one after another at the sizes this device gets by default (quick on
+a CPU), in a fresh process per chapter, with the model loaded first (as the notebook's first
+cells do). The seconds of each part are what the notebook prints next to its button, and what
+``workshop/README.md`` and ``workshop/SELF_PACED.md`` quote.
+
+    python scripts/time_chapters.py                  # all chapters -> assets/results/chapter-times-cpu-DATE.json
+    python scripts/time_chapters.py --only 01 07     # some chapters (merged into the newest file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from infer_lab.course import chapter
+from infer_lab.models import load_model
+ch = chapter(sys.argv[1])
+lm = load_model() if ch.NEEDS_MODEL else None
+load_s = time.perf_counter() - t0
+sizes = ch.sizes(lm.device if lm is not None else "cpu", sys.argv[2] if len(sys.argv) > 2 else None)
+result = ch.measure(lm, sizes)
+print(json.dumps({"size": sizes.size, "seconds": result.seconds, "load_s": load_s,
+                  "total_s": time.perf_counter() - t0}))
+"""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--only", nargs="*", help="chapter numbers (default: all)")
+    p.add_argument("--size", choices=["quick", "full"], default=None, help="default: by device")
+    p.add_argument("--out", default=None, help="output file (default assets/results/chapter-times-cpu-DATE.json)")
+    args = p.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    from infer_lab.course import chapters
+    from infer_lab.harness import env_metadata
+
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    out = Path(args.out) if args.out else ROOT / "assets" / "results" / f"chapter-times-cpu-{stamp}.json"
+    previous = sorted((ROOT / "assets" / "results").glob("chapter-times-cpu-*.json"))
+    data = json.loads(previous[-1].read_text()) if previous and args.only else {}
+    entries = data.get("data", {}).get("chapters", {})
+    for ch in chapters(args.only and [f"ch{n.zfill(2)}" for n in args.only]):
+        cmd = [sys.executable, "-c", CHILD, ch.NUMBER] + ([args.size] if args.size else [])
+        print(f"[time] {ch.TITLE} ...", flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        entries[ch.NUMBER] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"[time] {ch.NUMBER}: " + ", ".join(f"{k} {v:.1f} s" for k, v in entries[ch.NUMBER]["seconds"].items()),
+              flush=True)
+    payload = {
+        "kind": "chapter-times",
+        "description": "Wall time of each chapter's run buttons (its parts), one process per chapter, "
+                       "model loaded first; what each notebook prints next to its button.",
+        "command": "python scripts/time_chapters.py " + " ".join(sys.argv[1:]),
+        "environment": env_metadata(),
+        "data": {"chapters": entries},
+    }
+    out.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"[time] wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
