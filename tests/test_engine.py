@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_helpers import NEW_TOKENS, assert_pool_clean
 
 from infer_lab.engine import Engine, EngineConfig, EngineModel, SamplingParams
+
+from engine_helpers import NEW_TOKENS, assert_pool_clean
 
 
 @pytest.fixture(scope="module")

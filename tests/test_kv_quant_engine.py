@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine_helpers import assert_pool_clean
 from infer_lab.bench.kv_quality import kv_quant_quality, requests_that_fit
 from infer_lab.engine import Engine, EngineConfig, SamplingParams
 from infer_lab.evaluation import eval_token_ids
+
+from engine_helpers import assert_pool_clean
 
 
 def test_quantized_kv_bytes_per_token_are_counted_from_the_tensors(embedded):

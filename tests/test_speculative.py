@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from engine_helpers import NEW_TOKENS, assert_pool_clean
 
 from infer_lab.engine import Engine, EngineConfig, SamplingParams
 from infer_lab.engine.acceptance import (
@@ -15,6 +14,8 @@ from infer_lab.engine.acceptance import (
     verify_sampling,
 )
 from infer_lab.engine.proposers import NgramProposer, ProposerError, check_same_tokenizer
+
+from engine_helpers import NEW_TOKENS, assert_pool_clean
 
 
 def run(embedded, prompts, **config):
