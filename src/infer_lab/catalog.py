@@ -69,6 +69,9 @@ def load_model_config(name_or_path: str | os.PathLike) -> dict[str, Any]:
         cfg = json.loads(path.read_text())
         cfg.setdefault("_infer_lab", {}).setdefault("name", path.parent.name or path.stem)
         return cfg
+    if path.suffix == ".json" or text.startswith((".", "/", "~")):  # meant as a file, not a name
+        raise FileNotFoundError(f"{text}: no such config file. Give the path of an HF config.json "
+                                f"(or of its folder), or a catalogued name: {', '.join(list_models())}.")
     raise _unknown("model", text, list_models(), " A path to an HF config.json also works.")
 
 

@@ -69,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(args._run(args) or 0)
+    except BrokenPipeError:
+        # `infer-lab roofline ... | head` closed the pipe early: that is not an error.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (ValueError, KeyError, FileNotFoundError, RuntimeError) as exc:
         # Bad input or an environment problem: one clear line, no traceback.
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -11,3 +11,24 @@ def add_model_arguments(p, dtype: bool = True) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
     if dtype:
         p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on GPU)")
+
+
+def context_warnings(model: str, context: int | None) -> list[str]:
+    """A warning when ``context`` is past the model's position limit (printed to stderr too).
+
+    The arithmetic still answers, but the model itself cannot attend that far: the numbers
+    extrapolate past what it supports.
+    """
+    import sys
+
+    from ..shape import model_shape
+
+    if context is None:
+        return []
+    limit = model_shape(model).max_position_embeddings
+    if context <= limit:
+        return []
+    text = (f"context {context:,} tokens is past {model}'s limit of {limit:,} positions "
+            "(max_position_embeddings): these numbers extrapolate beyond what the model can attend to")
+    print(f"warning: {text}", file=sys.stderr)
+    return [text]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import context_warnings
+
 NAME = "capacity"
 ORDER = 24
 HELP = "capacity planner: users, ITL/TTFT, tokens/s and $ per million tokens per GPU"
@@ -177,6 +179,7 @@ def run(args) -> int:
         plans = compare_gpus(args.model, n_gpus=args.gpus, pipeline=args.pipeline, **kwargs)
     best = cheapest(plans)
     paradox = price_vs_cost(plans)
+    warnings = context_warnings(args.model, kwargs.get("context"))
     if args.json:
         print(
             json.dumps(
@@ -192,6 +195,7 @@ def run(args) -> int:
                     "cheapest_parallelism": best.parallelism if best else None,
                     "price_vs_cost": paradox,
                     "recommended": rec.as_dict() if rec else None,
+                    "warnings": warnings,
                 },
                 indent=1,
             )
@@ -235,6 +239,11 @@ def run(args) -> int:
             f"\ncheapest meeting the SLOs: {best.n_gpus}x {best.gpu} as {best.parallelism} at "
             f"${best.usd_per_m_output_tokens:.3f} per M output tokens"
         )
+    elif not any(p.fits for p in plans):
+        short = min(plans, key=lambda p: p.fit.shortfall_bytes)
+        print(f"\n{p0.model} does not fit: even {short.n_gpus}x {short.gpu} is short by "
+              f"{fmt_bytes(short.fit.shortfall_bytes)} for weights + KV at this context and these users "
+              "(add GPUs, lower --context or --users, or quantize the weights)")
     else:
         print("\nno configuration meets the SLOs")
     if rec:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import context_warnings
+
 NAME = "kv"
 ORDER = 20
 HELP = "KV-cache bytes per token (per layer and total) and for a context x users"
@@ -35,9 +37,11 @@ def run(args) -> int:
     from ..units import fmt_bytes
 
     report = kv_report(args.model, context=args.context, users=args.users, kv_dtype=args.kv_dtype)
+    warnings = context_warnings(args.model, args.context)
     if args.json:
         out = report.as_dict()
         out["attention_variants"] = attention_variants(args.model, args.kv_dtype)
+        out["warnings"] = warnings
         print(json.dumps(out, indent=1))
         return 0
     r = report

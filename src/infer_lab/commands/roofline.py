@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import context_warnings
+
 NAME = "roofline"
 ORDER = 22
 HELP = "predicted TTFT, ITL, tokens/s and per-op FLOPs/bytes on a GPU's roofline"
@@ -68,6 +70,7 @@ def run(args) -> int:
     else:
         roof = gpu_roof(args.gpu, n_gpus=args.gpus, link=args.link)
     kw = dict(weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+    warnings = context_warnings(args.model, args.context)
     pred = predict(
         args.model, roof, batch=args.batch, context=args.context, prompt_tokens=args.prompt, **kw
     )
@@ -83,6 +86,7 @@ def run(args) -> int:
     if args.json:
         out = pred.as_dict()
         out.update(prefill_ops=pre_ops, decode_ops=dec_ops)
+        out["warnings"] = warnings
         print(json.dumps(out, indent=1))
         return 0
     print(
