@@ -652,7 +652,7 @@ def flop_share_figure(rows: list[FlopShare]):
     ax.set_xlabel("% of one decode step's FLOPs (the embedding is a lookup: 0)")
     ax.set_title(f"Where the FLOPs of one token are, at {rows[0].context:,} tokens of context: analytic, no hardware",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig
