@@ -3,8 +3,9 @@
 1. **Contenders on one workload** (measured): the same requests, with varied output lengths,
    all arriving at t = 0, served by each contender of :data:`CONTENDERS`. Today: the engine
    with static batching and with continuous (iteration-level) batching. A contender is a
-   function ``(lm, workload) -> ContenderRow``; adding one (a transformers baseline, another
-   engine) is one more :class:`Contender` in the list, and the table and figure show it.
+   function ``(lm, workload) -> ContenderRow``; adding one (a transformers baseline of
+   :mod:`infer_lab.bench.baselines`, another engine) is one more :class:`Contender` in the
+   list, and the table and figure show it.
 2. **The Pareto frontier** (measured): total tokens/s vs tokens/s per user as concurrency grows.
 3. **Predicted vs measured decode step** (measured): the roofline on this machine's measured
    ceilings (:mod:`infer_lab.bench.predicted`) next to the engine's own decode step.
@@ -26,7 +27,14 @@ from typing import Any
 
 import torch
 
-from ..bench.engine import run_engine_benchmark
+from ..bench import baselines
+from ..bench.engine import (
+    engine_config,
+    run_engine_benchmark,
+    timed_engine_run,
+    warm_up_engine,
+    workload,
+)
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
 from ..harness import progress
 from ..units import GB
@@ -98,7 +106,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
 
 
 @dataclass(frozen=True)
-class Workload:
+class BatchingWorkload:
     """The requests every contender serves: the same prompts and output lengths, all at t = 0."""
 
     requests: int
@@ -111,12 +119,17 @@ class Workload:
     def output_tokens(self) -> int:
         return sum(self.output_lens)
 
+    def requests_for(self, lm: Any) -> baselines.Workload:
+        """The prompt token ids (seeded, random) and output lengths, in :mod:`infer_lab.bench.baselines`' form."""
+        prompts = workload(lm, self.requests, self.prompt_len, seed=self.seed)
+        return baselines.Workload("varied outputs", prompts, list(self.output_lens))
 
-def batching_workload(sizes: Sizes) -> Workload:
+
+def batching_workload(sizes: Sizes) -> BatchingWorkload:
     """Output lengths drawn uniformly between ``max_output // 8`` and ``max_output`` (seeded)."""
     rng = random.Random(sizes.seed)
     lens = tuple(rng.randint(max(2, sizes.max_output // 8), sizes.max_output) for _ in range(sizes.requests))
-    return Workload(sizes.requests, sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
+    return BatchingWorkload(sizes.requests, sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,7 @@ class ContenderRow:
 
     @classmethod
     def from_benchmark(cls, name: str, r: dict[str, Any]) -> ContenderRow:
-        """A row from :func:`~infer_lab.bench.engine.run_engine_benchmark`'s result."""
+        """A row from an engine run's summary (:func:`~infer_lab.bench.engine.summarize_run`)."""
         pct = {f"{key}_{q}": (r[key][q] if r[key] else None) for key in ("ttft_ms", "itl_ms")
                for q in ("p50", "p90", "p99")}
         return cls(name, r["output_tokens_per_s"], r["requests_per_s"], mean_idle_slots=r["mean_idle_slots"],
@@ -150,11 +163,11 @@ class ContenderRow:
 
 @dataclass(frozen=True)
 class Contender:
-    """One way to serve a :class:`Workload`: a name, one line on what it does, and the run."""
+    """One way to serve a :class:`BatchingWorkload`: a name, one line on what it does, and the run."""
 
     name: str
     description: str
-    run: Callable[[Any, Workload], ContenderRow]
+    run: Callable[[Any, BatchingWorkload], ContenderRow]
 
 
 def engine_contender(policy: str) -> Contender:
@@ -165,11 +178,12 @@ def engine_contender(policy: str) -> Contender:
     }
     name = f"{policy} batching (engine)"
 
-    def run(lm: Any, w: Workload) -> ContenderRow:
-        r = run_engine_benchmark(lm, requests=w.requests, concurrency=w.concurrency, prompt_len=w.prompt_len,
-                                 output_len=max(w.output_lens), output_lens=list(w.output_lens), mode=policy,
-                                 seed=w.seed)
-        return ContenderRow.from_benchmark(name, r)
+    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
+        requests = w.requests_for(lm)
+        config = engine_config(w.concurrency, w.prompt_len + max(w.output_lens) + 1, mode=policy)
+        warm_up_engine(lm, config, seed=w.seed + 1)
+        summary, _ = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
+        return ContenderRow.from_benchmark(name, summary)
 
     return Contender(name, descriptions[policy], run)
 
@@ -180,7 +194,7 @@ CONTENDERS: list[Contender] = [engine_contender("static"), engine_contender("con
 
 @dataclass(frozen=True)
 class BatchingResult:
-    workload: Workload
+    workload: BatchingWorkload
     rows: list[ContenderRow]
 
     def row(self, name: str) -> ContenderRow:
@@ -349,7 +363,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 # Words
 
 
-def workload_text(w: Workload) -> str:
+def workload_text(w: BatchingWorkload) -> str:
     return (f"{w.requests} requests of {w.prompt_len} prompt tokens, {min(w.output_lens)} to {max(w.output_lens)} "
             f"output tokens each ({w.output_tokens:,} in all, EOS ignored), all arriving at t = 0, "
             f"{w.concurrency} batch slots")
