@@ -69,15 +69,18 @@ def test_a_contender_is_one_more_entry_in_the_list():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    contenders = [_fake("a", 10.0, 0.5), _fake("b", 30.0, 0.0), _fake("not in slots", 20.0, None)]
+    throughput_only = ch08.Contender("whole run", "throughput only",
+                                     lambda lm, w: ch08.ContenderRow("whole run", 5.0, 0.5))
+    contenders = [_fake("a", 10.0, 0.5), _fake("b", 30.0, 0.0), _fake("not in slots", 20.0, None), throughput_only]
     result = ch08.measure_batching(None, ch08.sizes("cpu", "quick"), contenders)
-    assert [r.name for r in result.rows] == ["a", "b", "not in slots"]
+    assert [r.name for r in result.rows] == ["a", "b", "not in slots", "whole run"]
     table = ch08.batching_table(result)
-    assert len(table) == 3 and table.iloc[2]["idle slots per step (mean)"] == ch08.NA
+    assert len(table) == 4 and table.iloc[2]["idle slots per step (mean)"] == ch08.NA
+    assert table.iloc[3]["TTFT p50 (ms)"] == "—" and "nan" not in table.to_string()
     text = ch08.batching_text(result)
-    assert "3.00× a" in text and "2.00× a" in text  # every contender against the slowest
+    assert "6.00× whole run" in text and "2.00× whole run" in text  # every contender against the slowest
     fig = ch08.batching_figure(result, "test")
-    assert len(fig.axes[0].patches) == 3 and len(fig.axes[2].patches) == 3 * 3  # p50/p90/p99 each
+    assert len(fig.axes[0].patches) == 4 and len(fig.axes[2].patches) == 3 * 4  # p50/p90/p99 each
     plt.close(fig)
     assert "**not in slots**" in ch08.contenders_text(contenders)
 

@@ -137,18 +137,19 @@ class ContenderRow:
     """How one contender served the workload. Times in ms; ``None`` where it does not apply.
 
     ``mean_idle_slots`` (batch slots minus running requests, per step) and ``steps`` only exist
-    for contenders that schedule in steps of a fixed number of slots.
+    for contenders that schedule in steps of a fixed number of slots; TTFT and ITL only for
+    contenders that report per-token times (a whole-run baseline gives throughput only).
     """
 
     name: str
     output_tokens_per_s: float
     requests_per_s: float
-    ttft_ms_p50: float | None
-    ttft_ms_p90: float | None
-    ttft_ms_p99: float | None
-    itl_ms_p50: float | None
-    itl_ms_p90: float | None
-    itl_ms_p99: float | None
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p90: float | None = None
+    itl_ms_p99: float | None = None
     mean_idle_slots: float | None = None
     steps: int | None = None
 
@@ -522,6 +523,9 @@ def batching_figure(batching: BatchingResult, source: str):
         for j, q in enumerate(("p50", "p90", "p99")):
             values = [getattr(r, f"{key}_{q}") or 0.0 for r in rows]
             ax.bar(x + (j - 1) * width, values, width, label=q, color=plt.get_cmap("Greys")(0.4 + 0.25 * j))
+        for i, r in enumerate(rows):
+            if getattr(r, f"{key}_p50") is None:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
         ax.set(ylabel=key.replace("_ms", "").upper() + " (ms)")
         ax.legend(fontsize=8)
     for ax in axes:
