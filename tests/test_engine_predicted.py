@@ -56,17 +56,6 @@ def test_bad_input_is_rejected(embedded):
         decode_step_predicted_vs_measured(embedded, batches=[0], roof=ROOF)
 
 
-def test_prefix_match_granularity_is_measured_per_cache(embedded):
-    from infer_lab.course import _legacy_engine_demos as demos
-
-    rows = demos.prefix_match_granularity(
-        embedded, block_size=4, prompt_len=16, shared=[0, 3, 5, 11]
-    )
-    reused = {(r["cache"], r["shared_tokens"]): r["reused_tokens"] for r in rows}
-    assert [reused["hash", k] for k in (0, 3, 5, 11)] == [0, 0, 4, 8]  # whole blocks only
-    assert [reused["radix", k] for k in (0, 3, 5, 11)] == [0, 3, 5, 11]  # every shared token
-
-
 def test_throughput_bound_by_hand_for_mistral_7b():
     from infer_lab.analysis.roofline import Roof
     from infer_lab.bench.predicted import throughput_bound
