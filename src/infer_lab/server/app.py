@@ -67,7 +67,6 @@ class ServerConfig:
 
     model_name: str
     max_model_len: int
-    vocab_size: int | None = None
     default_max_tokens: int = (
         256  # chat requests without max_tokens (completions default to 16, as OpenAI)
     )
@@ -75,6 +74,7 @@ class ServerConfig:
     protect_metrics: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     tokenizer_threads: int = 2
+    vocab_size: int | None = None
 
 
 class APIError(Exception):
