@@ -24,9 +24,17 @@ Then, from another terminal:
        -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
 
 or the official client:  openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none").
-It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). Ctrl-C stops
-accepting requests and lets in-flight ones finish for up to --shutdown-timeout seconds, then
-cancels them.
+It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). With --api-key,
+/v1/* and /version need 'Authorization: Bearer KEY'; /health stays open, and so does /metrics
+(as in vLLM, for Prometheus scrapers) unless you add --protect-metrics.
+
+Bodies must be JSON with 'Content-Type: application/json' (anything else gets a 415) and at
+most --max-body-bytes long (413). Token ids must be in the model's vocabulary, a seed a
+signed 64-bit integer, and stop at most 4 strings of at most 256 characters (400).
+The OpenAPI description of every route and body is at GET /openapi.json.
+
+Ctrl-C stops accepting requests and lets in-flight ones finish for up to --shutdown-timeout
+seconds, then cancels them.
 """
 
 
@@ -45,7 +53,20 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
-        "--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/ endpoints"
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1/ endpoints and /version",
+    )
+    p.add_argument(
+        "--protect-metrics",
+        action="store_true",
+        help="require the API key on /metrics too (default: open, as in vLLM)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body accepted, in bytes; larger ones get a 413 (default 2 MiB)",
     )
     p.add_argument(
         "--served-model-name", default=None, help="the model id clients send (default: --model)"
@@ -99,9 +120,15 @@ def run(args) -> int:
 
     from ..models import load_model
     from ..server import serve
+    from ..server.app import DEFAULT_MAX_BODY_BYTES
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    max_body = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if max_body < 1:
+        raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
+    if args.protect_metrics and not args.api_key:
+        raise ValueError("--protect-metrics needs --api-key")
     options = _parse_options(args.engine_option)
     if options and args.engine == "hf":
         raise ValueError("--engine-option applies to --engine ours only")
@@ -121,6 +148,8 @@ def run(args) -> int:
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         shutdown_timeout_s=args.shutdown_timeout,
+        max_body_bytes=max_body,
+        protect_metrics=args.protect_metrics,
         **options,
     )
     return 0

@@ -144,6 +144,13 @@ class ServerMetrics:
             buckets=_E2E_BUCKETS,
             registry=r,
         )
+        self.preprocess = Histogram(
+            PREFIX + "request_preprocess_seconds",
+            "First byte of the request to the engine: body, validation, tokenization. "
+            "The latency histograms start after it.",
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
         self.generation_tokens = Counter(
             PREFIX + "generation_tokens", "Tokens generated.", registry=r
         )
