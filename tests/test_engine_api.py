@@ -283,3 +283,28 @@ def test_bench_engine_rejects_bad_sizes():
     from infer_lab.cli import main
 
     assert main(["bench", "engine", "--requests", "0", "--json"]) == 2
+
+
+def test_a_sampling_fault_fails_only_its_own_request(embedded, monkeypatch):
+    engine = Engine.from_loaded(embedded, EngineConfig(max_num_seqs=4))
+    original = engine._verdict
+
+    def faulty(item, *args):
+        if item.seq.request_id == "bad":
+            raise RuntimeError("probability tensor contains inf")
+        return original(item, *args)
+
+    monkeypatch.setattr(engine, "_verdict", faulty)
+    ids = embedded.random_ids(1, 8)[0].tolist()
+    for rid in ("good-1", "bad", "good-2"):
+        engine.add_request(ids, SamplingParams(max_tokens=4, ignore_eos=True), request_id=rid)
+    while engine.has_unfinished():
+        engine.step()
+    outs = {rid: engine.output(rid) for rid in ("good-1", "bad", "good-2")}
+    assert outs["bad"].finish_reason == "error" and "sampling failed" in outs["bad"].error
+    assert [len(outs[r].token_ids) for r in ("good-1", "good-2")] == [4, 4]
+    assert engine.kv.pool.all_free()
+
+
+def test_vanishing_temperatures_sample_the_argmax():
+    assert SamplingParams(temperature=1e-300).greedy and not SamplingParams(temperature=0.5).greedy

@@ -391,7 +391,11 @@ class Engine:
             if not all(finite[r] for r in rows):  # a numerical fault: fail this request, not others
                 self._finish(seq, "error", pending, error="the model produced NaN/Inf logits")
                 continue
-            verdict = self._verdict(item, logits, rows, greedy)
+            try:
+                verdict = self._verdict(item, logits, rows, greedy)
+            except Exception as exc:  # one request's sampling fault must not fail its neighbours
+                self._finish(seq, "error", pending, error=f"sampling failed: {type(exc).__name__}: {exc}")
+                continue
             seq.num_target_passes += 1
             if item.drafts:
                 seq.num_proposed += verdict.proposed
