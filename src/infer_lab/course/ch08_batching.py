@@ -19,6 +19,7 @@ the HF eager step), labelled as saved.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import textwrap
 from collections.abc import Callable, Sequence
@@ -152,14 +153,17 @@ class ContenderRow:
     itl_ms_p99: float | None = None
     mean_idle_slots: float | None = None
     steps: int | None = None
+    outputs: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False, compare=False)
+    identical: bool | None = None  # its tokens equal the continuous engine's, request by request
 
     @classmethod
-    def from_benchmark(cls, name: str, r: dict[str, Any]) -> ContenderRow:
+    def from_benchmark(cls, name: str, r: dict[str, Any], outputs: Any = None) -> ContenderRow:
         """A row from an engine run's summary (:func:`~infer_lab.bench.engine.summarize_run`)."""
         pct = {f"{key}_{q}": (r[key][q] if r[key] else None) for key in ("ttft_ms", "itl_ms")
                for q in ("p50", "p90", "p99")}
+        tokens = tuple(tuple(o.token_ids) for o in outputs) if outputs is not None else None
         return cls(name, r["output_tokens_per_s"], r["requests_per_s"], mean_idle_slots=r["mean_idle_slots"],
-                   steps=r["steps"], **pct)
+                   steps=r["steps"], outputs=tokens, **pct)
 
 
 @dataclass(frozen=True)
@@ -183,14 +187,45 @@ def engine_contender(policy: str) -> Contender:
         requests = w.requests_for(lm)
         config = engine_config(w.concurrency, w.prompt_len + max(w.output_lens) + 1, mode=policy)
         warm_up_engine(lm, config, seed=w.seed + 1)
-        summary, _ = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
-        return ContenderRow.from_benchmark(name, summary)
+        summary, outputs = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
+        return ContenderRow.from_benchmark(name, summary, outputs)
 
     return Contender(name, descriptions[policy], run)
 
 
-# The contenders of part 1, in the order the table and the figure show them.
-CONTENDERS: list[Contender] = [engine_contender("static"), engine_contender("continuous")]
+HF_DESCRIPTIONS = {
+    "hf-sequential": "transformers `generate`, one request after another (a naive server)",
+    "hf-padded": "transformers `generate` on left-padded groups of all batch slots, each group until its "
+                 "longest request is done",
+    "hf-continuous": "transformers' own continuous-batching manager (paged KV; requests join and leave)",
+}
+
+
+def hf_contender(kind: str) -> Contender:
+    """A transformers baseline of :mod:`infer_lab.bench.baselines` on the same requests (throughput only)."""
+    name = {"hf-sequential": "HF one at a time", "hf-padded": "HF padded batch",
+            "hf-continuous": "HF continuous batching"}[kind]
+
+    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
+        requests = w.requests_for(lm)
+        small = baselines.Workload("warm-up", [p[:8] for p in requests.prompts[:2]], [2, 2])
+        baselines.run_contender(kind, lm, small, w.concurrency)
+        done = baselines.run_contender(kind, lm, requests, w.concurrency)
+        return ContenderRow(name, done.tokens_per_s, len(requests.prompts) / done.elapsed_s,
+                            outputs=tuple(tuple(o) for o in done.outputs))
+
+    return Contender(name, HF_DESCRIPTIONS[kind], run)
+
+
+# The contenders of part 1, in the order the table and the figure show them: the strongest fair
+# baselines (transformers' padded batch and its own continuous batching) next to the engine.
+CONTENDERS: list[Contender] = [
+    hf_contender("hf-sequential"),
+    hf_contender("hf-padded"),
+    hf_contender("hf-continuous"),
+    engine_contender("static"),
+    engine_contender("continuous"),
+]
 
 
 @dataclass(frozen=True)
@@ -206,7 +241,12 @@ def measure_batching(lm: Any, sizes: Sizes, contenders: Sequence[Contender] | No
     """Every contender (default :data:`CONTENDERS`) on the same :func:`batching_workload`."""
     workload = batching_workload(sizes)
     chosen = list(contenders) if contenders is not None else CONTENDERS
-    return BatchingResult(workload, [c.run(lm, workload) for c in progress(chosen, desc="contenders")])
+    rows = [c.run(lm, workload) for c in progress(chosen, desc="contenders")]
+    reference = next((r.outputs for r in rows if r.name == "continuous batching (engine)"), None)
+    if reference is not None:
+        rows = [dataclasses.replace(r, identical=None if r.outputs is None else r.outputs == reference)
+                for r in rows]
+    return BatchingResult(workload, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,6 +426,16 @@ def batching_text(result: BatchingResult) -> str:
                      f"({base.output_tokens_per_s:.1f} tokens/s)"
                      + (f", with TTFT p90 {r.ttft_ms_p90:.0f} ms against {base.ttft_ms_p90:.0f} ms"
                         if r.ttft_ms_p90 is not None and base.ttft_ms_p90 is not None else "") + ".")
+    hf = [r for r in result.rows if r.name.startswith("HF")]
+    engine = next((r for r in result.rows if r.name == "continuous batching (engine)"), None)
+    if hf and engine is not None:
+        best = max(hf, key=lambda r: r.output_tokens_per_s)
+        lines.append(f"Against the strongest transformers baseline here, **{best.name}** "
+                     f"({best.output_tokens_per_s:.1f} tokens/s), the engine's continuous batching is "
+                     f"**{engine.output_tokens_per_s / best.output_tokens_per_s:.2f}×**; against HF one request "
+                     f"at a time it would look "
+                     f"{engine.output_tokens_per_s / min(hf, key=lambda r: r.output_tokens_per_s).output_tokens_per_s:.1f}×, "
+                     "which is the unfair comparison.")
     idle = [r for r in result.rows if r.mean_idle_slots is not None]
     if idle:
         lines.append("Idle batch slots per step (mean): " + ", ".join(f"{r.name} {r.mean_idle_slots:.2f}" for r in idle)
@@ -444,6 +494,7 @@ BATCHING_COLUMNS = [
     Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p90", "ITL p90 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
     Column("mean_idle_slots", "idle slots per step (mean)", missing=NA),
     Column("steps", "engine steps", "int", missing=NA),
+    Column("identical", "same tokens as the engine", "bool"),
 ]
 SWEEP_COLUMNS = [
     Column("concurrency", "concurrency", "int"), Column("requests", "requests", "int"),
