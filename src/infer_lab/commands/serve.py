@@ -16,6 +16,8 @@ tokens generated). Streaming is SSE ending with `data: [DONE]`; add
 
   infer-lab serve                                     embedded SmolLM2-135M, our engine, port 8000
   infer-lab serve --engine hf                         the naive baseline: one request at a time
+  infer-lab serve --speculative ngram                 prompt-lookup speculation (see /metrics)
+  infer-lab serve --kv-dtype int8                     int8 KV blocks: about 3.8x the tokens per GB
   infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
 
 Then, from another terminal:
@@ -84,6 +86,13 @@ def add_arguments(p) -> None:
         help="seconds in-flight requests get to finish on Ctrl-C before they are cancelled",
     )
     g = p.add_argument_group("engine flags (--engine ours)")
+    g.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
+                   help="KV cache storage: the model's dtype, or int8 / fp8 with per-token per-head scales")
+    g.add_argument("--speculative", default=None, metavar="ngram|self:L",
+                   help="speculative decoding: n-gram prompt lookup, or the model's own first L layers as "
+                        "the draft; /metrics then counts proposed and accepted tokens")
+    g.add_argument("--num-speculative-tokens", type=int, default=4, metavar="K",
+                   help="tokens guessed per step with --speculative (default 4)")
     g.add_argument(
         "--engine-option",
         action="append",
@@ -130,8 +139,12 @@ def run(args) -> int:
     if args.protect_metrics and not args.api_key:
         raise ValueError("--protect-metrics needs --api-key")
     options = _parse_options(args.engine_option)
+    if args.kv_dtype != "auto":
+        options["kv_dtype"] = args.kv_dtype
+    if args.speculative:
+        options.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
     if options and args.engine == "hf":
-        raise ValueError("--engine-option applies to --engine ours only")
+        raise ValueError("--engine-option, --kv-dtype and --speculative apply to --engine ours only")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-
 GREEDY_BELOW = 1e-5  # temperatures below this sample the argmax
 
 

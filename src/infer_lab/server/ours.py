@@ -111,6 +111,8 @@ class OursBackend:
                 float(pool.num_used),
                 float(pool.num_blocks),
             )
+        if self.engine.proposer is not None:
+            out.update({f"spec_{k}": float(v) for k, v in self.engine.spec_totals.items()})
         if self.engine.prefix_cache is not None:
             st = self.engine.prefix_cache.stats
             out["prefix_cache_queries"], out["prefix_cache_hits"] = (
