@@ -1,4 +1,4 @@
-"""Timing attention on this machine: SDPA backends across lengths, decode attention vs KV heads.
+"""Benchmarks of attention on this machine: SDPA backends across lengths, decode attention vs KV heads.
 
 Both run on any device (sizes are the caller's choice); the interesting numbers come from a GPU,
 where the fused backends avoid writing the N x N scores and decode attention is memory-bound.
@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..attention.flash import score_matrix_bytes
+from ..harness import summarize, time_call
 from ..units import require_positive
 
 
@@ -44,9 +46,6 @@ def sdpa_backend_times(
     not skipped silently. ``score_matrix_bytes`` is what the math backend must hold for the scores.
     """
     from torch.nn.attention import sdpa_kernel
-
-    from ..harness import summarize, time_call
-    from .flash import score_matrix_bytes
 
     require_positive("repeats", repeats)
     dev = torch.device(device)
@@ -96,8 +95,6 @@ def decode_attention_vs_kv_heads(
     Returns the measured median time next to the memory-bound prediction ``kv_bytes / bandwidth``
     when ``bandwidth_Bps`` is given (e.g. the measured copy bandwidth of this device).
     """
-    from ..harness import summarize, time_call
-
     require_positive("context", context)
     dev = torch.device(device)
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
