@@ -144,7 +144,7 @@ def quantize(
 def layer_error_stats(
     model: nn.Module, method: str, skip: tuple[str, ...] = DEFAULT_SKIP
 ) -> list[dict[str, Any]]:
-    """Per-layer reconstruction error of ``method`` without building a quantized model (no copy)."""
+    """Per-layer stored bytes and reconstruction error of ``method``, without building a quantized model."""
     spec = parse_method(method)
     rows = []
     for name, module in model.named_modules():
@@ -155,6 +155,7 @@ def layer_error_stats(
                     "layer": name,
                     "out_features": module.out_features,
                     "in_features": module.in_features,
+                    "bytes_after": qlayer.weight_bytes(),
                     **error_stats(module.weight.data, qlayer.dequantized_weight()),
                 }
             )
