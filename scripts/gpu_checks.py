@@ -18,6 +18,7 @@ Sections:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -156,7 +157,8 @@ def main() -> int:
             bandwidth_Bps=ceilings.bandwidth_Bps,
             batch=1 if small else 8,
         )
-        return {"sdpa_backends": backends, "decode_vs_kv_heads": kv}
+        return {"sdpa_backends": [dataclasses.asdict(r) for r in backends],
+                "decode_vs_kv_heads": [dataclasses.asdict(r) for r in kv]}
 
     def quant() -> dict:
         import importlib.util

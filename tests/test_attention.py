@@ -251,12 +251,12 @@ def test_attention_benchmarks_run_and_report_unavailable_backends():
     from infer_lab.bench.attention import decode_attention_vs_kv_heads, sdpa_backend_times
 
     rows = sdpa_backend_times([64], heads=2, head_dim=16, repeats=1)
-    math_row = next(r for r in rows if r["backend"] == "math")
-    assert math_row["available"] and math_row["time_s_p50"] > 0
-    assert math_row["score_matrix_bytes"] == 2 * 64 * 64 * 4
-    assert all(r["available"] or r["reason"] for r in rows)
+    math_row = next(r for r in rows if r.backend == "math")
+    assert math_row.available and math_row.time_s_p50 > 0
+    assert math_row.score_matrix_bytes == 2 * 64 * 64 * 4
+    assert all(r.available or r.reason for r in rows)
     decode = decode_attention_vs_kv_heads(
         256, n_heads=4, kv_heads=(1, 4), head_dim=16, bandwidth_Bps=1e10, repeats=1
     )
-    assert [r["kv_bytes"] for r in decode] == [2 * 256 * 16 * 4, 2 * 4 * 256 * 16 * 4]
-    assert all(r["predicted_s"] > 0 for r in decode)
+    assert [r.kv_bytes for r in decode] == [2 * 256 * 16 * 4, 2 * 4 * 256 * 16 * 4]
+    assert all(r.predicted_s > 0 and r.measured_over_predicted > 0 for r in decode)

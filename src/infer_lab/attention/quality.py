@@ -28,6 +28,11 @@ class VariantQuality:
     note: str = ""
 
     @property
+    def perplexity_ratio(self) -> float:
+        """Perplexity / perplexity as trained (1.0 = unchanged)."""
+        return 1 + self.perplexity_change
+
+    @property
     def family(self) -> str:
         """'MQA', 'sliding', or the model's own attention ('GQA-3', 'own')."""
         return self.variant.split(" ")[0]

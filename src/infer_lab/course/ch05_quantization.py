@@ -431,7 +431,6 @@ def tables(result: Result) -> dict[str, Any]:
 def formats_figure(formats: FormatsResult, source: str):
     """Relative reconstruction error of every checked layer, one marker series per format."""
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
