@@ -112,7 +112,7 @@ def _(ch06, list_gpus, mo):
 def _(ch06, context, gpu, mo, nb):
     memory = ch06.memory_rows(gpu.value, context.value)
     mo.vstack([
-        ch06.kv_figure(memory, f"KV bytes per token, all layers (analytic); max users on {gpu.value}"),
+        ch06.kv_figure(memory, "KV bytes per token per variant, all layers (analytic)"),
         mo.md(ch06.memory_text(memory)),
         nb.table(ch06.memory_table(memory)),
     ])

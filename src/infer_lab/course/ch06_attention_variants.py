@@ -499,6 +499,9 @@ def kv_figure(rows: list[VariantMemory], title: str):
     ax.set_xscale("log")
     ax.invert_yaxis()
     ax.set_xlabel("KV bytes per token, all layers, bf16 (log)")
+    if any(r.variant == "MLA" for r in rows):
+        k = next(iter(mla_ratio_explained().values()))
+        ax.set_xlabel(ax.get_xlabel() + f"\nMLA models' MHA and MQA rows give K the value head dim ({k.v_head_dim})")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
@@ -543,8 +546,10 @@ def quality_figure(quality: QualityResult, source: str):
 
     rows = quality.rows
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
-    ax.barh([r.variant for r in rows], [1 + r.perplexity_change for r in rows], color="#8172b3")
+    ratios = [r.perplexity_ratio for r in rows]
+    ax.barh([r.variant for r in rows], [x - 1 for x in ratios], left=1, color="#8172b3")  # bars start at 1×
     ax.set_xscale("log")
+    ax.set_xlim(min(0.9, 0.9 * min(ratios)), 1.5 * max(ratios))
     ax.axvline(1, color="k", lw=0.8)
     ax.invert_yaxis()
     ax.set_xlabel("perplexity / perplexity as trained (log; 1 = no change)")
@@ -587,7 +592,7 @@ def timing_figure(timing: TimingResult):
 
 def figures(result: Result) -> dict[str, Any]:
     out = {
-        "kv": kv_figure(memory_rows(), f"KV bytes per token per variant, all layers (analytic), max users on {DEFAULT_GPU}"),
+        "kv": kv_figure(memory_rows(), "KV bytes per token per variant, all layers (analytic)"),
         "hbm": hbm_figure(flash_rows(), f"Attention HBM traffic, {FLASH_SHAPE[0]} heads × {FLASH_SHAPE[1]}, bf16 (analytic)"),
         "scorecard": scorecard_figure(scorecard_rows(quality=result.quality),
                                       f"Attention variants on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens: "
