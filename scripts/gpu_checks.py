@@ -22,6 +22,7 @@ Sections:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -203,7 +204,7 @@ def main() -> int:
         return {"rows": rows}
 
     def attention() -> dict:
-        from infer_lab.attention.bench import decode_attention_vs_kv_heads, sdpa_backend_times
+        from infer_lab.bench.attention import decode_attention_vs_kv_heads, sdpa_backend_times
 
         lens = [256, 1024] if small else [1024, 4096, 16384, 32768]
         backends = sdpa_backend_times(lens, device=device, heads=8 if small else 32, repeats=3)
@@ -213,12 +214,13 @@ def main() -> int:
             bandwidth_Bps=ceilings.bandwidth_Bps,
             batch=1 if small else 8,
         )
-        return {"sdpa_backends": backends, "decode_vs_kv_heads": kv}
+        return {"sdpa_backends": [dataclasses.asdict(r) for r in backends],
+                "decode_vs_kv_heads": [dataclasses.asdict(r) for r in kv]}
 
     def quant() -> dict:
         import importlib.util
 
-        from infer_lab.quant.workflow import compare_methods
+        from infer_lab.quant.comparison import compare_methods
 
         methods = ["int8", "int4-g128", "fp8"]
         if device == "cuda" and importlib.util.find_spec("bitsandbytes"):
