@@ -25,15 +25,11 @@ app = marimo.App(width="medium")
 @app.cell(hide_code=True)
 def _():
     import marimo as mo
-    import pandas as pd
 
     from infer_lab import nb
-    from infer_lab.engine import demos, plots
-    from infer_lab.engine.model import ModelShape
-    from infer_lab.models import hf_config, load_model
+    from infer_lab.course import ch07_kv_cache_paged as ch07
     from infer_lab.units import GiB
-
-    return GiB, ModelShape, demos, hf_config, load_model, mo, nb, pd, plots
+    return GiB, ch07, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -45,75 +41,59 @@ def _(mo):
     (`infer_lab.engine`, plain PyTorch):
 
     1. **The KV cache.** Without it, every new token recomputes keys and values of the whole
-       context: step *n* costs *n* tokens of work, so generating *N* tokens is O(N²). With it, each
-       step computes one token and reads the cached K/V.
+       context: step *n* costs *n* tokens of work, so generating *N* tokens is O(N²). With it,
+       each step computes one token and reads the cached K/V.
     2. **Paging.** The cache must live somewhere. Reserving a contiguous region of the maximum
        length for every request wastes most of it; handing out small fixed-size **blocks** on
-       demand (a block table per request, like virtual memory pages) wastes at most part of the
-       last block.
+       demand (a block table per request, like virtual memory pages) wastes at most part of
+       the last block.
+
+    The first part runs the model behind a button, sized for your device (quick on a CPU).
+    The memory parts are arithmetic on slot counts: they run at once and follow the controls.
     """)
     return
 
 
 @app.cell(hide_code=True)
-def _(load_model, mo, nb):
-    model_name, weights = nb.model_choice()
-    lm = load_model(model_name, weights=weights)
-    source = lm.describe()
-    mo.md(
-        f"Model for the measurements: **{source}**."
-        + (" Random weights: timings are real, text is meaningless." if lm.is_random else "")
-    )
-    return lm, source
-
-
-@app.cell(hide_code=True)
 def _(mo, nb):
-    new_tokens = mo.ui.slider(
-        8, 256, step=8, value=16 if nb.quick() else 96, label="tokens to generate", show_value=True
-    )
-    cache_button = mo.ui.run_button(label="Measure no cache vs KV cache")
-    mo.vstack(
-        [
-            mo.md("## 1 · No cache vs KV cache"),
-            mo.hstack([new_tokens, cache_button], justify="start"),
-        ]
-    )
-    return cache_button, new_tokens
+    model_picker, weights_picker = nb.model_pickers()
+    size_picker = nb.size_picker()
+    mo.hstack([model_picker, weights_picker, size_picker], justify="start")
+    return model_picker, size_picker, weights_picker
+
+
+@app.cell
+def _(ch07, model_picker, nb, size_picker, weights_picker):
+    lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
+    sizes = ch07.sizes(lm.device, size_picker.value)
+    lm.describe()
+    return lm, sizes
 
 
 @app.cell(hide_code=True)
-def _(cache_button, demos, lm, mo, nb, new_tokens):
-    mo.stop(not nb.should_run(cache_button), mo.md("_Press the button to measure._"))
-    cache_rows = demos.no_cache_vs_kv_cache(lm, prompt_len=16, new_tokens=new_tokens.value)
-    return (cache_rows,)
+def _(ch07, mo, nb):
+    cache_button = mo.ui.run_button(label=ch07.PARTS["cache"])
+    mo.md(f"""
+    ## 1 · No cache vs KV cache
+
+    The same prompt and the same generated tokens, twice: with `kv_mode="nocache"` every step
+    feeds the whole sequence again; with `kv_mode="paged"` every step feeds one token and reads
+    the rest from the cache. The work is counted as `2 × parameters × tokens computed` per step.
+
+    {cache_button} {nb.button_time(ch07, "cache")}
+    """)
+    return (cache_button,)
 
 
-@app.cell(hide_code=True)
-def _(cache_rows, mo, pd, plots, source):
-    _df = pd.DataFrame(cache_rows)
-    _total = _df.groupby("mode")[["step_ms", "flops"]].sum()
-    _total["flops"] = _total["flops"] / 1e12
-    _total = _total.rename(columns={"step_ms": "total ms", "flops": "total TFLOP"})
-    mo.vstack(
-        [
-            mo.hstack(
-                [
-                    plots.step_time_vs_position(cache_rows, source),
-                    plots.flops_vs_position(cache_rows, source),
-                ]
-            ),
-            mo.md(
-                "Both runs start with the same 16-token prompt (step 0 is its prefill). The FLOP "
-                "count is `2 × parameters × tokens computed in the step`: the no-cache line grows "
-                "quadratically, the cached one linearly. Whether the *time* per token grows as "
-                "fast depends on the device: a small model on a CPU is dominated by reading the "
-                "weights, so recomputing a few dozen tokens costs little at first; the gap widens "
-                "with the context."
-            ),
-            mo.ui.table(_total.round(3).reset_index(), selection=None),
-        ]
-    )
+@app.cell
+def _(cache_button, ch07, lm, mo, nb, sizes):
+    mo.stop(not nb.pressed(cache_button), nb.placeholder(cache_button))
+    cache = ch07.measure_cache(lm, sizes)
+    mo.vstack([
+        ch07.cache_figure(cache, lm.describe()),
+        mo.md(ch07.cache_text(cache)),
+        nb.table(ch07.cache_table(cache)),
+    ])
     return
 
 
@@ -124,9 +104,9 @@ def _(mo):
 
     A workload of mixed lengths (prompt and output lengths drawn log-uniformly, reproducible
     seed) arrives one request per engine step and shares a fixed KV budget. Every step, each
-    running request writes one token's K/V; a request leaves when its output is done. Each client
-    declares a `max_tokens` limit, and most generate fewer tokens than they declared. Three ways
-    to hand out the memory (`infer_lab.engine.fragmentation`):
+    running request writes one token's K/V; a request leaves when its output is done. Each
+    client declares a `max_tokens` limit, and most generate fewer tokens than they declared.
+    Three ways to hand out the memory (`infer_lab.analysis.fragmentation`):
 
     - **contiguous-max**: every request reserves `max_model_len` slots up front, as early
       servers did.
@@ -139,187 +119,114 @@ def _(mo):
 
     - **used**: holds a token's K/V;
     - **reserved for future tokens** (over-reservation): the request holding it will fill it later;
-    - **internal fragmentation**: reserved but never filled: past `prompt + actual output`, or the
-      empty tail of a paged request's last block;
+    - **internal fragmentation**: reserved but never filled: past `prompt + actual output`, or
+      the empty tail of a paged request's last block;
     - **external fragmentation**: free slots the next waiting request cannot use: in total they
       would hold it, but no contiguous hole is big enough (counted only at such steps);
     - **free**: spare budget.
 
-    The fractions are time-averaged shares of the memory *in play* (allocated or blocked):
-    the sum over steps of each class divided by the sum over steps of all four. Free budget is not
+    The fractions are time-averaged shares of the memory *in play* (allocated or blocked): the
+    sum over steps of each class divided by the sum over steps of all four. Free budget is not
     in the denominator; **wasted** = 1 − used, as in the vLLM paper. No model runs here: the
-    simulation counts slots, and bytes = slots × the model's K/V bytes per token (all layers,
-    K and V, bf16).
+    simulation counts slots, and bytes = slots × the model's K/V bytes per token.
     """)
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(GiB, ch07, mo):
+    _default = ch07.WasteSettings()
     shape_name = mo.ui.dropdown(
         ["mistral-7b", "llama-3-8b", "llama-3-70b", "qwen2.5-7b", "smollm2-135m"],
-        value="mistral-7b",
-        label="model shape",
+        value=_default.shape_name, label="model shape",
     )
-    block_size = mo.ui.dropdown(
-        {"1": 1, "8": 8, "16": 16, "32": 32, "64": 64, "128": 128},
-        value="16",
-        label="block size (tokens)",
-    )
-    max_model_len = mo.ui.dropdown(
-        {"1024": 1024, "2048": 2048, "4096": 4096, "8192": 8192},
-        value="2048",
-        label="max_model_len (tokens)",
-    )
-    max_tokens = mo.ui.dropdown(
-        {"oracle (= actual output)": 0, "128": 128, "256": 256, "512": 512, "1024": 1024},
-        value="512",
-        label="declared max_tokens",
-    )
-    n_requests = mo.ui.slider(8, 256, step=8, value=64, label="requests", show_value=True)
-    budget_gib = mo.ui.slider(1, 64, value=2, label="KV budget (GiB)", show_value=True)
-    mo.vstack(
-        [
-            mo.hstack([shape_name, block_size, max_model_len, max_tokens], justify="start"),
-            mo.hstack([n_requests, budget_gib], justify="start"),
-        ]
-    )
+    block_size = mo.ui.dropdown({str(b): b for b in (1, 8, 16, 32, 64, 128)}, value=str(_default.block_size),
+                                label="block size (tokens)")
+    max_model_len = mo.ui.dropdown({str(n): n for n in (1024, 2048, 4096, 8192)},
+                                   value=str(_default.max_model_len), label="max_model_len (tokens)")
+    max_tokens = mo.ui.dropdown({"oracle (= actual output)": 0, **{str(n): n for n in (128, 256, 512, 1024)}},
+                                value=str(_default.max_tokens), label="declared max_tokens")
+    n_requests = mo.ui.slider(8, 256, step=8, value=_default.requests, label="requests", show_value=True)
+    budget_gib = mo.ui.slider(1, 64, value=_default.budget_bytes // GiB, label="KV budget (GiB)", show_value=True)
+    mo.vstack([
+        mo.hstack([shape_name, block_size, max_model_len, max_tokens], justify="start"),
+        mo.hstack([n_requests, budget_gib], justify="start"),
+    ])
     return block_size, budget_gib, max_model_len, max_tokens, n_requests, shape_name
 
 
-@app.cell(hide_code=True)
-def _(
-    GiB,
-    ModelShape,
-    block_size,
-    budget_gib,
-    demos,
-    hf_config,
-    max_model_len,
-    max_tokens,
-    mo,
-    n_requests,
-    shape_name,
-):
-    kv_shape = ModelShape.from_hf_config(hf_config(shape_name.value))
-    prompt_lens, output_lens = demos.mixed_lengths(
-        n_requests.value,
-        seed=0,
-        max_prompt=max_model_len.value // 4,
-        max_output=max_model_len.value // 4,
+@app.cell
+def _(GiB, block_size, budget_gib, ch07, max_model_len, max_tokens, n_requests, shape_name):
+    settings = ch07.WasteSettings(
+        shape_name=shape_name.value,
+        requests=n_requests.value,
+        max_model_len=max_model_len.value,
+        max_tokens=max_tokens.value or None,  # 0 stands for the oracle
+        budget_bytes=budget_gib.value * GiB,
+        block_size=block_size.value,
     )
-    try:
-        waste_rows = demos.kv_waste_breakdown(
-            kv_shape,
-            prompt_lens,
-            output_lens,
-            max_model_len.value,
-            budget_gib.value * GiB,
-            max_tokens=max_tokens.value or None,  # 0 stands for the oracle
-            block_size=block_size.value,
-        )
-        _error = None
-    except ValueError as _err:  # a budget smaller than one request's reservation
-        waste_rows, _error = None, _err
-    mo.stop(
-        waste_rows is None,
-        mo.md(f"**The KV budget is too small for this workload:** {_error}. Raise the budget."),
-    )
-    return (waste_rows,)
+    settings.describe()
+    return (settings,)
 
 
-@app.cell(hide_code=True)
-def _(
-    block_size,
-    budget_gib,
-    max_model_len,
-    max_tokens,
-    mo,
-    n_requests,
-    pd,
-    plots,
-    shape_name,
-    waste_rows,
-):
-    _by = {r["layout"]: r for r in waste_rows}
-    _cols = ("contiguous-max", "contiguous-exact", "paged")
-
-    def _line(label, fmt):
-        return f"| {label} | " + " | ".join(fmt(_by[c]) for c in _cols) + " |"
-
-    _declared = max_tokens.value or "oracle"
-    _label = (
-        f"{shape_name.value} shape, bf16 K/V, {n_requests.value} mixed-length requests (one per "
-        f"step), max_model_len {max_model_len.value}, max_tokens {_declared}, "
-        f"{budget_gib.value} GiB budget (simulated slot counts; no hardware involved)"
-    )
-    _max, _paged = _by["contiguous-max"], _by["paged"]
-    _table = "\n".join(
-        [
-            f"| | contiguous-max | contiguous-exact | paged (block {block_size.value}) |",
-            "|---|---|---|---|",
-            _line("used (holds a token's K/V)", lambda r: f"{r['used_fraction']:.1%}"),
-            _line("reserved for future tokens", lambda r: f"{r['reserved_future_fraction']:.1%}"),
-            _line("internal fragmentation", lambda r: f"{r['internal_frag_fraction']:.1%}"),
-            _line("external fragmentation", lambda r: f"{r['external_frag_fraction']:.1%}"),
-            _line(
-                "**wasted** (1 − used, time-averaged)", lambda r: f"**{r['wasted_fraction']:.1%}**"
-            ),
-            _line(
-                "wasted at the end of each request's life",
-                lambda r: f"{r['eol_wasted_fraction']:.1%}",
-            ),
-            _line(
-                "requests running at once: mean / peak",
-                lambda r: f"{r['mean_running']:.1f} / {r['peak_running']}",
-            ),
-            _line("steps to finish the workload", lambda r: f"{r['steps']}"),
-            _line("preemptions", lambda r: f"{r['preemptions']}"),
-            "| reported by Kwon et al. (2023), vLLM paper | earlier systems: 60-80% wasted "
-            "| earlier systems: 60-80% wasted | vLLM: under 4% wasted |",
-        ]
-    )
-    mo.vstack(
-        [
-            plots.kv_waste_bars(waste_rows, _label),
-            mo.md(_table),
-            mo.md(f"""
-    Paging finished the workload in **{_paged["steps"]}** steps against {_max["steps"]} for
-    max-length reservation, because {_paged["mean_running"]:.1f} requests ran at once on average
-    instead of {_max["mean_running"]:.1f}: the decode batch can only be as large as the KV cache
-    allows, and that is what buys throughput.
-
-    Try **max_tokens = oracle** (every client declares exactly what it will generate, the paper's
-    "Orca (Oracle)"): contiguous-exact loses its internal fragmentation, but its external
-    fragmentation and its reservation for future tokens remain. Try block size 1 (no waste, but a
-    block-table entry per token and tiny gathers) and 128 (the last-block tail grows); vLLM's
-    default is 16. A smaller budget makes the queue longer and the holes matter more.
-    """),
-            mo.ui.table(pd.DataFrame(waste_rows).round(4), selection=None),
-        ]
-    )
+@app.cell
+def _(ch07, mo, nb, settings):
+    problem = ch07.waste_problem(settings)
+    mo.stop(problem is not None,
+            mo.callout(mo.md(f"**The KV budget is too small for this workload:** {problem}. Raise the budget."),
+                       kind="warn"))
+    waste = ch07.measure_waste(settings)
+    mo.vstack([
+        ch07.waste_figure(waste),
+        mo.md(ch07.waste_text(waste)),
+        nb.table(ch07.waste_table(waste)),
+    ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, nb):
-    _saved = [
-        r
-        for r in nb.saved_results("engine-*.json")
-        if (r.get("environment") or {}).get("device_kind") == "cuda"
-    ]
-    if nb.has_gpu():
-        _out = mo.md("This machine has a GPU: the measurements above were made on it.")
-    elif _saved:
-        _out = mo.vstack([mo.md(f"- {nb.saved_label(r)}") for r in _saved])
-    else:
-        _out = mo.md(
-            "**No saved GPU results exist yet** for the engine (`assets/results/engine-*.json` "
-            "with a CUDA device): the time-per-token curve above is from this machine only. Run "
-            "this notebook on a GPU to see the no-cache curve bend upward (a big model's step is "
-            "compute-heavy enough that recomputing the context costs real time)."
-        )
-    mo.vstack([mo.md("## On a GPU"), _out])
+def _(mo):
+    mo.md(r"""
+    Try **max_tokens = oracle** (every client declares exactly what it will generate, the
+    paper's "Orca (Oracle)"): contiguous-exact loses its internal fragmentation, but its
+    external fragmentation and its reservation for future tokens remain. Try block size 1 (no
+    waste, but a block-table entry per token and tiny gathers) and 128 (the last-block tail
+    grows); vLLM's default is 16. A smaller budget makes the queue longer and the holes matter
+    more.
+
+    ## 3 · The engine's own allocators: how many requests fit
+
+    The same workload, each request at the end of its life, held by the engine's
+    `ContiguousKVCache` (a `max_model_len` region each) and `PagedKVCache` (blocks from the
+    `BlockPool`): the bytes come from their `memory_report()`. Then: how many of these requests
+    fit at once in the budget above.
+    """)
+    return
+
+
+@app.cell
+def _(ch07, mo, nb, settings):
+    fit = ch07.measure_fit(settings)
+    mo.vstack([
+        ch07.fit_figure(fit),
+        mo.md(ch07.fit_text(fit)),
+        nb.table(ch07.eol_table(fit)),
+        nb.table(ch07.fit_table(fit)),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch07, mo, nb):
+    mo.md("## On a GPU\n\n" + (
+        "This machine has a GPU: the measurements above were made on it." if nb.has_gpu() else ch07.gpu_note()
+    ))
+    return
+
+
+@app.cell
+def _(ch07, nb):
+    nb.saved_view(ch07.saved())
     return
 
 

@@ -24,14 +24,13 @@ app = marimo.App(width="medium")
 
 @app.cell(hide_code=True)
 def _():
+    from dataclasses import replace
+
     import marimo as mo
-    import pandas as pd
 
     from infer_lab import nb
-    from infer_lab.engine import demos, plots
-    from infer_lab.models import load_model
-
-    return demos, load_model, mo, nb, pd, plots
+    from infer_lab.course import ch10_chunked_prefill as ch10
+    return ch10, mo, nb, replace
 
 
 @app.cell(hide_code=True)
@@ -53,111 +52,74 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(load_model, mo, nb):
-    model_name, weights = nb.model_choice()
-    lm = load_model(model_name, weights=weights)
-    source = lm.describe()
-    mo.md(
-        f"Model for the measurements: **{source}**."
-        + (" Random weights: timings are real, text is meaningless." if lm.is_random else "")
-    )
-    return lm, source
+def _(mo, nb):
+    model_picker, weights_picker = nb.model_pickers()
+    size_picker = nb.size_picker()
+    mo.hstack([model_picker, weights_picker, size_picker], justify="start")
+    return model_picker, size_picker, weights_picker
+
+
+@app.cell
+def _(ch10, model_picker, nb, size_picker, weights_picker):
+    lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
+    sizes = ch10.sizes(lm.device, size_picker.value)
+    lm.describe()
+    return lm, sizes
 
 
 @app.cell(hide_code=True)
-def _(mo, nb):
-    _q = nb.quick()
-    long_prompt = mo.ui.slider(
-        64, 4096, step=64, value=256 if _q else 1024, label="long prompt (tokens)", show_value=True
-    )
-    chunk_tokens = mo.ui.dropdown(
-        {"16": 16, "32": 32, "64": 64, "128": 128, "256": 256, "512": 512},
-        value="32" if _q else "64",
-        label="token budget per step (chunk)",
-    )
-    decoders = mo.ui.slider(1, 16, value=3, label="requests decoding", show_value=True)
-    chunk_button = mo.ui.run_button(label="Run with and without chunking")
-    mo.vstack(
-        [
-            mo.md(
-                "The decoding requests start at step 0 with 16-token prompts; the long prompt "
-                "arrives at step 4."
-            ),
-            mo.hstack([long_prompt, chunk_tokens, decoders, chunk_button], justify="start"),
-        ]
-    )
+def _(ch10, mo, nb, sizes):
+    long_prompt = mo.ui.slider(64, 4096, step=64, value=sizes.long_prompt, label="long prompt (tokens)",
+                               show_value=True)
+    chunk_tokens = mo.ui.dropdown(["16", "32", "64", "128", "256", "512", "1024"], value=str(sizes.chunk_tokens),
+                                  label="token budget per step")
+    decoders = mo.ui.slider(1, 8, value=sizes.decoders, label="requests decoding", show_value=True)
+    chunk_button = mo.ui.run_button(label=ch10.PARTS["chunking"])
+    mo.vstack([
+        mo.md(f"""
+    ## A long prompt arrives while others decode
+
+    The decoding requests start at step 0 with {sizes.decoder_prompt}-token prompts and generate
+    {sizes.decode_tokens} tokens each; the long prompt arrives at step {sizes.arrive_at_step}. The
+    same scenario runs twice, each time on a fresh engine: once with the whole prompt in one step,
+    once with chunked prefill under the token budget.
+    """),
+        mo.hstack([long_prompt, chunk_tokens, decoders], justify="start"),
+        mo.hstack([chunk_button, mo.md(nb.button_time(ch10, "chunking"))], justify="start"),
+    ])
     return chunk_button, chunk_tokens, decoders, long_prompt
 
 
-@app.cell(hide_code=True)
-def _(chunk_button, chunk_tokens, decoders, demos, lm, long_prompt, mo, nb):
-    mo.stop(not nb.should_run(chunk_button), mo.md("_Press the button to measure._"))
-    chunk_rows = demos.chunked_prefill_effect(
-        lm,
-        long_prompt=long_prompt.value,
-        decoders=decoders.value,
-        decode_tokens=16 if nb.quick() else 48,
-        chunk_tokens=chunk_tokens.value,
-        arrive_at_step=4,
-    )
-    return (chunk_rows,)
-
-
-@app.cell(hide_code=True)
-def _(chunk_rows, mo, pd, plots, source):
-    _df = pd.DataFrame(chunk_rows)
-    _summary = _df[_df.kind == "summary"][
-        [
-            "chunking",
-            "chunk_tokens",
-            "long_prompt",
-            "decoder_itl_ms_p50",
-            "decoder_itl_ms_max",
-            "long_request_ttft_ms",
-        ]
-    ]
-    mo.vstack(
-        [
-            plots.chunked_prefill_steps(chunk_rows, source, arrive_at_step=4),
-            mo.md(
-                "Per setting: the decoding requests' ITL (median and worst gap between two of "
-                "their tokens) and the long request's TTFT (from its arrival to its first token)."
-            ),
-            mo.ui.table(_summary.round(2), selection=None),
-            mo.md(
-                "Each step's tokens (prefill and decode) are in the table below. A smaller "
-                "budget flattens the spike but spreads the long prefill over more steps, each "
-                "paying the fixed cost of a forward pass: that is the TTFT price."
-            ),
-            mo.ui.table(
-                _df[_df.kind == "step"][
-                    ["chunking", "step", "step_ms", "prefill_tokens", "decode_tokens"]
-                ].round(2),
-                selection=None,
-            ),
-        ]
-    )
+@app.cell
+def _(ch10, chunk_button, chunk_tokens, decoders, lm, long_prompt, mo, nb, replace, sizes):
+    mo.stop(not nb.pressed(chunk_button), nb.placeholder(chunk_button))
+    scenario = replace(sizes, long_prompt=long_prompt.value, chunk_tokens=int(chunk_tokens.value),
+                       decoders=decoders.value)
+    chunking = ch10.measure_chunking(lm, scenario)
+    mo.vstack([
+        ch10.chunking_figure(chunking, lm.describe()),
+        mo.md(ch10.chunking_text(chunking)),
+        nb.table(ch10.runs_table(chunking)),
+        mo.md("Every step's tokens (prefill and decode) and time. A smaller budget flattens the spike but "
+              "spreads the long prefill over more steps, each paying the fixed cost of a forward pass: "
+              "that is the TTFT price."),
+        nb.table(ch10.steps_table(chunking)),
+    ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo, nb):
-    _saved = [
-        r
-        for r in nb.saved_results("engine-*.json")
-        if (r.get("environment") or {}).get("device_kind") == "cuda"
-        and (r.get("config") or {}).get("chunk_tokens")
-    ]
-    if nb.has_gpu():
-        _out = mo.md("This machine has a GPU: the measurements above were made on it.")
-    elif _saved:
-        _out = mo.md("\n".join(f"- {nb.saved_label(r)}" for r in _saved))
-    else:
-        _out = mo.md(
-            "**No saved GPU results exist yet** for chunked prefill (`assets/results/engine-*.json` "
-            "measured on CUDA with a chunk budget). The numbers above are from this machine."
-        )
-    mo.vstack([mo.md("## On a GPU"), _out])
+def _(mo):
+    mo.md(r"""
+    ## On a GPU
+    """)
+    return
+
+
+@app.cell
+def _(ch10, mo, nb):
+    view = ch10.saved()
+    nb.saved_view(view) if view else mo.md(ch10.gpu_note())
     return
 
 

@@ -31,24 +31,21 @@ app = marimo.App(width="medium")
 @app.cell(hide_code=True)
 def _():
     import marimo as mo
-    import pandas as pd
 
-    from infer_lab import engines, nb
-    from infer_lab.loadgen import report
-    from infer_lab.models import load_model
-
-    return engines, load_model, mo, nb, pd, report
+    from infer_lab import nb
+    from infer_lab.course import ch12_engines as ch12
+    return ch12, mo, nb
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch12, mo):
+    mo.md(rf"""
     # 12 · Engines: one load generator, every engine
 
-    Engines are compared through the only interface users see: HTTP. The same load
-    generator (`infer-lab loadgen`) drives our HF baseline, our engine with each optimization
-    switched on in turn, and vLLM or SGLang on a GPU box. It speaks the OpenAI API, so nothing
-    about it is specific to one engine.
+    Engines are compared through the only interface users see: HTTP. The same load generator
+    (`infer-lab loadgen`) drives our HF baseline, our engine with each optimization switched on in
+    turn, and vLLM or SGLang on a GPU box. It speaks the OpenAI API, so nothing about it is
+    specific to one engine.
 
     **Fairness rules**, which the workshop we started from broke:
 
@@ -56,6 +53,8 @@ def _(mo):
     - warm-up requests that are not counted, and repeats;
     - percentiles (p50/p90/p99), never a single run;
     - engine versions recorded next to every number.
+
+    {ch12.workshop_text()}
     """)
     return
 
@@ -83,250 +82,128 @@ def _(mo):
 
 
 @app.cell(hide_code=True)
-def _(engines, load_model, mo, nb):
-    lm = load_model("smollm2-135m")
-    quick = nb.quick()
-    sizes = engines.module_sizes(quick)
-    source = lm.describe()
-    mo.md(
-        f"Served model: **{source}**. Sizes: {'quick' if quick else 'full'} "
-        f"({sizes['requests']} requests per engine at concurrency {sizes['concurrency']}, "
-        f"{sizes['output_tokens']} output tokens each)."
-    )
-    return lm, quick, sizes, source
+def _(mo, nb):
+    size_picker = nb.size_picker()
+    mo.hstack([mo.md("Served model: the embedded SmolLM2 (it has a tokenizer, so it can be served as text)."),
+               size_picker], justify="start")
+    return (size_picker,)
+
+
+@app.cell
+def _(ch12, nb, size_picker):
+    lm = nb.load_model_or_explain("smollm2-135m", "pretrained")
+    sizes = ch12.sizes(lm.device, size_picker.value)
+    lm.describe()
+    return lm, sizes
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    run_button = mo.ui.run_button(label="Serve and measure every variant")
+def _(ch12, mo, nb, sizes):
+    variants_button = mo.ui.run_button(label=ch12.PARTS["variants"])
     mo.md(f"""
-    ## The same workload against every variant of our engine
+    ## The same workload against every variant
 
-    A shared-prefix chat workload: every request starts with the same long system prompt.
-    Each variant is served on 127.0.0.1 and measured in turn. {run_button}
+    A shared-prefix chat workload: every request starts with the same {sizes.prefix_words}-word
+    system prompt, then its own {sizes.input_words}-word question. Each variant
+    ({", ".join(sizes.variants)}) is served on 127.0.0.1 in turn and gets {sizes.requests} requests
+    of {sizes.output_tokens} output tokens at concurrency {sizes.concurrency}, after one warm-up
+    request.
+
+    {variants_button} {nb.button_time(ch12, "variants")}
     """)
-    return (run_button,)
+    return (variants_button,)
 
 
-@app.cell(hide_code=True)
-def _(engines, lm, mo, nb, quick, run_button, sizes):
-    mo.stop(not nb.should_run(run_button), mo.md("_Press the button to measure._"))
-    _names = (
-        ["hf (one at a time)", "ours: paged + continuous", "+ prefix cache (radix)"]
-        if quick
-        else list(engines.OUR_VARIANTS)
-    )
-    rows = engines.compare_local_engines(
-        lm, {n: engines.OUR_VARIANTS[n] for n in _names}, workload="shared-prefix", **sizes
-    )
-    return (rows,)
-
-
-@app.cell(hide_code=True)
-def _(mo, pd, rows, source):
-    _cols = [
-        "variant",
-        "completed",
-        "failed",
-        "output_tokens_per_s",
-        "request_throughput_per_s",
-        "ttft_ms_p50",
-        "ttft_ms_p99",
-        "itl_ms_p50",
-        "itl_ms_p99",
-        "tpot_ms_p50",
-        "e2e_ms_p50",
-        "prefix_hit_rate",
-        "kv_blocks_used_max",
-    ]
-    _df = pd.DataFrame(rows)[_cols]
-    _hf = _df.set_index("variant")["output_tokens_per_s"].get("hf (one at a time)")
-    _best = _df.loc[_df["output_tokens_per_s"].idxmax()]
-    mo.vstack(
-        [
-            mo.md(f"Measured on **{source}** (times in ms, throughput per second):"),
-            mo.ui.table(_df.round(2), selection=None, pagination=False),
-            mo.md(
-                f"Best here: **{_best['variant']}** at {_best['output_tokens_per_s']:.1f} output tok/s"
-                + (
-                    f", {_best['output_tokens_per_s'] / _hf:.1f}× the one-at-a-time HF baseline."
-                    if _hf
-                    else "."
-                )
-                + " On a 2-core CPU the forward pass dominates and batching gains are small; on a GPU the "
-                "gap is what the course brief's vLLM table shows (about 15× at the same concurrency)."
-            ),
-        ]
-    )
+@app.cell
+def _(ch12, lm, mo, nb, sizes, variants_button):
+    mo.stop(not nb.pressed(variants_button), nb.placeholder(variants_button))
+    variants = ch12.measure_variants(lm, sizes)
+    mo.vstack([
+        ch12.variants_figure(variants, lm.describe()),
+        mo.md(ch12.variants_text(variants)),
+        nb.table(ch12.variants_table(variants)),
+        mo.md("The decision chart below, with what this machine measured for the rows it supports:"),
+        nb.table(ch12.decision_table(variants), pagination=False),
+    ])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    sweep_button = mo.ui.run_button(label="Sweep concurrency on our engine")
+def _(ch12, mo, nb, sizes):
+    sweep_button = mo.ui.run_button(label=ch12.PARTS["sweep"])
     mo.md(f"""
     ## Latency and throughput against load
 
     More concurrent users raise total throughput until the batch is compute-bound, while each
     user's speed (tokens/s per user = 1000 / TPOT p50) falls. The Pareto frontier shows the
-    trade-off: no point on it can gain total throughput without losing per-user speed.
-    {sweep_button}
+    trade-off: no point on it can gain total throughput without losing per-user speed. Here:
+    **{sizes.sweep_variant}** at concurrency {", ".join(str(c) for c in sizes.sweep_concurrencies)},
+    with goodput counted against a TTFT objective of {sizes.slo_ttft_ms:,.0f} ms.
+
+    {sweep_button} {nb.button_time(ch12, "sweep")}
     """)
     return (sweep_button,)
 
 
-@app.cell(hide_code=True)
-def _(engines, lm, mo, nb, quick, sizes, sweep_button):
-    mo.stop(not nb.should_run(sweep_button), mo.md("_Press the button to sweep._"))
-    sweep = engines.sweep_local_engine(
-        lm,
-        concurrencies=(1, 4) if quick else (1, 4, 16, 32),
-        requests=sizes["requests"],
-        output_tokens=sizes["output_tokens"],
-        repeats=sizes.get("repeats", 1),
-        slo_ttft_ms=2000,
-        workload_options=sizes.get("workload_options"),
-    )
-    return (sweep,)
+@app.cell
+def _(ch12, lm, mo, nb, sizes, sweep_button):
+    mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
+    sweep = ch12.measure_sweep(lm, sizes)
+    mo.vstack([
+        mo.md(f"{ch12.sweep_text(sweep)} Server: `{sweep.server_version}`."),
+        *ch12.sweep_figures(sweep, lm.describe()).values(),
+        nb.table(ch12.sweep_table(sweep)),
+    ])
+    return
 
 
-@app.cell(hide_code=True)
-def _(mo, report, source, sweep):
-    mo.vstack(
-        [
-            mo.md(
-                f"Variant **{sweep['variant']}** on {source}; engine version: "
-                f"`{sweep['server'].get('version')}`."
-            ),
-            report.plot_latency_vs_load(sweep),
-            report.plot_throughput_vs_load(sweep),
-            report.plot_pareto(sweep),
-            mo.ui.table(
-                report.results_table(sweep, pooled=True).drop(columns=["errors"]).round(2),
-                selection=None,
-            ),
-        ]
-    )
+@app.cell
+def _(ch12, mo):
+    mo.md("## vLLM and SGLang\n\n" + ch12.engines_text())
+    return
+
+
+@app.cell
+def _(ch12, mo, nb):
+    view = ch12.saved()
+    nb.saved_view(view) if view else mo.md(ch12.gpu_note())
     return
 
 
 @app.cell(hide_code=True)
-def _(engines, mo, nb, pd):
-    _installed = engines.which_engines()
-    _saved = nb.saved_results("*engines*.json")
-    _model = "mistralai/Mistral-7B-Instruct-v0.3"
-    _commands = [
-        f"infer-lab engines launch {e} --model {_model} --prefix-caching on"
-        for e in engines.ENGINES
-    ] + [
-        f"infer-lab loadgen --url http://127.0.0.1:8000 --model {_model} --workload agentic "
-        "--concurrency 1,4,16,64 --repeats 3 --out results/vllm",
-        "infer-lab engines stop",
-    ]
-    _status = ", ".join(
-        f"{e}: {'installed ' + str(d['version']) if d['installed'] else 'not installed'}"
-        for e, d in _installed.items()
-    )
-    _launch = " ".join(
-        engines.build_command("vllm", engines.EngineOptions(model=_model), python="python")
-    )
-    _items = [
-        mo.md(
-            "\n".join(
-                [
-                    "## vLLM and SGLang",
-                    "",
-                    f"Here: {_status}. On a GPU box with them installed, start each one (one at a time "
-                    "on the same port) and run the same loadgen:",
-                    "",
-                    "```bash",
-                    *_commands,
-                    "```",
-                    "",
-                    f"`launch` runs, for vLLM: `{_launch}`, waits for `/health`, records the version "
-                    "and the PID.",
-                ]
-            )
-        )
-    ]
-    if _saved:
-        for _r in _saved:
-            _items += [
-                mo.md(f"### {nb.saved_label(_r)}"),
-                mo.ui.table(pd.DataFrame(_r.get("pooled", _r.get("rows", []))), selection=None),
-            ]
-    else:
-        _items.append(
-            mo.md(
-                "**No saved vLLM/SGLang results exist in `assets/results/` yet**, so there is "
-                "nothing measured to show for them here: run the commands above on a GPU and save "
-                "the JSON as `assets/results/<gpu>-engines-<date>.json`."
-            )
-        )
-    mo.vstack(_items)
-    return
-
-
-@app.cell(hide_code=True)
-def _(engines, mo, rows):
-    mo.vstack(
-        [
-            mo.md(r"""
+def _(mo):
+    mo.md(r"""
     ## The engine decision chart
 
-    Pick the model first, shrink it (quantization), then pick the engine for the workload.
-    The last column holds what this notebook measured on this machine, where a row has a
-    measurement here; the evidence column says which run produces it elsewhere.
-    """),
-            engines.plot_decision_chart(),
-            mo.ui.table(engines.decision_table(rows), selection=None, pagination=False),
-        ]
-    )
+    Pick the model first, shrink it (quantization), then pick the engine for the workload. The
+    evidence column says which run supports each row; the table under the variants measurement
+    above adds what this machine measured.
+    """)
+    return
+
+
+@app.cell
+def _(ch12, mo, nb):
+    mo.vstack([ch12.decision_figure(), nb.table(ch12.decision_table(), pagination=False)])
     return
 
 
 @app.cell(hide_code=True)
-def _(engines, mo, pd):
-    _plan = engines.scale_out(
-        "llama-3-70b", gpu="H100-SXM", context=8192, itl_slo_ms=50.0, min_users=16
-    )
-    _cols = [
-        "n_gpus",
-        "fits",
-        "max_users_memory",
-        "max_users_within_slo",
-        "itl_ms",
-        "tokens_per_s",
-        "meets_slo",
-    ]
-    _df = pd.DataFrame(_plan["plans"])
-    mo.vstack(
-        [
-            mo.md(
-                "\n".join(
-                    [
-                        "## When one GPU is not enough",
-                        "",
-                        "The capacity planner (module 04) says how many tensor-parallel GPUs a model and "
-                        "load need. For Llama-3-70B, 8k context, 16 users within a 50 ms ITL on H100-SXM "
-                        f"(roofline bounds): **{_plan['chosen'] or 'more than 8'} GPUs**. Launch a real "
-                        "distributed engine for it, then measure it with the same loadgen; our engine "
-                        "stays on one device on purpose.",
-                        "",
-                        "```bash",
-                        " ".join(_plan["vllm"]),
-                        " ".join(_plan["sglang"]),
-                        "```",
-                    ]
-                )
-            ),
-            mo.ui.table(
-                _df[[c for c in _cols if c in _df.columns]].round(2),
-                selection=None,
-                pagination=False,
-            ),
-        ]
-    )
+def _(mo):
+    mo.md(r"""
+    ## When one GPU is not enough
+    """)
+    return
+
+
+@app.cell
+def _(ch12, mo, nb):
+    plan = ch12.scale_out_plan()
+    mo.vstack([
+        mo.md(ch12.scale_out_text(plan)),
+        mo.md(ch12.scale_out_commands(plan)),
+        nb.table(ch12.scale_out_table(plan), pagination=False),
+    ])
     return
 
 

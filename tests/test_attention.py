@@ -137,19 +137,41 @@ def test_bad_configs_are_clear():
 
 def test_variant_memory_comes_from_the_analysis_over_all_layers():
     from infer_lab.analysis.memory import kv_bytes_per_token
-    from infer_lab.attention.memory import variant_memory_table
+    from infer_lab.attention.kv_sizing import variant_memory_table
 
-    rows = {(r["model"], r["variant"]): r for r in variant_memory_table(context=4096)}
+    rows = {(r.model, r.variant): r for r in variant_memory_table(context=4096)}
     assert (
-        rows[("mistral-7b", "GQA-8")]["kv_bytes_per_token"]
+        rows[("mistral-7b", "GQA-8")].kv_bytes_per_token
         == kv_bytes_per_token("mistral-7b")
         == 131072
     )
-    assert rows[("mistral-7b", "MHA")]["mha_over_variant"] == 1.0
-    assert rows[("mistral-7b", "GQA-8")]["mha_over_variant"] == 4.0
-    assert rows[("mistral-7b", "MQA")]["max_users"] > rows[("mistral-7b", "GQA-8")]["max_users"]
+    assert rows[("mistral-7b", "MHA")].mha_over_variant == 1.0
+    assert rows[("mistral-7b", "GQA-8")].mha_over_variant == 4.0
+    assert rows[("mistral-7b", "MQA")].max_users > rows[("mistral-7b", "GQA-8")].max_users
     mla = rows[("deepseek-v3", "MLA")]
-    assert mla["kv_bytes_per_token"] == kv_bytes_per_token("deepseek-v3")
+    assert mla.kv_bytes_per_token == kv_bytes_per_token("deepseek-v3")
+
+
+def test_attention_uses_the_engines_one_rope():
+    import infer_lab.attention.mla as mla
+    import infer_lab.attention.reference as reference
+    import infer_lab.attention.variants as variants
+    from infer_lab.engine import layers
+
+    assert variants.apply_rope is layers.apply_rope is mla.apply_rope
+    assert variants.rope_cos_sin is layers.rope_cos_sin is mla.rope_cos_sin
+    assert not hasattr(reference, "apply_rope") and not hasattr(reference, "rope_cos_sin")
+    # RoPE keeps relative positions: q·k depends only on the distance between their positions
+    torch.manual_seed(6)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    inv_freq = layers.rope_inverse_frequencies(16, 10000.0)
+
+    def rotated_dot(pq: int, pk: int) -> float:
+        cq, sq = layers.rope_cos_sin(torch.tensor([pq]), inv_freq, torch.float32)
+        ck, sk = layers.rope_cos_sin(torch.tensor([pk]), inv_freq, torch.float32)
+        return float((layers.apply_rope(q, cq, sq) * layers.apply_rope(k, ck, sk)).sum())
+
+    assert rotated_dot(7, 3) == pytest.approx(rotated_dot(14, 10), abs=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,15 +248,15 @@ def test_mean_pooling_is_exact_when_the_pooled_heads_are_equal():
 
 
 def test_attention_benchmarks_run_and_report_unavailable_backends():
-    from infer_lab.attention.bench import decode_attention_vs_kv_heads, sdpa_backend_times
+    from infer_lab.bench.attention import decode_attention_vs_kv_heads, sdpa_backend_times
 
     rows = sdpa_backend_times([64], heads=2, head_dim=16, repeats=1)
-    math_row = next(r for r in rows if r["backend"] == "math")
-    assert math_row["available"] and math_row["time_s_p50"] > 0
-    assert math_row["score_matrix_bytes"] == 2 * 64 * 64 * 4
-    assert all(r["available"] or r["reason"] for r in rows)
+    math_row = next(r for r in rows if r.backend == "math")
+    assert math_row.available and math_row.time_s_p50 > 0
+    assert math_row.score_matrix_bytes == 2 * 64 * 64 * 4
+    assert all(r.available or r.reason for r in rows)
     decode = decode_attention_vs_kv_heads(
         256, n_heads=4, kv_heads=(1, 4), head_dim=16, bandwidth_Bps=1e10, repeats=1
     )
-    assert [r["kv_bytes"] for r in decode] == [2 * 256 * 16 * 4, 2 * 4 * 256 * 16 * 4]
-    assert all(r["predicted_s"] > 0 for r in decode)
+    assert [r.kv_bytes for r in decode] == [2 * 256 * 16 * 4, 2 * 4 * 256 * 16 * 4]
+    assert all(r.predicted_s > 0 and r.measured_over_predicted > 0 for r in decode)

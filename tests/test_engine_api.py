@@ -212,25 +212,25 @@ def test_filter_logits_keeps_the_nucleus():
 
 
 def test_paged_blocks_waste_far_less_than_max_length_reservation():
+    from infer_lab.analysis.memory import kv_bytes_per_token
     from infer_lab.catalog import load_model_config
-    from infer_lab.engine import demos
-    from infer_lab.engine.model import ModelShape
+    from infer_lab.course import ch07_kv_cache_paged as ch07
     from infer_lab.models import hf_config
+    from infer_lab.shape import ModelShape
 
     assert load_model_config("mistral-7b")
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = demos.mixed_lengths(32, seed=1)
-    rows = {
-        r["layout"]: r for r in demos.kv_memory_waste(shape, prompts, outputs, max_model_len=2048)
-    }
-    assert rows["paged"]["used_bytes"] == rows["contiguous"]["used_bytes"]
-    per_token = shape.kv_bytes_per_token(torch.bfloat16)
+    prompts, outputs = ch07.mixed_lengths(32, seed=1)
+    rows = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, max_model_len=2048)}
+    assert rows["paged"].used_bytes == rows["contiguous"].used_bytes
+    per_token = kv_bytes_per_token(shape, "bf16")
+    assert per_token == 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads, head_dim 128, bf16
     assert (
-        rows["paged"]["used_bytes"]
+        rows["paged"].used_bytes
         == sum(p + o for p, o in zip(prompts, outputs, strict=True)) * per_token
     )
-    assert rows["paged"]["wasted_bytes"] < 32 * 16 * per_token  # under one block per request
-    assert rows["contiguous"]["wasted_fraction"] > 0.5 > 0.05 > rows["paged"]["wasted_fraction"]
+    assert rows["paged"].wasted_bytes < 32 * 16 * per_token  # under one block per request
+    assert rows["contiguous"].wasted_fraction > 0.5 > 0.05 > rows["paged"].wasted_fraction
 
 
 def test_bench_engine_cli_json_has_the_documented_fields(capsys):
@@ -283,3 +283,28 @@ def test_bench_engine_rejects_bad_sizes():
     from infer_lab.cli import main
 
     assert main(["bench", "engine", "--requests", "0", "--json"]) == 2
+
+
+def test_a_sampling_fault_fails_only_its_own_request(embedded, monkeypatch):
+    engine = Engine.from_loaded(embedded, EngineConfig(max_num_seqs=4))
+    original = engine._verdict
+
+    def faulty(item, *args):
+        if item.seq.request_id == "bad":
+            raise RuntimeError("probability tensor contains inf")
+        return original(item, *args)
+
+    monkeypatch.setattr(engine, "_verdict", faulty)
+    ids = embedded.random_ids(1, 8)[0].tolist()
+    for rid in ("good-1", "bad", "good-2"):
+        engine.add_request(ids, SamplingParams(max_tokens=4, ignore_eos=True), request_id=rid)
+    while engine.has_unfinished():
+        engine.step()
+    outs = {rid: engine.output(rid) for rid in ("good-1", "bad", "good-2")}
+    assert outs["bad"].finish_reason == "error" and "sampling failed" in outs["bad"].error
+    assert [len(outs[r].token_ids) for r in ("good-1", "good-2")] == [4, 4]
+    assert engine.kv.pool.all_free()
+
+
+def test_vanishing_temperatures_sample_the_argmax():
+    assert SamplingParams(temperature=1e-300).greedy and not SamplingParams(temperature=0.5).greedy

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from infer_lab.engine.predicted import decode_step_predicted_vs_measured
 
 from infer_lab.analysis.compare import shape_of
 from infer_lab.analysis.roofline import Roof, predict_decode
+from infer_lab.bench.predicted import decode_step_predicted_vs_measured
 
 # A made-up roof: the test checks arithmetic, not this machine's ceilings (and skips measuring them).
 ROOF = Roof("test roof", peak_flops=1e11, bandwidth_Bps=2e10, source="test")
@@ -56,21 +56,9 @@ def test_bad_input_is_rejected(embedded):
         decode_step_predicted_vs_measured(embedded, batches=[0], roof=ROOF)
 
 
-def test_prefix_match_granularity_is_measured_per_cache(embedded):
-    from infer_lab.engine import demos
-
-    rows = demos.prefix_match_granularity(
-        embedded, block_size=4, prompt_len=16, shared=[0, 3, 5, 11]
-    )
-    reused = {(r["cache"], r["shared_tokens"]): r["reused_tokens"] for r in rows}
-    assert [reused["hash", k] for k in (0, 3, 5, 11)] == [0, 0, 4, 8]  # whole blocks only
-    assert [reused["radix", k] for k in (0, 3, 5, 11)] == [0, 3, 5, 11]  # every shared token
-
-
 def test_throughput_bound_by_hand_for_mistral_7b():
-    from infer_lab.engine.predicted import throughput_bound
-
     from infer_lab.analysis.roofline import Roof
+    from infer_lab.bench.predicted import throughput_bound
 
     roof = Roof("test", peak_flops=1e15, bandwidth_Bps=1e12)
     # One 1-token prompt, 2 output tokens: two weight-bound passes of 14.5 GB (bf16 weights,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from infer_lab.engine.fragmentation import (
+
+from infer_lab.analysis.fragmentation import (
     LAYOUTS,
     FirstFitAllocator,
     Request,
@@ -14,8 +15,7 @@ from infer_lab.engine.fragmentation import (
     make_requests,
     simulate,
 )
-
-from infer_lab.engine import demos
+from infer_lab.course import ch07_kv_cache_paged as ch07
 from infer_lab.engine.kv_cache import OutOfKVMemory
 
 # (prompt, actual output, declared max_tokens), all arriving at step 0
@@ -142,7 +142,7 @@ def test_requests_are_cut_at_max_tokens_and_max_model_len():
 
 @pytest.fixture(scope="module")
 def mixed():
-    prompts, outputs = demos.mixed_lengths(256, seed=0)
+    prompts, outputs = ch07.mixed_lengths(256, seed=0)
     requests = make_requests(prompts, outputs, max_model_len=2048, max_tokens=512)
     budget = 16384  # tokens: tight enough that requests queue in every layout
     return {
@@ -178,30 +178,28 @@ def test_mixed_workload_contiguous_exact_shows_external_fragmentation(mixed):
 
 
 def test_waste_breakdown_is_deterministic_and_matches_the_real_allocators():
-    from infer_lab.engine.model import ModelShape
     from infer_lab.models import hf_config
+    from infer_lab.shape import ModelShape
 
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = demos.mixed_lengths(64, seed=2)
+    prompts, outputs = ch07.mixed_lengths(64, seed=2)
     args = (shape, prompts, outputs, 2048, 2 * 2**30)
-    rows = demos.kv_waste_breakdown(*args, max_tokens=512)
-    assert rows == demos.kv_waste_breakdown(*args, max_tokens=512)
-    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 2
+    rows = ch07.kv_waste_breakdown(*args, max_tokens=512)
+    assert rows == ch07.kv_waste_breakdown(*args, max_tokens=512)
+    per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
     for row in rows:
-        fractions = [row[f"{k}_fraction"] for k in ("used", "reserved_future", "internal_frag")]
-        assert sum(fractions) + row["external_frag_fraction"] == pytest.approx(1.0)
+        fractions = [getattr(row, f"{k}_fraction") for k in ("used", "reserved_future", "internal_frag")]
+        assert sum(fractions) + row.external_frag_fraction == pytest.approx(1.0)
         assert (
-            row["eol_used_bytes"]
+            row.eol_used_bytes
             == sum(p + o for p, o in zip(prompts, outputs, strict=True)) * per_token
         )
     # end of life, the simulator and the engine's allocators must agree on the waste
-    by_layout = {r["layout"]: r for r in rows}
-    old = {r["layout"]: r for r in demos.kv_memory_waste(shape, prompts, outputs, 2048)}
+    by_layout = {r.layout: r for r in rows}
+    old = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, 2048)}
     for new, before in (("contiguous-max", "contiguous"), ("paged", "paged")):
-        assert by_layout[new]["eol_reserved_bytes"] == old[before]["reserved_bytes"]
-        assert by_layout[new]["eol_wasted_fraction"] == pytest.approx(
-            old[before]["wasted_fraction"]
-        )
+        assert by_layout[new].eol_reserved_bytes == old[before].reserved_bytes
+        assert by_layout[new].eol_wasted_fraction == pytest.approx(old[before].wasted_fraction)
 
 
 def test_waste_bars_stack_every_class_per_layout():
@@ -210,21 +208,20 @@ def test_waste_bars_stack_every_class_per_layout():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from infer_lab.engine import plots
-    from infer_lab.engine.model import ModelShape
     from infer_lab.models import hf_config
+    from infer_lab.shape import ModelShape
 
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = demos.mixed_lengths(32, seed=0)
-    rows = demos.kv_waste_breakdown(shape, prompts, outputs, 2048, 2 * 2**30)
-    fig = plots.kv_waste_bars(rows, "test")
+    prompts, outputs = ch07.mixed_lengths(32, seed=0)
+    rows = ch07.kv_waste_breakdown(shape, prompts, outputs, 2048, 2 * 2**30)
+    fig = ch07.kv_waste_figure(rows, "test")
     bars = fig.axes[0].patches
     assert len(bars) == 4 * len(rows)  # used, future, internal, external for each layout
     for i, row in enumerate(rows):  # segments of one layout add up to its memory in play (GB)
-        in_play = sum(row[f"{k}_bytes"] for k in ("used", "reserved_future", "internal_frag"))
-        in_play += row["external_frag_bytes"]
+        in_play = sum(getattr(row, f"{k}_bytes") for k in ("used", "reserved_future", "internal_frag"))
+        in_play += row.external_frag_bytes
         assert sum(b.get_width() for b in bars[i :: len(rows)]) == pytest.approx(in_play / 1e9)
     plt.close(fig)
-    old = plots.kv_waste_bars(demos.kv_memory_waste(shape, prompts, outputs, 2048), "test")
+    old = ch07.kv_waste_figure(ch07.kv_memory_waste(shape, prompts, outputs, 2048), "test")
     assert len(old.axes[0].patches) == 2 * 2  # end-of-life rows: used + reserved-but-empty
     plt.close(old)

@@ -329,3 +329,56 @@ def test_cli_json_is_valid_and_bad_input_is_a_clear_error(capsys):
     # vLLM is not installed here: a clear error, exit code 2.
     assert main(["engines", "launch", "vllm", "--model", "x"]) == 2
     assert "not installed" in capsys.readouterr().err
+
+
+def test_random_workload_lengths_can_be_fixed_and_counted_in_tokens():
+    from infer_lab.loadgen.workloads import TOKEN_ID_RANGE
+
+    fixed = build_workload("random", 20, input_words=10, output_tokens=5, range_ratio=0)
+    assert {len(s.turns[0].user.split()) for s in fixed} == {10}
+    assert {s.turns[0].max_tokens for s in fixed} == {5}
+    spread = build_workload("random", 50, input_words=10, output_tokens=8)  # default: ±50 %
+    assert len({s.turns[0].max_tokens for s in spread}) > 1
+    assert all(4 <= s.turns[0].max_tokens <= 12 for s in spread)
+    ids = build_workload("random", 5, input_words=12, range_ratio=0, token_prompts=True)
+    for s in ids:
+        assert len(s.turns[0].prompt_ids) == 12
+        assert all(TOKEN_ID_RANGE[0] <= t < TOKEN_ID_RANGE[1] for t in s.turns[0].prompt_ids)
+    with pytest.raises(ValueError, match="range ratio"):
+        build_workload("random", 2, range_ratio=1.0)
+    with pytest.raises(ValueError, match="random workload only"):
+        build_workload("multiturn", 2, token_prompts=True)
+
+
+def test_fixed_token_workload_and_both_ttft_clocks_against_our_engine(embedded):
+    app = build_app(embedded, "ours", max_model_len=128, num_blocks=32, max_num_seqs=4)
+    with ServerThread(app) as srv:
+        cfg = _cfg(srv.url, [LoadPoint(concurrency=2)], requests=4, timeout_s=120)
+        cfg.client.model, cfg.client.endpoint, cfg.client.ignore_eos = (
+            "smollm2-135m",
+            "completions",
+            True,
+        )
+        cfg.workload_options.update(
+            input_words=12, output_tokens=3, range_ratio=0.0, token_prompts=True
+        )
+        res = run_benchmark_sync(cfg, quiet=True)
+    measured = [r for r in res["requests"] if r["point"] == "concurrency=2"]
+    assert len(measured) == 4 and all(r["ok"] for r in measured)
+    # Identical, exact lengths: what other tools' fixed random datasets send.
+    assert {(r["prompt_tokens"], r["completion_tokens"]) for r in measured} == {(12, 3)}
+    # Our clock starts at send, the server's at its engine: both are kept, and ours is later.
+    assert all(r["server_ttft_s"] is not None and r["ttft_gap_s"] > 0 for r in measured)
+    row = res["pooled"][0]
+    assert row["ttft_ms_p50"] > row["server_ttft_ms_p50"] > 0 and row["ttft_gap_ms_p50"] > 0
+    scraped = res["rows"][0]["server_metrics"]
+    assert scraped["server_ttft_ms_mean"] > 0  # from the server's histogram, as for vLLM
+
+
+def test_cli_rejects_token_prompts_on_chat_and_a_bad_range_ratio():
+    from infer_lab.cli import main
+
+    base = ["loadgen", "--model", "m", "--concurrency", "1"]
+    assert main([*base, "--token-prompts"]) == 2  # chat takes text only
+    assert main([*base, "--range-ratio", "1.5"]) == 2
+    assert main([*base, "--workload", "multiturn", "--input-len", "8"]) == 2

@@ -29,6 +29,7 @@ from infer_lab.quant import (
     quantize_kv,
     quantize_lm,
     quantize_nf4,
+    quantize_q4_1,
     unpack_int4,
 )
 
@@ -71,6 +72,23 @@ def test_nf4_levels_and_round_trip(weight):
     levels = nf4_levels()
     assert levels.numel() == 16 and levels[0] == -1 and levels[-1] == 1 and (levels == 0).sum() == 1
     assert error_stats(weight, dequantize_nf4(quantize_nf4(weight, 64)))["rel_fro"] < 0.12
+
+
+def test_q4_1_round_trip_bytes_and_idempotence(weight):
+    packed = quantize_q4_1(weight, 32)
+    assert packed.zero is None and packed.minimum.dtype == torch.float16
+    # codes (half a byte each) + one fp16 scale and one fp16 minimum per group of 32
+    assert packed.nbytes == 64 * 256 // 2 + 64 * (256 // 32) * 2 * 2
+    recon = dequantize_int4(packed)
+    step = packed.scale.float().repeat_interleave(32, dim=1)
+    low = packed.minimum.float().repeat_interleave(32, dim=1)
+    assert bool(((weight - recon).abs() <= 0.5 * step + (weight.abs().amax() * 2**-11)).all())
+    assert bool((recon >= low - 1e-6).all())  # the group minimum is a level, nothing below it
+    assert error_stats(weight, recon)["rel_fro"] < 0.1
+    # a Q4_1 weight re-quantized to Q4_1 with the same groups comes back bit for bit
+    assert torch.equal(dequantize_int4(quantize_q4_1(recon, 32)), recon)
+    layer = DequantLinear.from_linear(torch.nn.Linear(256, 64, bias=False), "q4_1", 32)
+    assert layer.weight_bytes() == packed.nbytes
 
 
 def test_fp8_round_trip(weight):
@@ -117,7 +135,8 @@ def test_parse_method_and_bad_input():
     assert parse_method("int4").label == "int4-g128"
     assert parse_method("int4-g64-sym").symmetric
     assert parse_method("nf4").group_size == 64
-    for bad in ("int3", "int8-g64", "nf4-sym", ""):
+    assert parse_method("q4_1").label == "q4_1-g32" and parse_method("q4_1-g64").group_size == 64
+    for bad in ("int3", "int8-g64", "nf4-sym", "q4_1-sym", ""):
         with pytest.raises(ValueError, match="unknown quantization method"):
             parse_method(bad)
 
@@ -173,6 +192,16 @@ def test_perplexity_is_deterministic_and_sane(embedded, eval_ids, fp32_ppl):
     assert again == perplexity(embedded.model, eval_ids[:128], window=64)
     assert 1.5 < fp32_ppl.perplexity < 60, fp32_ppl
     assert fp32_ppl.scored_tokens == EVAL_TOKENS - 1
+
+
+def test_the_embedded_model_is_already_q4_1(embedded):
+    """Its fp32 weights were dequantized from a Q4_1 GGUF: Q4_1 at groups of 32 gives them back exactly."""
+    from infer_lab.quant import layer_error_stats
+
+    first_block = embedded.model.model.layers[0]
+    exact = layer_error_stats(first_block, "q4_1-g32")
+    assert len(exact) == 7 and all(r["max_abs"] == 0 for r in exact)
+    assert all(r["rel_fro"] > 0.05 for r in layer_error_stats(first_block, "int4-g32"))
 
 
 @pytest.fixture(scope="module")

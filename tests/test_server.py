@@ -191,7 +191,9 @@ def test_errors_get_openai_bodies_and_the_server_keeps_serving(ours, case):
     url, auth = ours.url + "/v1/completions", {"Authorization": f"Bearer {KEY}"}
     ok = {"model": MODEL, "prompt": "Hi", "max_tokens": 2}
     requests = {
-        "bad_json": dict(content=b"{not json", headers=auth),
+        "bad_json": dict(
+            content=b"{not json", headers={**auth, "Content-Type": "application/json"}
+        ),
         "missing_field": dict(json={"prompt": "Hi"}, headers=auth),
         "wrong_type": dict(json={**ok, "max_tokens": "many"}, headers=auth),
         "unknown_model": dict(json={**ok, "model": "gpt-17"}, headers=auth),
@@ -223,7 +225,7 @@ def test_models_health_version_and_metrics(ours):
     assert [m["id"] for m in httpx.get(ours.url + "/v1/models", headers=auth).json()["data"]] == [
         MODEL
     ]
-    assert httpx.get(ours.url + "/version").json()["engine"] == "ours"
+    assert httpx.get(ours.url + "/version", headers=auth).json()["engine"] == "ours"
     httpx.post(
         ours.url + "/v1/completions",
         json={"model": MODEL, "prompt": "Hi", "max_tokens": 3},

@@ -1,14 +1,17 @@
-"""Attention variants and FlashAttention, written to be read (course module 06).
+"""Attention variants and FlashAttention, written to be read (the library under chapter 06).
 
-* :mod:`.core`: masks, RoPE, the textbook formula and the SDPA reference.
+* :mod:`.reference`: masks, the textbook formula and the SDPA reference (RoPE is the engine's,
+  :mod:`infer_lab.engine.layers`).
 * :mod:`.variants`: one :class:`Attention` layer with a KV cache for MHA/GQA/MQA/sliding window.
 * :mod:`.mla`: multi-head latent attention with naive and weight-absorbed decode.
 * :mod:`.flash`: tiled online-softmax attention and the HBM-bytes analysis.
-* :mod:`.hf`: MQA conversion of a real model, and running it with quantized KV or a window.
-* :mod:`.memory`: KV bytes / max users / decode roofline per variant, from :mod:`infer_lab.analysis`.
+* :mod:`.hf`: MQA conversion of a real transformers model, and running it with quantized KV or a window.
+* :mod:`.quality`: the perplexity price of those changes, measured on a real model.
+* :mod:`.kv_sizing`: KV bytes, max users and predicted decode per variant, from :mod:`infer_lab.analysis`.
+
+Timing attention kernels on a device is a benchmark: :mod:`infer_lab.bench.attention`.
 """
 
-from .core import allowed_mask, apply_rope, naive_attention, rope_cos_sin, sdpa_attention
 from .flash import (
     flash_attention,
     naive_attention_hbm_bytes,
@@ -17,6 +20,7 @@ from .flash import (
 )
 from .hf import convert_to_mqa, patched_attention
 from .mla import MLACache, MLAConfig, MultiHeadLatentAttention
+from .reference import allowed_mask, naive_attention, sdpa_attention
 from .variants import Attention, AttentionConfig, KVCache
 
 __all__ = [
@@ -27,13 +31,11 @@ __all__ = [
     "MLAConfig",
     "MultiHeadLatentAttention",
     "allowed_mask",
-    "apply_rope",
     "convert_to_mqa",
     "flash_attention",
     "naive_attention",
     "naive_attention_hbm_bytes",
     "patched_attention",
-    "rope_cos_sin",
     "score_matrix_bytes",
     "sdpa_attention",
     "tiled_attention_hbm_bytes",

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .core import expand_kv_heads, position_mask
+from .reference import expand_kv_heads, position_mask
 
 
 def flash_attention(
@@ -27,7 +27,7 @@ def flash_attention(
 ) -> torch.Tensor:
     """Tiled attention with an online softmax; equal to softmax(QK^T·scale)V up to rounding.
 
-    Shapes as in :mod:`infer_lab.attention.core` (queries are the last ``q_len`` positions).
+    Shapes as in :mod:`infer_lab.attention.reference` (queries are the last ``q_len`` positions).
     Tiles that the causal/window mask hides completely are skipped, which is where the causal
     variant saves about half the work.
     """

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .core import position_mask
+from ..quant.kv_formats import fake_quantize_kv
+from .reference import expand_kv_heads, position_mask
 
 _registered = itertools.count()
 
@@ -85,9 +86,6 @@ def patched_attention(model: nn.Module, kv_dtype: str | None = None, window: int
     """
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    from ..quant.kv import fake_quantize_kv
-    from .core import expand_kv_heads
 
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 token, got {window}")

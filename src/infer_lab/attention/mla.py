@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .core import allowed_mask, apply_rope, naive_attention, rope_cos_sin, sdpa_attention
+from ..engine.layers import apply_rope, rope_cos_sin, rope_inverse_frequencies
+from .reference import allowed_mask, naive_attention, sdpa_attention
 
 DECODE_PATHS = ("naive", "absorbed")
 
@@ -125,12 +126,9 @@ class MultiHeadLatentAttention(nn.Module):
     def _queries_and_latents(self, x: torch.Tensor, start: int):
         c = self.config
         b, t, _ = x.shape
-        cos, sin = rope_cos_sin(
-            torch.arange(start, start + t, device=x.device),
-            c.qk_rope_head_dim,
-            c.rope_theta,
-            x.dtype,
-        )
+        positions = torch.arange(start, start + t, device=x.device)
+        inv_freq = rope_inverse_frequencies(c.qk_rope_head_dim, c.rope_theta, x.device)
+        cos, sin = rope_cos_sin(positions, inv_freq, x.dtype)
         q = self.q_proj(x).view(b, t, c.n_heads, c.qk_head_dim).transpose(1, 2)
         q_nope, q_rope = q.split([c.qk_nope_head_dim, c.qk_rope_head_dim], dim=-1)
         latent, k_rope = self.kv_down(x).split([c.kv_lora_rank, c.qk_rope_head_dim], dim=-1)

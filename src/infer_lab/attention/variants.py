@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .core import apply_rope, naive_attention, rope_cos_sin, sdpa_attention
+from ..engine.layers import apply_rope, rope_cos_sin, rope_inverse_frequencies
 from .flash import flash_attention
+from .reference import naive_attention, sdpa_attention
 
 BACKENDS = ("naive", "sdpa", "flash")
 
@@ -131,12 +132,9 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, c.n_heads, c.dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, c.kv_heads, c.dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, c.kv_heads, c.dim).transpose(1, 2)
-        cos, sin = rope_cos_sin(
-            torch.arange(start_position, start_position + t, device=x.device),
-            c.dim,
-            c.rope_theta,
-            x.dtype,
-        )
+        positions = torch.arange(start_position, start_position + t, device=x.device)
+        inv_freq = rope_inverse_frequencies(c.dim, c.rope_theta, x.device)
+        cos, sin = rope_cos_sin(positions, inv_freq, x.dtype)  # (t, dim): broadcasts over batch and heads
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def attend(

@@ -11,7 +11,9 @@ percentiles, throughput and goodput. Token counts come from the server's `usage`
 (requested with stream_options.include_usage), never from counting chunks.
 
 Workloads (--workload):
-  random          independent requests, input/output lengths random around --input-words / --output-tokens
+  random          independent requests; lengths uniform in N x (1 +- --range-ratio) around
+                  --input-len / --output-len (--range-ratio 0: fixed lengths, to compare with
+                  other tools' random datasets; --token-prompts: input length exact, in tokens)
   shared-prefix   every request shares one long system prompt (--prefix-words): prefix caching pays off
   multiturn       conversations of --turns calls; each call resends the growing history
   agentic         per task a long shared context, then --branches propose-then-review chains (tree reuse)
@@ -25,7 +27,9 @@ Load (--concurrency or --rate, comma-separated sweeps):
 Each level runs --warmup unrecorded calls first (once) and is repeated --repeats times.
 
 Metrics (all latencies with p50/p90/p99, in ms):
-  TTFT   send -> first text chunk
+  TTFT   send -> first text chunk. The server's clock starts later (at its engine, after parsing
+         and tokenizing): when it reports it (ours does), server TTFT and the gap are reported
+         too, and the server's mean TTFT is scraped from /metrics (ours, vLLM, SGLang)
   ITL    token-weighted: every gap between text chunks of every request, pooled
   TPOT   request-weighted: (E2E - TTFT) / (output tokens - 1), one value per request
          (tools disagree on these two names; we always report both)
@@ -40,6 +44,8 @@ Examples:
       --concurrency 1,4,16 --requests 64 --slo-ttft-ms 500 --out results/ours
   infer-lab loadgen --url http://gpu-box:8000 --model mistralai/Mistral-7B-Instruct-v0.3 \\
       --workload agentic --rate 1,2,4 --repeats 3 --json > vllm.json
+  infer-lab loadgen --model smollm2-135m --endpoint completions --token-prompts \\
+      --input-len 512 --output-len 128 --range-ratio 0 --ignore-eos --concurrency 1,8
 """
 
 
@@ -84,9 +90,31 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--repeats", type=int, default=1, help="repeats of each level (different prompts)"
     )
-    p.add_argument("--input-words", type=int, default=256)
+    p.add_argument("--input-words", type=int, default=256, help="words of new text per call")
+    p.add_argument("--output-tokens", type=int, default=128, help="max_tokens per call")
     p.add_argument(
-        "--output-tokens", type=int, default=128, help="max_tokens per call (mean for random)"
+        "--input-len",
+        type=int,
+        default=None,
+        help="random: mean prompt length, words (tokens with --token-prompts); default --input-words",
+    )
+    p.add_argument(
+        "--output-len",
+        type=int,
+        default=None,
+        help="random: mean max_tokens; default --output-tokens (exact with --ignore-eos)",
+    )
+    p.add_argument(
+        "--range-ratio",
+        type=float,
+        default=0.5,
+        help="random: lengths uniform in N x (1 +- R); 0 = fixed lengths (default 0.5)",
+    )
+    p.add_argument(
+        "--token-prompts",
+        action="store_true",
+        help="random: send prompts as token ids, so --input-len is exact in tokens "
+        "(needs --endpoint completions; ours, vLLM, SGLang take them)",
     )
     p.add_argument(
         "--prefix-words",
@@ -129,6 +157,14 @@ def run(args) -> int:
     require_positive("--repeats", args.repeats)
     require_positive("--timeout", args.timeout)
     require_positive("--warmup", args.warmup, allow_zero=True)
+    if not 0.0 <= args.range_ratio < 1.0:
+        raise ValueError(f"--range-ratio must be in [0, 1), got {args.range_ratio}")
+    if args.token_prompts and args.endpoint != "completions":
+        raise ValueError("--token-prompts needs --endpoint completions (chat takes text only)")
+    if (args.input_len is not None or args.output_len is not None) and args.workload != "random":
+        raise ValueError("--input-len/--output-len are for --workload random")
+    if args.token_prompts and args.workload != "random":
+        raise ValueError("--token-prompts is for --workload random")
     if args.rate:
         points = [
             LoadPoint(rate_per_s=r, burstiness=args.burstiness)
@@ -157,8 +193,10 @@ def run(args) -> int:
         seed=args.seed,
         slo=SLO(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms),
         workload_options={
-            "input_words": args.input_words,
-            "output_tokens": args.output_tokens,
+            "input_words": args.input_len if args.input_len is not None else args.input_words,
+            "output_tokens": args.output_len if args.output_len is not None else args.output_tokens,
+            "range_ratio": args.range_ratio,
+            "token_prompts": args.token_prompts,
             "prefix_words": args.prefix_words,
             "turns": args.turns,
             "branches": args.branches,

@@ -33,7 +33,7 @@ Examples:
 def add_arguments(p) -> None:
     add_model_arguments(p, dtype=False)
     p.add_argument(
-        "--method", required=True, help="int8, int4[-gN][-sym], nf4[-gN], fp8, bnb-int8 or bnb-nf4"
+        "--method", required=True, help="int8, int4[-gN][-sym], nf4[-gN], q4_1[-gN], fp8, bnb-int8 or bnb-nf4"
     )
     p.add_argument(
         "--eval", action="store_true", help="also measure perplexity on the evaluation text"
@@ -58,7 +58,7 @@ def run(args) -> int:
     import json
     import sys
 
-    from ..quant.model import METHODS, parse_method
+    from ..quant.quantize_model import METHODS, parse_method
 
     if args.method not in METHODS:
         parse_method(args.method)  # raises with the list of methods when unknown
@@ -67,7 +67,7 @@ def run(args) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
     from ..models import load_model, resolve_device
-    from ..quant.workflow import compare_methods
+    from ..quant.comparison import compare_methods
 
     if args.method.startswith("bnb-"):
         from ..quant.bnb import require_bitsandbytes

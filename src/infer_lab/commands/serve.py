@@ -16,6 +16,8 @@ tokens generated). Streaming is SSE ending with `data: [DONE]`; add
 
   infer-lab serve                                     embedded SmolLM2-135M, our engine, port 8000
   infer-lab serve --engine hf                         the naive baseline: one request at a time
+  infer-lab serve --speculative ngram                 prompt-lookup speculation (see /metrics)
+  infer-lab serve --kv-dtype int8                     int8 KV blocks: about 3.8x the tokens per GB
   infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
 
 Then, from another terminal:
@@ -24,9 +26,17 @@ Then, from another terminal:
        -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
 
 or the official client:  openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none").
-It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). Ctrl-C stops
-accepting requests and lets in-flight ones finish for up to --shutdown-timeout seconds, then
-cancels them.
+It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). With --api-key,
+/v1/* and /version need 'Authorization: Bearer KEY'; /health stays open, and so does /metrics
+(as in vLLM, for Prometheus scrapers) unless you add --protect-metrics.
+
+Bodies must be JSON with 'Content-Type: application/json' (anything else gets a 415) and at
+most --max-body-bytes long (413). Token ids must be in the model's vocabulary, a seed a
+signed 64-bit integer, and stop at most 4 strings of at most 256 characters (400).
+The OpenAPI description of every route and body is at GET /openapi.json.
+
+Ctrl-C stops accepting requests and lets in-flight ones finish for up to --shutdown-timeout
+seconds, then cancels them.
 """
 
 
@@ -45,7 +55,20 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
-        "--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/ endpoints"
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1/ endpoints and /version",
+    )
+    p.add_argument(
+        "--protect-metrics",
+        action="store_true",
+        help="require the API key on /metrics too (default: open, as in vLLM)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body accepted, in bytes; larger ones get a 413 (default 2 MiB)",
     )
     p.add_argument(
         "--served-model-name", default=None, help="the model id clients send (default: --model)"
@@ -63,6 +86,13 @@ def add_arguments(p) -> None:
         help="seconds in-flight requests get to finish on Ctrl-C before they are cancelled",
     )
     g = p.add_argument_group("engine flags (--engine ours)")
+    g.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
+                   help="KV cache storage: the model's dtype, or int8 / fp8 with per-token per-head scales")
+    g.add_argument("--speculative", default=None, metavar="ngram|self:L",
+                   help="speculative decoding: n-gram prompt lookup, or the model's own first L layers as "
+                        "the draft; /metrics then counts proposed and accepted tokens")
+    g.add_argument("--num-speculative-tokens", type=int, default=4, metavar="K",
+                   help="tokens guessed per step with --speculative (default 4)")
     g.add_argument(
         "--engine-option",
         action="append",
@@ -99,12 +129,22 @@ def run(args) -> int:
 
     from ..models import load_model
     from ..server import serve
+    from ..server.app import DEFAULT_MAX_BODY_BYTES
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    max_body = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if max_body < 1:
+        raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
+    if args.protect_metrics and not args.api_key:
+        raise ValueError("--protect-metrics needs --api-key")
     options = _parse_options(args.engine_option)
+    if args.kv_dtype != "auto":
+        options["kv_dtype"] = args.kv_dtype
+    if args.speculative:
+        options.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
     if options and args.engine == "hf":
-        raise ValueError("--engine-option applies to --engine ours only")
+        raise ValueError("--engine-option, --kv-dtype and --speculative apply to --engine ours only")
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
@@ -121,6 +161,8 @@ def run(args) -> int:
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         shutdown_timeout_s=args.shutdown_timeout,
+        max_body_bytes=max_body,
+        protect_metrics=args.protect_metrics,
         **options,
     )
     return 0

@@ -156,6 +156,8 @@ class Engine:
         pool_blocks = self.kv.num_blocks if isinstance(self.kv, PagedKVCache) else (
             config.max_num_seqs * math.ceil(self.max_model_len / config.block_size))
         self.proposer: Proposer | None = make_proposer(config, model, pool_blocks, draft_model)
+        # Since start: guesses verified, guesses kept, verification passes (for /metrics).
+        self.spec_totals = {"proposed_tokens": 0, "accepted_tokens": 0, "verify_passes": 0}
         self.eos_token_id = shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
         self.step_log: collections.deque[StepRecord] = collections.deque(
@@ -391,12 +393,19 @@ class Engine:
             if not all(finite[r] for r in rows):  # a numerical fault: fail this request, not others
                 self._finish(seq, "error", pending, error="the model produced NaN/Inf logits")
                 continue
-            verdict = self._verdict(item, logits, rows, greedy)
+            try:
+                verdict = self._verdict(item, logits, rows, greedy)
+            except Exception as exc:  # one request's sampling fault must not fail its neighbours
+                self._finish(seq, "error", pending, error=f"sampling failed: {type(exc).__name__}: {exc}")
+                continue
             seq.num_target_passes += 1
             if item.drafts:
                 seq.num_proposed += verdict.proposed
                 seq.num_accepted += verdict.accepted
                 item.accepted = verdict.accepted
+                self.spec_totals["proposed_tokens"] += verdict.proposed
+                self.spec_totals["accepted_tokens"] += verdict.accepted
+                self.spec_totals["verify_passes"] += 1
                 seq.num_computed += verdict.accepted  # the kept guesses' K/V is valid
                 self.kv.truncate(seq, seq.num_computed)  # the rejected ones' blocks go back
             if not seq.prefill_done:

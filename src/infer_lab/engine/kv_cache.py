@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..quant.kv_formats import quantize_kv
 from ..shape import ModelShape
 from .layers import context_mask
 from .sequence import Sequence
@@ -117,7 +118,7 @@ class SlotStore:
 
     Plain, in the model's dtype; or quantized (``kv_dtype="int8"`` or ``"fp8"``, e4m3) with one
     fp32 scale per token per head, written once when the token arrives and never re-scaled
-    (:func:`infer_lab.quant.kv.quantize_kv`). Attention reads it back through :meth:`gather`,
+    (:func:`infer_lab.quant.kv_formats.quantize_kv`). Attention reads it back through :meth:`gather`,
     dequantized to the model's dtype.
     """
 
@@ -149,8 +150,6 @@ class SlotStore:
             self.k[layer].index_copy_(0, slots, k)
             self.v[layer].index_copy_(0, slots, v)
             return
-        from ..quant.kv import quantize_kv
-
         for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
             q = quantize_kv(x, self.kv_dtype)
             store[layer].index_copy_(0, slots, q.codes.view(store.dtype))

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+GREEDY_BELOW = 1e-5  # temperatures below this sample the argmax
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"  # queued, or preempted and waiting to be recomputed
@@ -24,6 +26,8 @@ class SamplingParams:
     Attributes:
         max_tokens: most new tokens to generate (>= 1).
         temperature: 0 means greedy (argmax); otherwise logits are divided by it before softmax.
+            Below ``GREEDY_BELOW`` (1e-5, as vLLM) it is greedy too: dividing by 1e-300 would
+            overflow every logit to infinity, and the most likely token is what it means anyway.
         top_k: keep only the k most likely tokens (0 = all).
         top_p: keep the smallest set of tokens whose probability sums to at least p (1.0 = all).
         seed: seed of this request's own ``torch.Generator`` (same seed, same samples).
@@ -52,7 +56,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 @dataclass

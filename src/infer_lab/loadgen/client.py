@@ -4,6 +4,10 @@ Times are wall-clock seconds from ``time.perf_counter``. TTFT is measured to the
 that carries text; inter-token gaps are the times between text-carrying chunks. Token counts
 come from the server's ``usage`` (we ask for it with ``stream_options.include_usage``); only
 when a server sends no usage do we fall back to counting chunks, and the record says so.
+
+Two clocks: ours starts when the request is sent; a server's starts when its engine gets the
+request, after parsing and tokenizing. When the server reports its own clock (infer-lab's
+``server_timing`` in the last chunk) the record keeps both, so the gap is visible.
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ class RequestRecord:
     usage_source: str = "none"  # "usage" (from the server) | "chunks" (fallback) | "none"
     finish_reason: str | None = None
     text: str = ""
+    server_ttft_s: float | None = None  # the server's own TTFT (from its engine's arrival)
+    server_preprocess_s: float | None = None  # server: first byte -> engine (parse, tokenize)
+
+    @property
+    def ttft_gap_s(self) -> float | None:
+        """Our TTFT minus the server's: network, parsing, tokenizing, anything before its clock."""
+        if self.ttft_s is None or self.server_ttft_s is None:
+            return None
+        return self.ttft_s - self.server_ttft_s
 
     @property
     def itl_s(self) -> list[float]:
@@ -56,7 +69,7 @@ class RequestRecord:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("chunk_times_s")
-        d.update(tpot_s=self.tpot_s, n_chunks=len(self.chunk_times_s))
+        d.update(tpot_s=self.tpot_s, ttft_gap_s=self.ttft_gap_s, n_chunks=len(self.chunk_times_s))
         return d
 
 
@@ -81,7 +94,12 @@ class ClientConfig:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-def _payload(cfg: ClientConfig, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
+def _payload(
+    cfg: ClientConfig,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    prompt_ids: list[int] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": cfg.model,
         "max_tokens": max_tokens,
@@ -89,7 +107,11 @@ def _payload(cfg: ClientConfig, messages: list[dict[str, str]], max_tokens: int)
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if cfg.endpoint == "chat":
+    if prompt_ids is not None:
+        if cfg.endpoint != "completions":
+            raise ValueError("token-id prompts need the completions endpoint")
+        body["prompt"] = prompt_ids
+    elif cfg.endpoint == "chat":
         body["messages"] = messages
     else:
         body["prompt"] = "\n".join(m["content"] for m in messages)
@@ -116,16 +138,17 @@ async def stream_request(
     max_tokens: int,
     session_id: str = "",
     turn: int = 0,
+    prompt_ids: list[int] | None = None,
 ) -> RequestRecord:
     """Send one streaming request and time it. Never raises: failures are recorded on the record.
 
-    The whole request, connection included, is bounded by ``cfg.timeout_s``.
+    The whole request, connection included, is bounded by ``cfg.timeout_s``. ``prompt_ids``
+    replaces the messages by a token-id prompt (completions endpoint).
     """
     rec = RequestRecord(session_id=session_id, turn=turn, start_s=time.perf_counter())
     try:
-        await asyncio.wait_for(
-            _stream_into(client, cfg, messages, max_tokens, rec), timeout=cfg.timeout_s
-        )
+        body = _payload(cfg, messages, max_tokens, prompt_ids)
+        await asyncio.wait_for(_stream_into(client, cfg, body, rec), timeout=cfg.timeout_s)
     except asyncio.TimeoutError:
         rec.ok, rec.error = False, f"timeout after {cfg.timeout_s:g} s"
     except httpx.HTTPError as exc:
@@ -136,17 +159,11 @@ async def stream_request(
 
 
 async def _stream_into(
-    client: httpx.AsyncClient,
-    cfg: ClientConfig,
-    messages: list[dict[str, str]],
-    max_tokens: int,
-    rec: RequestRecord,
+    client: httpx.AsyncClient, cfg: ClientConfig, body: dict[str, Any], rec: RequestRecord
 ) -> None:
     parts: list[str] = []
     saw_done = False
-    async with client.stream(
-        "POST", cfg.url(), json=_payload(cfg, messages, max_tokens), headers=cfg.headers()
-    ) as resp:
+    async with client.stream("POST", cfg.url(), json=body, headers=cfg.headers()) as resp:
         rec.status = resp.status_code
         if resp.status_code != 200:
             body = (await resp.aread()).decode(errors="replace")
@@ -178,6 +195,10 @@ async def _stream_into(
                 rec.prompt_tokens = usage.get("prompt_tokens")
                 rec.completion_tokens = usage.get("completion_tokens")
                 rec.usage_source = "usage"
+            timing = chunk.get("server_timing")
+            if isinstance(timing, dict):
+                rec.server_ttft_s = timing.get("ttft_s")
+                rec.server_preprocess_s = timing.get("preprocess_s")
     rec.e2e_s = time.perf_counter() - rec.start_s
     rec.text = "".join(parts)
     if not saw_done:

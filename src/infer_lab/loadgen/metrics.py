@@ -1,6 +1,8 @@
 """Serving metrics from request records: one definition, used by the CLI, the notebook and the tests.
 
-- **TTFT**: send → first text chunk, per request.
+- **TTFT**: send → first text chunk, per request. When the server reports its own clock
+  (infer-lab's ``server_timing``), **server TTFT** (its engine's arrival → first token) and the
+  **TTFT gap** (ours − the server's: network, parsing, tokenizing) are reported beside it.
 - **ITL (token-weighted)**: every gap between consecutive text chunks of every request, pooled.
   A long answer contributes many samples, so ITL describes what a *token* experiences.
 - **TPOT (request-weighted)**: per request ``(E2E − TTFT) / (output tokens − 1)``, one sample
@@ -84,6 +86,10 @@ def summarize_records(
         "usage_from_server": all(r.usage_source == "usage" for r in ok) if ok else None,
     }
     row.update(_percentiles("ttft", [r.ttft_s for r in ok]))
+    row.update(
+        _percentiles("server_ttft", [r.server_ttft_s for r in ok if r.server_ttft_s is not None])
+    )
+    row.update(_percentiles("ttft_gap", [r.ttft_gap_s for r in ok if r.ttft_gap_s is not None]))
     row.update(_percentiles("itl", [gap for r in ok for gap in r.itl_s]))
     row.update(_percentiles("tpot", [r.tpot_s for r in ok if r.tpot_s is not None]))
     row.update(_percentiles("e2e", [r.e2e_s for r in ok]))

@@ -16,6 +16,7 @@ TABLE_COLUMNS = (
     "goodput_per_s",
     "ttft_ms_p50",
     "ttft_ms_p99",
+    "server_ttft_ms_p50",
     "itl_ms_p50",
     "itl_ms_p99",
     "tpot_ms_p50",

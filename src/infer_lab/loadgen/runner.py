@@ -99,7 +99,13 @@ async def _run_session(
     answers: list[str] = []
     for i, turn in enumerate(session.turns):
         rec = await stream_request(
-            client, cfg, session.messages_for(i, answers), turn.max_tokens, session.session_id, i
+            client,
+            cfg,
+            session.messages_for(i, answers),
+            turn.max_tokens,
+            session.session_id,
+            i,
+            prompt_ids=turn.prompt_ids,
         )
         records.append(rec)
         if not rec.ok:  # the rest of a conversation makes no sense without this answer
@@ -209,7 +215,11 @@ async def run_benchmark(
                         f"{point.label} repeat {repeat + 1}/{cfg.repeats}: {count_calls(sessions)} calls ..."
                     )
                 async with MetricsScraper(
-                    client, cfg.client.base_url, cfg.scrape_interval_s, side_timeout
+                    client,
+                    cfg.client.base_url,
+                    cfg.scrape_interval_s,
+                    side_timeout,
+                    cfg.client.api_key,
                 ) as scraper:
                     t0 = time.perf_counter()
                     records = await run_sessions(

@@ -3,7 +3,8 @@
 Each engine names the same quantities differently; :data:`METRIC_NAMES` maps them to ours:
 ``running`` and ``waiting`` requests, ``kv_usage`` (fraction of KV blocks in use, 0..1) and the
 prefix-cache ``hits`` / ``queries`` counters (their ratio is the hit rate) or a ready-made
-``hit_rate`` gauge. A server without ``/metrics`` simply gives no samples.
+``hit_rate`` gauge, and the server's TTFT histogram (its mean over a run is the server's own
+TTFT, to set beside the client's). A server without ``/metrics`` simply gives no samples.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
         "vllm:gpu_prefix_cache_queries_total",
     ),
     "hit_rate": ("sglang:cache_hit_rate", "vllm:gpu_prefix_cache_hit_rate"),
+    # The server's own TTFT histogram (its clock starts at its engine): mean = sum / count.
+    "ttft_sum": (
+        "infer_lab:time_to_first_token_seconds_sum",
+        "vllm:time_to_first_token_seconds_sum",
+        "sglang:time_to_first_token_seconds_sum",
+    ),
+    "ttft_count": (
+        "infer_lab:time_to_first_token_seconds_count",
+        "vllm:time_to_first_token_seconds_count",
+        "sglang:time_to_first_token_seconds_count",
+    ),
     "generation_tokens": (
         "infer_lab:generation_tokens_total",
         "vllm:generation_tokens_total",
@@ -71,12 +83,13 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 async def scrape_once(
-    client: httpx.AsyncClient, base_url: str, timeout_s: float = 2.0
+    client: httpx.AsyncClient, base_url: str, timeout_s: float = 2.0, api_key: str | None = None
 ) -> dict[str, float] | None:
     """One scrape; None when the server has no usable ``/metrics``."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        resp = await client.get(url, timeout=timeout_s)
+        resp = await client.get(url, timeout=timeout_s, headers=headers)
         if resp.status_code != 200:
             return None
         return parse_metrics(resp.text)
@@ -93,6 +106,7 @@ class MetricsScraper:
         base_url: str,
         interval_s: float = 0.5,
         timeout_s: float = 2.0,
+        api_key: str | None = None,
     ):
         self.client, self.base_url, self.interval_s, self.timeout_s = (
             client,
@@ -100,13 +114,14 @@ class MetricsScraper:
             interval_s,
             timeout_s,
         )
+        self.api_key = api_key  # for a server that protects /metrics
         self.samples: list[dict[str, float]] = []
         self._task: asyncio.Task | None = None
         self._t0 = 0.0
 
     async def _loop(self) -> None:
         while True:
-            values = await scrape_once(self.client, self.base_url, self.timeout_s)
+            values = await scrape_once(self.client, self.base_url, self.timeout_s, self.api_key)
             if values is not None:
                 values["t_s"] = time.perf_counter() - self._t0
                 self.samples.append(values)
@@ -114,7 +129,7 @@ class MetricsScraper:
 
     async def __aenter__(self) -> MetricsScraper:
         self._t0 = time.perf_counter()
-        self.before = await scrape_once(self.client, self.base_url, self.timeout_s)
+        self.before = await scrape_once(self.client, self.base_url, self.timeout_s, self.api_key)
         self._task = asyncio.create_task(self._loop())
         return self
 
@@ -125,7 +140,7 @@ class MetricsScraper:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        self.after = await scrape_once(self.client, self.base_url, self.timeout_s)
+        self.after = await scrape_once(self.client, self.base_url, self.timeout_s, self.api_key)
 
     def summary(self) -> dict[str, Any]:
         """Peak running/waiting/KV usage during the run and the prefix-cache hit rate over it."""
@@ -145,6 +160,10 @@ class MetricsScraper:
             out["prefix_hit_rate"] = d_hits / d_queries if d_queries > 0 else None
         elif "hit_rate" in after:
             out["prefix_hit_rate"] = after["hit_rate"]
+        if "ttft_sum" in after and "ttft_count" in after:
+            n = after["ttft_count"] - before.get("ttft_count", 0.0)
+            total = after["ttft_sum"] - before.get("ttft_sum", 0.0)
+            out["server_ttft_ms_mean"] = total / n * 1e3 if n > 0 else None
         if "generation_tokens" in after:
             out["server_generation_tokens"] = after["generation_tokens"] - before.get(
                 "generation_tokens", 0.0

@@ -6,7 +6,10 @@ server gave to the earlier calls). Single-shot workloads have one call per sessi
 
 Text is built from a fixed word list, so no tokenizer is needed and the same workload works
 against any OpenAI-compatible server. Lengths are therefore given in *words*; the true token
-counts always come from the server's ``usage`` field.
+counts always come from the server's ``usage`` field. The random workload can instead send
+prompts as token ids (``token_prompts``, completions endpoint), so the input length is exact
+in tokens on every server that takes token-id prompts (ours, vLLM, SGLang), as other tools'
+random datasets are.
 """
 
 from __future__ import annotations
@@ -34,12 +37,21 @@ _WORDS = (
 ).split()
 
 
+# Token ids for token-id prompts: ordinary tokens in every common tokenizer (special and
+# control tokens sit below 1000 or far above 30000: Llama 3, Qwen, Mistral, SmolLM).
+TOKEN_ID_RANGE = (1000, 30000)
+
+
 @dataclass
 class Turn:
-    """One call of a session: the new user message and how many tokens to ask for."""
+    """One call of a session: the new user message and how many tokens to ask for.
+
+    ``prompt_ids``, when set, is sent instead of the text as a completions prompt of token ids.
+    """
 
     user: str
     max_tokens: int
+    prompt_ids: list[int] | None = None
 
 
 @dataclass
@@ -76,23 +88,30 @@ def _around(rng: random.Random, mean: int, spread: float) -> int:
 
 
 def random_workload(
-    n: int, input_words: int = 256, output_tokens: int = 128, spread: float = 0.5, seed: int = 0
+    n: int,
+    input_words: int = 256,
+    output_tokens: int = 128,
+    spread: float = 0.5,
+    seed: int = 0,
+    token_prompts: bool = False,
 ) -> list[Session]:
-    """``n`` independent single calls with random lengths within ``± spread`` of the means."""
+    """``n`` independent single calls with lengths uniform within ``× (1 ± spread)`` of the means.
+
+    ``spread=0`` gives fixed lengths (vLLM's ``--random-range-ratio 0``). With ``token_prompts``
+    the input length counts tokens (sent as ids), else words.
+    """
+    if not 0.0 <= spread < 1.0:
+        raise ValueError(f"the range ratio must be in [0, 1), got {spread}")
+    require_positive("input length", input_words)
+    require_positive("output length", output_tokens)
     rng = random.Random(seed)
-    return [
-        Session(
-            f"random-{i}",
-            [
-                Turn(
-                    _text(rng, _around(rng, input_words, spread)),
-                    _around(rng, output_tokens, spread),
-                )
-            ],
-            kind="random",
-        )
-        for i in range(n)
-    ]
+    sessions = []
+    for i in range(n):
+        n_in, n_out = _around(rng, input_words, spread), _around(rng, output_tokens, spread)
+        ids = [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in)] if token_prompts else None
+        text = f"<{n_in} token ids>" if token_prompts else _text(rng, n_in)
+        sessions.append(Session(f"random-{i}", [Turn(text, n_out, ids)], kind="random"))
+    return sessions
 
 
 def shared_prefix_workload(
@@ -222,14 +241,21 @@ def build_workload(
     prefix_words: int = 512,
     turns: int = 4,
     branches: int = 4,
+    range_ratio: float = 0.5,
+    token_prompts: bool = False,
 ) -> list[Session]:
     """Sessions for a workload name (see :data:`WORKLOADS`) totalling about ``n_requests`` calls.
 
     Multi-call workloads round the number of sessions up so at least ``n_requests`` calls are made.
+    ``range_ratio`` and ``token_prompts`` apply to the random workload (see :func:`random_workload`).
     """
     require_positive("requests", n_requests)
+    if token_prompts and name != "random":
+        raise ValueError("token-id prompts are for the random workload only")
     if name == "random":
-        return random_workload(n_requests, input_words, output_tokens, seed=seed)
+        return random_workload(
+            n_requests, input_words, output_tokens, range_ratio, seed, token_prompts
+        )
     if name == "shared-prefix":
         return shared_prefix_workload(
             n_requests, prefix_words, min(input_words, 64), output_tokens, seed=seed

@@ -1,48 +1,65 @@
-"""Quantization, from scratch and through production libraries (course module 05).
+"""Quantization, from scratch and through production libraries (the library under chapter 05).
 
-* :mod:`.core`: int8 absmax per output channel, group-wise int4 (zero-point or symmetric) with
-  real two-per-byte packing, NF4, fp8 e4m3, error statistics.
+* :mod:`.formats`: int8 absmax per output channel, group-wise int4 (zero-point or symmetric) with
+  real two-per-byte packing, NF4, GGUF's Q4_1, fp8 e4m3, error statistics.
 * :mod:`.linear`: :class:`DequantLinear`, dequantizing on the fly in ``forward``.
-* :mod:`.model`: :func:`quantize` swaps a model's linear layers and reports exact bytes.
+* :mod:`.stored_bytes`: exact weight bytes of a model, counted from the tensors it keeps.
 * :mod:`.bnb`: bitsandbytes LLM.int8 / NF4 through transformers (CUDA only).
-* :mod:`.kv`: int8/fp8 KV-cache quantization with per-token-per-head scales.
+* :mod:`.quantize_model`: method names, and :func:`quantize` swapping a model's linear layers.
+* :mod:`.comparison`: methods side by side: exact bytes, decode speed, perplexity, top-1 agreement.
+* :mod:`.outliers`: the weight columns and activation features that break one scale per row.
+* :mod:`.kv_formats`: int8/fp8 KV-cache quantization with per-token-per-head scales.
 """
 
 from .bnb import QuantBackendUnavailable, load_quantized, require_bitsandbytes
-from .core import (
+from .comparison import compare_methods, decode_tokens_per_s
+from .formats import (
+    Int4Weight,
     dequantize_fp8,
     dequantize_int4,
     dequantize_int8,
     dequantize_nf4,
     error_stats,
     nf4_levels,
-    outlier_channels,
     pack_int4,
     quantize_fp8,
     quantize_int4,
     quantize_int8_absmax,
     quantize_nf4,
+    quantize_q4_1,
     unpack_int4,
 )
-from .kv import QuantizedKV, attention_output_error, dequantize_kv, fake_quantize_kv, quantize_kv
+from .kv_formats import (
+    QuantizedKV,
+    attention_output_error,
+    dequantize_kv,
+    fake_quantize_kv,
+    kv_bytes_per_element,
+    quantize_kv,
+)
 from .linear import DequantLinear
-from .model import (
+from .outliers import linear_input_outliers, outlier_channels
+from .quantize_model import (
     METHODS,
     QuantReport,
-    linear_input_outliers,
-    model_weight_bytes,
+    layer_error_stats,
     parse_method,
     quantize,
     quantize_lm,
 )
+from .stored_bytes import QuantizedLoadedModel, model_weight_bytes
 
 __all__ = [
     "METHODS",
     "DequantLinear",
+    "Int4Weight",
     "QuantBackendUnavailable",
     "QuantReport",
     "QuantizedKV",
+    "QuantizedLoadedModel",
     "attention_output_error",
+    "compare_methods",
+    "decode_tokens_per_s",
     "dequantize_fp8",
     "dequantize_int4",
     "dequantize_int8",
@@ -50,6 +67,8 @@ __all__ = [
     "dequantize_nf4",
     "error_stats",
     "fake_quantize_kv",
+    "kv_bytes_per_element",
+    "layer_error_stats",
     "linear_input_outliers",
     "load_quantized",
     "model_weight_bytes",
@@ -64,6 +83,7 @@ __all__ = [
     "quantize_kv",
     "quantize_lm",
     "quantize_nf4",
+    "quantize_q4_1",
     "require_bitsandbytes",
     "unpack_int4",
 ]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ..models import LoadedModel
+from ..models import LoadedModel, embedded_model_dir
+from .stored_bytes import QuantizedLoadedModel
 
 
 class QuantBackendUnavailable(RuntimeError):
@@ -59,9 +60,6 @@ def load_quantized(lm: LoadedModel, method: str) -> LoadedModel:
     temporary folder first (true shapes, so the memory and speed are real).
     """
     from transformers import AutoModelForCausalLM
-
-    from ..models import embedded_model_dir
-    from .model import QuantizedLoadedModel
 
     config = bnb_config(
         method, compute_dtype=lm.dtype if lm.dtype != torch.float32 else torch.bfloat16

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import (
+from .formats import (
     Int4Weight,
     dequantize_fp8,
     dequantize_int4,
@@ -21,13 +21,14 @@ from .core import (
     quantize_int4,
     quantize_int8_absmax,
     quantize_nf4,
+    quantize_q4_1,
 )
 
-SCHEMES = ("int8", "int4", "nf4", "fp8")
+SCHEMES = ("int8", "int4", "nf4", "q4_1", "fp8")
 
 
 class DequantLinear(nn.Module):
-    """``y = x @ dequant(W)^T + b`` with ``W`` kept as int8, packed int4/NF4 or fp8 codes plus scales.
+    """``y = x @ dequant(W)^T + b`` with ``W`` kept as int8, packed int4/NF4/Q4_1 or fp8 codes plus scales.
 
     Build it with :meth:`from_linear`. The stored tensors are buffers, so ``state_dict`` and
     :meth:`weight_bytes` see exactly what is kept in memory.
@@ -54,12 +55,13 @@ class DequantLinear(nn.Module):
     def from_linear(
         cls, linear: nn.Linear, scheme: str, group_size: int = 128, symmetric: bool = False
     ) -> DequantLinear:
-        """Quantize an ``nn.Linear``'s weight with ``scheme`` (``'int8'``, ``'int4'``, ``'nf4'`` or ``'fp8'``).
+        """Quantize an ``nn.Linear``'s weight with ``scheme`` (``'int8'``, ``'int4'``, ``'nf4'``, ``'q4_1'`` or ``'fp8'``).
 
-        ``group_size`` and ``symmetric`` apply to the 4-bit schemes (NF4 is always symmetric).
+        ``group_size`` applies to the 4-bit schemes, ``symmetric`` to int4 only (NF4 is always
+        symmetric, Q4_1 always has a float minimum).
         """
         weight = linear.weight.data
-        grouped = scheme in ("int4", "nf4")
+        grouped = scheme in ("int4", "nf4", "q4_1")
         layer = cls(
             linear.in_features,
             linear.out_features,
@@ -77,15 +79,17 @@ class DequantLinear(nn.Module):
             layer.register_buffer("qweight", q)
             layer.register_buffer("scale", scale)
         else:
-            packed = (
-                quantize_nf4(weight, group_size=group_size)
-                if scheme == "nf4"
-                else quantize_int4(weight, group_size=group_size, symmetric=symmetric)
-            )
+            if scheme == "nf4":
+                packed = quantize_nf4(weight, group_size=group_size)
+            elif scheme == "q4_1":
+                packed = quantize_q4_1(weight, group_size=group_size)
+            else:
+                packed = quantize_int4(weight, group_size=group_size, symmetric=symmetric)
             layer.register_buffer("qweight", packed.packed)
             layer.register_buffer("scale", packed.scale)
-            if packed.zero is not None:
-                layer.register_buffer("zero", packed.zero)
+            for name in ("zero", "minimum"):
+                if getattr(packed, name) is not None:
+                    layer.register_buffer(name, getattr(packed, name))
         if linear.bias is not None:
             layer.bias = linear.bias.data.clone()
         return layer
@@ -102,6 +106,7 @@ class DequantLinear(nn.Module):
             getattr(self, "zero", None),
             self.group_size,
             (self.out_features, self.in_features),
+            getattr(self, "minimum", None),
         )
         if self.scheme == "nf4":
             return dequantize_nf4(stored, self.compute_dtype)
@@ -119,7 +124,7 @@ class DequantLinear(nn.Module):
         )
 
     def extra_repr(self) -> str:
-        group = (
-            f", group_size={self.group_size}, symmetric={self.symmetric}" if self.group_size else ""
-        )
+        group = f", group_size={self.group_size}" if self.group_size else ""
+        if self.scheme == "int4":
+            group += f", symmetric={self.symmetric}"
         return f"in={self.in_features}, out={self.out_features}, scheme={self.scheme}{group}"

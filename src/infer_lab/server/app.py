@@ -3,34 +3,67 @@
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
 ``GET /health``, ``GET /version``, ``GET /metrics``. Streaming is Server-Sent Events: one
 ``data: {json}`` line per chunk, then ``data: [DONE]``; with ``stream_options.include_usage``
-a last chunk with empty ``choices`` carries ``usage``. Every error is an OpenAI-style body
-``{"error": {"message", "type", "param", "code"}}`` and never stops the server.
+a last chunk with empty ``choices`` carries ``usage`` (and ``server_timing``, the server's own
+clock). Every error is an OpenAI-style body ``{"error": {"message", "type", "param", "code"}}``
+and never stops the server.
+
+One client must never stall the others, so nothing slow runs on the event loop:
+
+- the request bodies are declared (:mod:`.schemas`) and capped in size (413), and only JSON
+  is accepted (415): a body without ``Content-Type: application/json`` is not guessed at;
+- tokenizing and the chat template run in a small thread pool (the tokenizer releases the GIL);
+- text is decoded and stop strings matched incrementally (:class:`.text.TextStream`);
+- cancelling or submitting only queues a command for the backend's own thread.
+
+With an API key, ``/v1/*`` and ``/version`` (it shows versions, config and device) need
+``Authorization: Bearer <key>``; ``/health`` is always open, and ``/metrics`` is open unless
+``protect_metrics`` (as in vLLM: a Prometheus scraper usually sends no key).
 """
 
-from __future__ import annotations
-
 import asyncio
+import functools
+import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
 from .metrics import ServerMetrics
+from .schemas import (
+    SEED_MAX,
+    SEED_MIN,
+    ChatCompletionResponse,
+    CompletionResponse,
+    ErrorResponse,
+    request_models,
+    validation_message,
+)
 from .text import TextStream
+
+DEFAULT_MAX_BODY_BYTES = 2 * 2**20  # 2 MiB: far more text than any context holds
 
 
 @dataclass
 class ServerConfig:
-    """Settings of one server. ``max_model_len`` is prompt + answer tokens, at most."""
+    """Settings of one server. ``max_model_len`` is prompt + answer tokens, at most.
+
+    ``vocab_size``: token ids in a prompt must be in ``[0, vocab_size)`` (default: the
+    tokenizer's size). ``max_body_bytes``: larger request bodies get a 413.
+    ``protect_metrics``: ``/metrics`` needs the API key too. ``tokenizer_threads``: threads
+    that tokenize and apply the chat template, off the event loop.
+    """
 
     model_name: str
     max_model_len: int
@@ -38,6 +71,10 @@ class ServerConfig:
         256  # chat requests without max_tokens (completions default to 16, as OpenAI)
     )
     api_key: str | None = None
+    protect_metrics: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    tokenizer_threads: int = 2
+    vocab_size: int | None = None
 
 
 class APIError(Exception):
@@ -50,6 +87,7 @@ class APIError(Exception):
         type_: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = (
@@ -59,128 +97,106 @@ class APIError(Exception):
             param,
             code,
         )
+        self.headers = headers
 
     def response(self) -> JSONResponse:
+        def clean(text: str | None) -> str | None:  # a lone surrogate cannot be sent as UTF-8
+            return None if text is None else text.encode("utf-8", "backslashreplace").decode()
+
         return JSONResponse(
             status_code=self.status,
+            headers=self.headers,
             content={
                 "error": {
-                    "message": self.message,
+                    "message": clean(self.message),
                     "type": self.type,
-                    "param": self.param,
+                    "param": clean(self.param),
                     "code": self.code,
                 }
             },
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Request bodies (unknown extra fields are accepted and ignored, as most servers do)
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int = 1
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    ignore_eos: bool = False  # vLLM's extension: keep going past the end-of-sequence token
-
-
-class CompletionBody(_Common):
-    prompt: str | list[int] | list[str]
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-
-    def text(self) -> str:
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
-        return "".join(part.get("text", "") for part in self.content if part.get("type") == "text")
-
-
-class ChatBody(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-
-
-def _validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in err.get("loc", ())) or None
-    return (
-        f"invalid request: {param}: {err.get('msg')}"
-        if param
-        else f"invalid request: {err.get('msg')}",
-        param,
+_ERRORS = {
+    status: {"model": ErrorResponse, "description": why}
+    for status, why in (
+        (400, "invalid request (bad field, context too long, lone surrogate, ...)"),
+        (401, "missing or wrong API key (when the server has one)"),
+        (404, "unknown model"),
+        (413, "request body over the server's limit"),
+        (415, "Content-Type is not application/json"),
+        (500, "generation failed"),
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# The app
+}
+# With stream=true: Server-Sent Events (before OpenAPI 3.2, "schema" describes each event).
+_SSE = {
+    "text/event-stream": {
+        "schema": {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "data": {
+                    "type": "string",
+                    "description": "one chunk as JSON (or an error object), or [DONE] at the end",
+                }
+            },
+        }
+    }
+}
 
 
 def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAPI:
     """An OpenAI-compatible app serving ``backend``; the backend starts and stops with the app."""
-    from contextlib import asynccontextmanager
-
     metrics = ServerMetrics(backend.stats)
+    CompletionRequest, ChatCompletionRequest = request_models(
+        config.model_name, config.max_model_len, config.vocab_size or len(tokenizer)
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         backend.start()
+        app.state.tokenizer_pool = ThreadPoolExecutor(
+            config.tokenizer_threads, thread_name_prefix="tokenizer"
+        )
         yield
         # Uvicorn has already finished or cancelled the in-flight responses when we get here.
-        backend.shutdown()
+        await asyncio.to_thread(backend.shutdown)
+        app.state.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
-        title="infer-lab OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None
+        title="infer-lab OpenAI-compatible server",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.backend, app.state.metrics, app.state.config = backend, metrics, config
+    _install_error_handlers(app, metrics)
+    app.add_middleware(_Gate, config=config, metrics=metrics)
+    app.openapi = functools.partial(_openapi, app, config)
 
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError):
-        metrics.errors.labels(status=str(exc.status)).inc()
-        return exc.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
-        metrics.errors.labels(status=str(exc.status_code)).inc()
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(
-            exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind
-        ).response()
-
-    app.add_middleware(_BearerAuth, api_key=config.api_key, metrics=metrics)
+    async def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        pool = app.state.tokenizer_pool
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, functools.partial(fn, *args, **kwargs)
+        )
 
     @app.get("/health")
     async def health():
         return {"status": "ok"}
 
-    @app.get("/version")
+    @app.get("/version", responses={401: _ERRORS[401]})
     async def version():
         from .. import __version__
 
         return {"version": f"infer-lab {__version__}", **backend.info()}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus():
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(
+            metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses={401: _ERRORS[401]})
     async def models():
         return {
             "object": "list",
@@ -195,62 +211,39 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
             ],
         }
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        body = await _parse(request, CompletionBody)
-        prompt = body.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-            if len(prompt) != 1:
-                raise APIError(400, "only one prompt per request is supported", param="prompt")
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    @app.post(
+        "/v1/completions",
+        dependencies=[Depends(_require_json)],
+        responses={200: {"model": CompletionResponse, "content": _SSE}, **_ERRORS},
+    )
+    async def completions(request: Request, body: CompletionRequest):  # type: ignore[valid-type]
+        _check_model(body, config)
+        text = body.prompt_text()
+        if text is None:
+            ids = list(body.prompt)
         else:
-            ids = list(prompt)
+            ids = await off_loop(_encode, tokenizer, text)
         return await _serve(request, body, ids, chat=False)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        body = await _parse(request, ChatBody)
+    @app.post(
+        "/v1/chat/completions",
+        dependencies=[Depends(_require_json)],
+        responses={200: {"model": ChatCompletionResponse, "content": _SSE}, **_ERRORS},
+    )
+    async def chat_completions(request: Request, body: ChatCompletionRequest):  # type: ignore[valid-type]
+        _check_model(body, config)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
-            ids = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=True
-            )["input_ids"]
+            ids = await off_loop(_apply_chat_template, tokenizer, messages)
         except Exception as exc:  # the template itself rejected the conversation
             raise APIError(
                 400, f"chat template failed on these messages: {exc}", param="messages"
             ) from exc
         if body.max_completion_tokens is not None and body.max_tokens is None:
             body.max_tokens = body.max_completion_tokens
-        return await _serve(request, body, list(ids), chat=True)
+        return await _serve(request, body, ids, chat=True)
 
-    async def _parse(request: Request, model: type[BaseModel]):
-        raw = await request.body()
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise APIError(400, f"request body is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise APIError(400, "request body must be a JSON object")
-        try:
-            body = model.model_validate(data)
-        except ValidationError as exc:
-            message, param = _validation_message(exc)
-            raise APIError(400, message, param=param) from exc
-        if body.model != config.model_name:
-            raise APIError(
-                404,
-                f"the model {body.model!r} does not exist; this server serves "
-                f"{config.model_name!r} (see GET /v1/models)",
-                param="model",
-                code="model_not_found",
-            )
-        if body.n != 1:
-            raise APIError(400, f"n={body.n} is not supported: only n=1", param="n")
-        return body
-
-    async def _serve(request: Request, body: _Common, prompt_ids: list[int], chat: bool):
+    async def _serve(request: Request, body: Any, prompt_ids: list[int], chat: bool):
         limit = config.max_model_len
         if not prompt_ids:
             raise APIError(400, "the prompt is empty", param="prompt")
@@ -273,19 +266,17 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 param="max_tokens",
                 code="context_length_exceeded",
             )
-        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        temperature, top_p = body.sampling()
         params = SamplingParams(
             max_tokens=max_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
+            temperature=temperature,
+            top_p=top_p,
             seed=body.seed,
             ignore_eos=body.ignore_eos,
         )
-        run = _Run(backend, metrics, tokenizer, prompt_ids, params, stop)
-        try:
-            run.submit()
-        except ValueError as exc:  # the engine refused the request (its own limits)
-            raise APIError(400, f"request rejected by the engine: {exc}") from exc
+        received_s = getattr(request.state, "received_s", None) or time.perf_counter()
+        run = _Run(backend, metrics, tokenizer, prompt_ids, params, body.stop_strings(), received_s)
+        run.submit()
         meta = {
             "id": ("chatcmpl-" if chat else "cmpl-") + run.request.request_id,
             "created": int(time.time()),
@@ -322,13 +313,197 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
             "object": "chat.completion" if chat else "text_completion",
             "choices": [choice],
             "usage": run.usage(),
+            "server_timing": run.timing(),
         }
 
     return app
 
 
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )
+    return list(out["input_ids"])
+
+
+def _check_model(body: Any, config: ServerConfig) -> None:
+    if body.model != config.model_name:
+        raise APIError(
+            404,
+            f"the model {body.model!r} does not exist; this server serves "
+            f"{config.model_name!r} (see GET /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
+
+
+async def _require_json(request: Request) -> None:
+    """415 for a body that is not declared as JSON: we do not guess what a client meant."""
+    given = request.headers.get("content-type")
+    media = (given or "").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    raise APIError(
+        415,
+        "send the body as JSON with the header 'Content-Type: application/json' "
+        f"({'got ' + repr(given) if given else 'no Content-Type was sent'})",
+        code="unsupported_media_type",
+    )
+
+
+def _install_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    def counted(error: APIError) -> JSONResponse:
+        metrics.errors.labels(status=str(error.status)).inc()
+        return error.response()
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return counted(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        message, param = validation_message(list(exc.errors()))
+        return counted(APIError(400, message, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return counted(
+            APIError(
+                exc.status_code,
+                f"{request.method} {request.url.path}: {exc.detail}",
+                kind,
+                code="request_too_large" if exc.status_code == 413 else None,
+                headers=dict(exc.headers or {}),  # 405 keeps its Allow header
+            )
+        )
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception):
+        # A bug, not the client's fault: still an OpenAI body, and counted.
+        return counted(
+            APIError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+        )
+
+
+def _openapi(app: FastAPI, config: ServerConfig) -> dict[str, Any]:
+    """FastAPI's schema, less its 422 (we answer 400), plus the bearer scheme when a key is set."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=__doc__.split("\n\n")[0],
+        routes=app.routes,
+    )
+    for path, item in schema.get("paths", {}).items():
+        for operation in item.values():
+            operation.get("responses", {}).pop("422", None)
+            if config.api_key and _needs_key(path, config):
+                operation["security"] = [{"bearer": []}]
+    components = schema.setdefault("components", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.get("schemas", {}).pop(name, None)
+    # FastAPI writes bounds as floats, and 2**63 - 1 is no float: restore the exact seed range.
+    for body in components.get("schemas", {}).values():
+        for option in body.get("properties", {}).get("seed", {}).get("anyOf", []):
+            if option.get("type") == "integer":
+                option.update(minimum=SEED_MIN, maximum=SEED_MAX)
+    if config.api_key:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    app.openapi_schema = schema
+    return schema
+
+
+def _needs_key(path: str, config: ServerConfig) -> bool:
+    return (
+        path.startswith("/v1/")
+        or path == "/version"
+        or (config.protect_metrics and path == "/metrics")
+    )
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    def __init__(self, limit: int):
+        super().__init__(
+            413,
+            f"the request body is over this server's limit of {limit} bytes "
+            "(infer-lab serve --max-body-bytes)",
+        )
+
+
+class _Gate:
+    """Before any route: start the request's clock, check the API key, cap the body size.
+
+    A plain ASGI middleware on purpose: Starlette's ``BaseHTTPMiddleware`` would hide client
+    disconnects from the endpoints, and a server must notice them to free KV memory.
+    """
+
+    def __init__(self, app: Any, config: ServerConfig, metrics: ServerMetrics):
+        self.app, self.config, self.metrics = app, config, metrics
+        self._key = config.api_key.encode() if config.api_key else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["received_s"] = time.perf_counter()
+        headers = dict(scope.get("headers") or [])
+        error = self._refusal(scope["path"], headers)
+        if error is not None:
+            self.metrics.errors.labels(status=str(error.status)).inc()
+            await error.response()(scope, receive, send)
+            return
+        await self.app(scope, self._limited(receive), send)
+
+    def _refusal(self, path: str, headers: dict[bytes, bytes]) -> APIError | None:
+        if self._key and _needs_key(path, self.config) and not self._key_ok(headers):
+            why = "missing API key" if b"authorization" not in headers else "invalid API key"
+            return APIError(
+                401,
+                f"{why}: send the header 'Authorization: Bearer <key>'",
+                "authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            length = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            return APIError(400, "the Content-Length header is not a number")
+        if length > self.config.max_body_bytes:
+            exc = _BodyTooLarge(self.config.max_body_bytes)
+            return APIError(413, str(exc.detail), code="request_too_large")
+        return None
+
+    def _key_ok(self, headers: dict[bytes, bytes]) -> bool:
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        # Constant time, so the key cannot be guessed byte by byte from response times.
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self._key)
+
+    def _limited(self, receive: Any) -> Any:
+        """``receive`` that fails with a 413 once the body (chunked, no length) grows too large."""
+        limit, seen = self.config.max_body_bytes, 0
+
+        async def receive_within_limit() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge(limit)
+            return message
+
+        return receive_within_limit
+
+
 async def _sse(
-    run: _Run, meta: dict[str, Any], chat: bool, include_usage: bool
+    run: "_Run", meta: dict[str, Any], chat: bool, include_usage: bool
 ) -> AsyncIterator[str]:
     """SSE lines of one streamed request. Cancellation (client gone) cancels the engine request."""
     obj = "chat.completion.chunk" if chat else "text_completion"
@@ -367,38 +542,13 @@ async def _sse(
         if finish:
             break
     if include_usage and not run.error:
-        yield f"data: {json.dumps({**meta, 'object': obj, 'choices': [], 'usage': run.usage()})}\n\n"
+        last = {**meta, "object": obj, "choices": [], "usage": run.usage()}
+        last["server_timing"] = run.timing()
+        yield f"data: {json.dumps(last)}\n\n"
     yield "data: [DONE]\n\n"
 
 
-class _BearerAuth:
-    """Require ``Authorization: Bearer <key>`` on ``/v1/`` routes when a key is set.
-
-    A plain ASGI middleware on purpose: Starlette's ``BaseHTTPMiddleware`` would hide client
-    disconnects from the endpoints, and a server must notice them to free KV memory.
-    """
-
-    def __init__(self, app: Any, api_key: str | None, metrics: ServerMetrics):
-        self.app, self.api_key, self.metrics = app, api_key, metrics
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if self.api_key and scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-            if header != f"Bearer {self.api_key}":
-                self.metrics.errors.labels(status="401").inc()
-                why = "missing API key" if not header else "invalid API key"
-                response = APIError(
-                    401,
-                    f"{why}: send the header 'Authorization: Bearer <key>'",
-                    "authentication_error",
-                    code="invalid_api_key",
-                ).response()
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def _cancel_when_disconnected(request: Request, run: _Run, poll_s: float = 0.25) -> None:
+async def _cancel_when_disconnected(request: Request, run: "_Run", poll_s: float = 0.25) -> None:
     """A non-streaming client that hangs up gets its request cancelled instead of computed in vain."""
     while run.finish_reason is None:
         if await request.is_disconnected():
@@ -418,14 +568,18 @@ class _Run:
         prompt_ids: list[int],
         params: SamplingParams,
         stop: list[str],
+        received_s: float,
     ):
         self.backend, self.metrics = backend, metrics
         self.request = GenerationRequest(uuid.uuid4().hex[:24], prompt_ids, params)
+        self.received_s = received_s
         self.text = TextStream(tokenizer, stop)
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self._first_token_s: float | None = None
         self._last_token_s: float | None = None
+        self._finished_s: float | None = None
         self._abandoned = False
 
     def usage(self) -> dict[str, int]:
@@ -434,6 +588,19 @@ class _Run:
             "prompt_tokens": n_prompt,
             "completion_tokens": self.completion_tokens,
             "total_tokens": n_prompt + self.completion_tokens,
+        }
+
+    def timing(self) -> dict[str, float | None]:
+        """The server's clock for this request (see :class:`.schemas.ServerTiming`), seconds."""
+        arrival = self.request.arrival_s
+
+        def since_arrival(t: float | None) -> float | None:
+            return None if t is None else t - arrival
+
+        return {
+            "preprocess_s": arrival - self.received_s,
+            "ttft_s": since_arrival(self._first_token_s),
+            "e2e_s": since_arrival(self._finished_s),
         }
 
     def submit(self) -> None:
@@ -450,12 +617,13 @@ class _Run:
 
         self.backend.submit(self.request, on_token, on_finish)
         self.metrics.prompt_tokens.inc(len(self.request.prompt_ids))
+        self.metrics.preprocess.observe(self.request.arrival_s - self.received_s)
 
     def abandon(self) -> None:
         """Cancel the backend request if it has not finished (the client is gone); else do nothing."""
         if self.finish_reason is None and not self._abandoned:
             self._abandoned = True
-            self.backend.cancel(self.request.request_id)
+            self.backend.cancel(self.request.request_id)  # only queues a command: never blocks
             self.metrics.requests.labels(finished_reason=FINISH_CANCELLED).inc()
 
     async def events(self) -> AsyncIterator[tuple[str, str | None]]:
@@ -496,6 +664,7 @@ class _Run:
         self.completion_tokens += 1
         self.metrics.generation_tokens.inc()
         if self._last_token_s is None:
+            self._first_token_s = at
             self.metrics.ttft.observe(at - self.request.arrival_s)
         else:
             self.metrics.itl.observe(at - self._last_token_s)
@@ -503,5 +672,6 @@ class _Run:
 
     def _finish(self, reason: str, at: float) -> None:
         self.finish_reason = reason
+        self._finished_s = at
         self.metrics.e2e.observe(at - self.request.arrival_s)
         self.metrics.requests.labels(finished_reason=reason).inc()

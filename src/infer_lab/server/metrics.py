@@ -106,6 +106,22 @@ class _EngineCollector:
                 "Fraction of KV blocks in use (0..1).",
                 value=used / total if total else 0.0,
             )
+        if "spec_proposed_tokens" in s:
+            yield CounterMetricFamily(
+                PREFIX + "spec_decode_num_draft_tokens",
+                "Speculative tokens proposed and verified by the target.",
+                value=s["spec_proposed_tokens"],
+            )
+            yield CounterMetricFamily(
+                PREFIX + "spec_decode_num_accepted_tokens",
+                "Speculative tokens the target kept.",
+                value=s["spec_accepted_tokens"],
+            )
+            yield CounterMetricFamily(
+                PREFIX + "spec_decode_num_verify_passes",
+                "Target passes that verified speculative tokens.",
+                value=s["spec_verify_passes"],
+            )
         if "prefix_cache_queries" in s:
             yield CounterMetricFamily(
                 PREFIX + "prefix_cache_queries",
@@ -142,6 +158,13 @@ class ServerMetrics:
             PREFIX + "e2e_request_latency_seconds",
             "Arrival to last token.",
             buckets=_E2E_BUCKETS,
+            registry=r,
+        )
+        self.preprocess = Histogram(
+            PREFIX + "request_preprocess_seconds",
+            "First byte of the request to the engine: body, validation, tokenization. "
+            "The latency histograms start after it.",
+            buckets=_TTFT_BUCKETS,
             registry=r,
         )
         self.generation_tokens = Counter(

@@ -1,24 +1,39 @@
 """Adapter from the server's backend interface to the from-scratch engine (:mod:`infer_lab.engine`).
 
-One background thread loops on ``engine.step()`` while there is work and sleeps on an event
-when there is none. HTTP handlers call ``add_request`` and ``cancel`` from the event-loop
-thread; the engine's lock makes that safe, and its callbacks run in the stepping thread.
+One background thread owns the engine. HTTP handlers never call it: ``submit`` and ``cancel``
+only put a command in the thread's inbox, which the thread applies between two engine steps.
+The engine takes its lock for a whole forward pass, so an event loop that waited on that lock
+would stall every client for a step or more (many more when cancellations pile up); with the
+inbox the loop never waits. The engine's callbacks run in the stepping thread.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
 from typing import Any
 
-from .backends import GenerationRequest, OnFinish, OnToken, eos_token_ids
+from .backends import FINISH_CANCELLED, GenerationRequest, OnFinish, OnToken, eos_token_ids
 
 logger = logging.getLogger(__name__)
 
 
 class EngineNotAvailableError(RuntimeError):
     """The from-scratch engine cannot be imported here."""
+
+
+@dataclasses.dataclass
+class _Add:
+    request: GenerationRequest
+    on_token: OnToken
+    on_finish: OnFinish
+
+
+@dataclasses.dataclass
+class _Cancel:
+    request_id: str
 
 
 class OursBackend:
@@ -54,11 +69,17 @@ class OursBackend:
             sorted(eos_token_ids(lm.model, lm.tokenizer) - {self.engine.eos_token_id})
         )
         self._all_stop_ids = set(self.stop_ids) | {self.engine.eos_token_id}
+        # Commands from the event loop; deque append/popleft are atomic, so no lock is needed.
+        self._inbox: collections.deque[_Add | _Cancel] = collections.deque()
+        self._applying = False  # the step thread has taken commands out and is applying them
         self._work = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.step_errors = 0
         self.finished_counts: dict[str, int] = {}  # finish reason -> requests, as the hf backend
+
+    # ---------------------------------------------------------------------------------------
+    # Called from the event loop: never blocks.
 
     def start(self) -> None:
         if self._thread is None:
@@ -66,61 +87,32 @@ class OursBackend:
             self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
             self._thread.start()
 
-    def _loop(self) -> None:
-        while not self._stopping:
-            if self.engine.has_unfinished():
-                try:
-                    self.engine.step()
-                except Exception:  # the engine already failed the affected requests; keep serving
-                    self.step_errors += 1
-                    logger.exception("engine step raised (error %d); serving on", self.step_errors)
-            else:
-                self._work.wait(0.05)
-                self._work.clear()
-
     def submit(self, request: GenerationRequest, on_token: OnToken, on_finish: OnFinish) -> None:
-        from ..engine import SamplingParams
-
-        p = request.params
-        params = SamplingParams(
-            max_tokens=p.max_tokens,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            seed=p.seed,
-            ignore_eos=p.ignore_eos,
-            stop_token_ids=() if p.ignore_eos else self.stop_ids,
-        )
-        stop_ids = set() if p.ignore_eos else self._all_stop_ids
-
-        def callback(event) -> None:
-            ends_on_stop_token = (
-                event.finished and event.finish_reason == "stop" and event.token_id in stop_ids
-            )
-            if event.token_id is not None and not ends_on_stop_token:
-                on_token(event.token_id)
-            if event.finished:
-                reason = event.finish_reason or "stop"
-                self.engine.release(event.request_id)  # a long-running server keeps nothing
-                self.finished_counts[reason] = self.finished_counts.get(reason, 0) + 1
-                on_finish(f"error: {event.error}" if reason == "error" else reason)
-
-        self.engine.add_request(
-            request.prompt_ids, params, on_token=callback, request_id=request.request_id
-        )
+        """Queue a request for the step thread (the server has validated it already)."""
+        self._inbox.append(_Add(request, on_token, on_finish))
         self._work.set()
 
     def cancel(self, request_id: str) -> None:
-        self.engine.cancel(request_id)
+        """Ask the step thread to cancel the request before its next step."""
+        self._inbox.append(_Cancel(request_id))
+        self._work.set()
 
     def stats(self) -> dict[str, float]:
+        # Read without the engine lock: a scrape may see numbers a step old, never blocks.
         sched = self.engine.scheduler
-        out = {"running": float(len(sched.running)), "waiting": float(len(sched.waiting))}
+        queued = sum(isinstance(cmd, _Add) for cmd in list(self._inbox))
+        out = {
+            "running": float(len(sched.running)),
+            "waiting": float(len(sched.waiting) + queued),
+        }
         pool = getattr(self.engine.kv, "pool", None)
         if pool is not None:
             out["kv_blocks_used"], out["kv_blocks_total"] = (
                 float(pool.num_used),
                 float(pool.num_blocks),
             )
+        if self.engine.proposer is not None:
+            out.update({f"spec_{k}": float(v) for k, v in self.engine.spec_totals.items()})
         if self.engine.prefix_cache is not None:
             st = self.engine.prefix_cache.stats
             out["prefix_cache_queries"], out["prefix_cache_hits"] = (
@@ -141,12 +133,93 @@ class OursBackend:
             "max_model_len": self.max_model_len,
         }
 
+    def is_idle(self) -> bool:
+        """True when no command is queued and the engine has nothing to run (tests, shutdown)."""
+        # Read in this order: a command leaves the inbox only after _applying is set.
+        return not self._inbox and not self._applying and not self.engine.has_unfinished()
+
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        for rid, seq in list(self.engine.requests.items()):
-            if not seq.is_finished:
-                self.engine.cancel(rid)
+        """Cancel everything (queued or running) and stop the step thread; blocks up to ``timeout_s``."""
         self._stopping = True
         self._work.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+        else:  # never started: nothing else touches the engine
+            self._cancel_everything()
+
+    # ---------------------------------------------------------------------------------------
+    # The step thread: the only one that calls the engine.
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._apply_inbox()
+            if self.engine.has_unfinished():
+                try:
+                    self.engine.step()
+                except Exception:  # the engine already failed the affected requests; keep serving
+                    self.step_errors += 1
+                    logger.exception("engine step raised (error %d); serving on", self.step_errors)
+            else:
+                self._work.wait(0.05)
+                self._work.clear()
+        self._cancel_everything()
+
+    def _apply_inbox(self) -> None:
+        self._applying = True
+        while self._inbox:
+            cmd = self._inbox.popleft()
+            if isinstance(cmd, _Cancel):
+                self.engine.cancel(cmd.request_id)  # False (a no-op) once it has finished
+            else:
+                self._add(cmd)
+        self._applying = False
+
+    def _add(self, cmd: _Add) -> None:
+        from ..engine import SamplingParams
+
+        request, on_token, on_finish = cmd.request, cmd.on_token, cmd.on_finish
+        p = request.params
+        params = SamplingParams(
+            max_tokens=p.max_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            seed=p.seed,
+            ignore_eos=p.ignore_eos,
+            stop_token_ids=() if p.ignore_eos else self.stop_ids,
+        )
+        stop_ids = set() if p.ignore_eos else self._all_stop_ids
+
+        def callback(event) -> None:
+            ends_on_stop_token = (
+                event.finished and event.finish_reason == "stop" and event.token_id in stop_ids
+            )
+            if event.token_id is not None and not ends_on_stop_token:
+                on_token(event.token_id)
+            if event.finished:
+                reason = event.finish_reason or "stop"
+                self.engine.release(event.request_id)  # a long-running server keeps nothing
+                self._count(reason)
+                on_finish(f"error: {event.error}" if reason == "error" else reason)
+
+        try:
+            self.engine.add_request(
+                request.prompt_ids, params, on_token=callback, request_id=request.request_id
+            )
+        except ValueError as exc:  # the server validates first, so this is a bug: say so, go on
+            logger.error("engine rejected request %s: %s", request.request_id, exc)
+            self._count("error")
+            on_finish(f"error: the engine rejected the request: {exc}")
+
+    def _cancel_everything(self) -> None:
+        while self._inbox:  # requests that never reached the engine are cancelled, not run
+            cmd = self._inbox.popleft()
+            if isinstance(cmd, _Add):
+                self._count(FINISH_CANCELLED)
+                cmd.on_finish(FINISH_CANCELLED)
+        for rid, seq in list(self.engine.requests.items()):
+            if not seq.is_finished:
+                self.engine.cancel(rid)
+
+    def _count(self, reason: str) -> None:
+        self.finished_counts[reason] = self.finished_counts.get(reason, 0) + 1

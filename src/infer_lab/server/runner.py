@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from .app import ServerConfig, create_app
+from .app import DEFAULT_MAX_BODY_BYTES, ServerConfig, create_app
 
 ENGINES = ("ours", "hf")
 
@@ -48,9 +48,15 @@ def build_app(
     max_model_len: int | None = None,
     api_key: str | None = None,
     default_max_tokens: int = 256,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    protect_metrics: bool = False,
     **engine_options: Any,
 ):
-    """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`)."""
+    """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`).
+
+    ``max_body_bytes``: larger request bodies get a 413. ``protect_metrics``: ``/metrics``
+    needs the API key too (by default it is open, as in vLLM, for Prometheus scrapers).
+    """
     if lm.tokenizer is None:
         raise ValueError(
             f"{lm.name} has no tokenizer, so it cannot serve text; use a model with one"
@@ -58,6 +64,8 @@ def build_app(
     limit = max_model_len or int(getattr(lm.config, "max_position_embeddings", 2048))
     if limit < 2:
         raise ValueError(f"max_model_len must be >= 2 tokens, got {limit}")
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if engine == "ours" and max_model_len:
         engine_options.setdefault("max_model_len", max_model_len)
     backend = make_backend(lm, engine, **engine_options)
@@ -68,6 +76,9 @@ def build_app(
         max_model_len=limit,
         api_key=api_key,
         default_max_tokens=default_max_tokens,
+        vocab_size=int(getattr(lm.config, "vocab_size", 0)) or None,
+        max_body_bytes=max_body_bytes,
+        protect_metrics=protect_metrics,
     )
     return create_app(backend, lm.tokenizer, cfg)
 
@@ -138,12 +149,23 @@ def serve(
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     shutdown_timeout_s: float = 30.0,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    protect_metrics: bool = False,
     **engine_options: Any,
 ) -> None:
     """Serve in the foreground until Ctrl-C / SIGTERM; in-flight requests get ``shutdown_timeout_s`` to finish."""
     import uvicorn
 
-    app = build_app(lm, engine, served_model_name, max_model_len, api_key, **engine_options)
+    app = build_app(
+        lm,
+        engine,
+        served_model_name,
+        max_model_len,
+        api_key,
+        max_body_bytes=max_body_bytes,
+        protect_metrics=protect_metrics,
+        **engine_options,
+    )
     uvicorn.run(
         app, host=host, port=port, log_level="info", timeout_graceful_shutdown=shutdown_timeout_s
     )

@@ -1,8 +1,8 @@
 """Model-wide quantization: swap every ``nn.Linear`` for a :class:`DequantLinear`, count exact bytes.
 
-Memory is always counted from the tensors that are kept (parameters plus the quantized
-buffers), never from ``torch.cuda.memory_allocated``: cumulative allocator readings after
-earlier loads once made int4 look bigger than int8.
+Method names (``int8``, ``int4-g64-sym``, ``nf4``, ``q4_1``, ``fp8``, ``bnb-int8``...) are parsed
+here; the bitsandbytes methods reload the model through :mod:`.bnb` instead of swapping layers.
+Bytes are counted by :mod:`.stored_bytes`, from the tensors that are kept.
 """
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..models import LoadedModel
-from .core import error_stats
+from .bnb import load_quantized
+from .formats import error_stats
 from .linear import DequantLinear
+from .stored_bytes import QuantizedLoadedModel, model_weight_bytes
 
-FROM_SCRATCH_METHODS = ("int8", "int4", "nf4", "fp8")
+FROM_SCRATCH_METHODS = ("int8", "int4", "nf4", "q4_1", "fp8")
 LIBRARY_METHODS = ("bnb-int8", "bnb-nf4")
 METHODS = FROM_SCRATCH_METHODS + LIBRARY_METHODS
 DEFAULT_SKIP = ("lm_head",)
+DEFAULT_GROUPS = {"int4": 128, "nf4": 64, "q4_1": 32}
 
 
 @dataclass(frozen=True)
@@ -37,57 +39,29 @@ class MethodSpec:
     def label(self) -> str:
         if self.scheme == "int4":
             return f"int4-g{self.group_size}" + ("-sym" if self.symmetric else "")
-        if self.scheme == "nf4":
-            return f"nf4-g{self.group_size}"
+        if self.scheme in ("nf4", "q4_1"):
+            return f"{self.scheme}-g{self.group_size}"
         return self.scheme
 
 
 def parse_method(method: str) -> MethodSpec:
-    """Parse ``int8``, ``fp8``, ``int4[-gN][-sym]`` or ``nf4[-gN]`` (int4 default g128, NF4 default g64)."""
-    match = re.fullmatch(r"(int8|fp8|int4|nf4)(?:-g(\d+))?(-sym)?", method)
+    """Parse ``int8``, ``fp8``, ``int4[-gN][-sym]``, ``nf4[-gN]`` or ``q4_1[-gN]``.
+
+    Default groups: int4 128, NF4 64, Q4_1 32 (GGUF's block).
+    """
+    match = re.fullmatch(r"(int8|fp8|int4|nf4|q4_1)(?:-g(\d+))?(-sym)?", method)
     if (
         not match
         or (match.group(1) in ("int8", "fp8") and (match.group(2) or match.group(3)))
-        or (match.group(1) == "nf4" and match.group(3))
+        or (match.group(1) in ("nf4", "q4_1") and match.group(3))
     ):
         raise ValueError(
             f"unknown quantization method {method!r}; use one of {', '.join(METHODS)} "
-            "(int4 also as int4-g64, int4-g128-sym; nf4 as nf4-g64)"
+            "(int4 also as int4-g64, int4-g128-sym; nf4 as nf4-g64; q4_1 as q4_1-g32)"
         )
     scheme, group, sym = match.group(1), match.group(2), bool(match.group(3))
-    default_group = 64 if scheme == "nf4" else 128
+    default_group = DEFAULT_GROUPS.get(scheme, 128)
     return MethodSpec(scheme, int(group) if group else default_group, sym)
-
-
-def model_weight_bytes(model: nn.Module) -> int:
-    """Exact bytes of a model's weights: parameters (tied ones once) plus quantized weight buffers.
-
-    Non-weight buffers such as RoPE frequency tables are not weights and are not counted.
-    """
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    for module in model.modules():
-        if isinstance(module, DequantLinear):
-            total += module.weight_bytes()
-            if module.bias is not None:
-                total += module.bias.numel() * module.bias.element_size()
-        total += _bnb_quant_state_bytes(module)
-    return total
-
-
-def _bnb_quant_state_bytes(module: nn.Module) -> int:
-    """bitsandbytes 4-bit keeps per-block absmax outside the parameter; count it too."""
-    state = getattr(getattr(module, "weight", None), "quant_state", None)
-    if state is None:
-        return 0
-    total = 0
-    for name in ("absmax", "code"):
-        t = getattr(state, name, None)
-        if isinstance(t, torch.Tensor):
-            total += t.numel() * t.element_size()
-    nested = getattr(state, "state2", None)
-    if nested is not None and isinstance(getattr(nested, "absmax", None), torch.Tensor):
-        total += nested.absmax.numel() * nested.absmax.element_size()
-    return total
 
 
 @dataclass
@@ -123,7 +97,7 @@ def quantize(
 
     Args:
         model: any torch model; the embedding and norms stay in their dtype.
-        method: ``int8``, ``fp8``, ``int4[-gN][-sym]`` or ``nf4[-gN]`` (see :func:`parse_method`).
+        method: ``int8``, ``fp8``, ``int4[-gN][-sym]``, ``nf4[-gN]`` or ``q4_1[-gN]`` (see :func:`parse_method`).
             bitsandbytes methods load a fresh model instead: use :func:`infer_lab.quant.load_quantized`.
         skip: module-name suffixes left unquantized; the LM head by default (in tied models it
             is the embedding, and quantizing it would untie and grow the model).
@@ -170,7 +144,7 @@ def quantize(
 def layer_error_stats(
     model: nn.Module, method: str, skip: tuple[str, ...] = DEFAULT_SKIP
 ) -> list[dict[str, Any]]:
-    """Per-layer reconstruction error of ``method`` without building a quantized model (no copy)."""
+    """Per-layer stored bytes and reconstruction error of ``method``, without building a quantized model."""
     spec = parse_method(method)
     rows = []
     for name, module in model.named_modules():
@@ -181,18 +155,11 @@ def layer_error_stats(
                     "layer": name,
                     "out_features": module.out_features,
                     "in_features": module.in_features,
+                    "bytes_after": qlayer.weight_bytes(),
                     **error_stats(module.weight.data, qlayer.dequantized_weight()),
                 }
             )
     return rows
-
-
-class QuantizedLoadedModel(LoadedModel):
-    """A :class:`LoadedModel` whose ``weight_bytes`` also counts quantized buffers."""
-
-    @property
-    def weight_bytes(self) -> int:
-        return model_weight_bytes(self.model)
 
 
 def quantize_lm(
@@ -204,8 +171,6 @@ def quantize_lm(
     bitsandbytes (CUDA only) and return a report without per-layer errors.
     """
     if method in LIBRARY_METHODS:
-        from .bnb import load_quantized
-
         qlm = load_quantized(lm, method)
         report = QuantReport(
             model=qlm.model,
@@ -221,47 +186,3 @@ def quantize_lm(
     }
     qlm = QuantizedLoadedModel(model=report.model, extra={"quantization": report.method}, **fields)
     return qlm, report
-
-
-def linear_input_outliers(
-    model: nn.Module, input_ids: torch.Tensor, layer_filter: str = "q_proj", top: int = 6
-) -> list[dict[str, Any]]:
-    """Per-feature activation magnitudes entering selected linear layers (LLM.int8's motivation).
-
-    Hooks every ``nn.Linear`` whose name contains ``layer_filter``, runs one forward pass and
-    reports, per layer, the hidden features with the largest |x| and their ratio to the median
-    feature. A few features a hundred times larger than the rest force a per-tensor int8
-    scale so coarse that the ordinary features round to zero; LLM.int8 keeps those features
-    in 16-bit and quantizes the rest.
-    """
-    rows: list[dict[str, Any]] = []
-    handles = []
-
-    def make_hook(name: str):
-        def hook(_module, args):
-            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
-            feature_max = x.abs().amax(dim=0)
-            values, index = feature_max.topk(min(top, feature_max.numel()))
-            median = float(feature_max.median())
-            rows.append(
-                {
-                    "layer": name,
-                    "top_features": index.tolist(),
-                    "top_absmax": values.tolist(),
-                    "median_feature_absmax": median,
-                    "max_over_median": float(values[0]) / median,
-                }
-            )
-
-        return hook
-
-    for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, DequantLinear)) and layer_filter in name:
-            handles.append(module.register_forward_pre_hook(make_hook(name)))
-    try:
-        with torch.inference_mode():
-            model(input_ids)
-    finally:
-        for h in handles:
-            h.remove()
-    return rows

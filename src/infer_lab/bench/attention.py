@@ -1,4 +1,4 @@
-"""Timing attention on this machine: SDPA backends across lengths, decode attention vs KV heads.
+"""Benchmarks of attention on this machine: SDPA backends across lengths, decode attention vs KV heads.
 
 Both run on any device (sizes are the caller's choice); the interesting numbers come from a GPU,
 where the fused backends avoid writing the N x N scores and decode attention is memory-bound.
@@ -7,12 +7,15 @@ Timing follows the harness rules: warm-up, synchronization, repeats, median.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ..attention.flash import score_matrix_bytes
+from ..harness import summarize, time_call
 from ..units import require_positive
 
 
@@ -28,8 +31,22 @@ def _backends() -> dict[str, Any]:
     return {k: getattr(SDPBackend, v) for k, v in names.items() if hasattr(SDPBackend, v)}
 
 
+@dataclass(frozen=True)
+class BackendTime:
+    """One SDPA backend at one sequence length: its median time, or why it could not run."""
+
+    backend: str
+    seq_len: int
+    heads: int
+    head_dim: int
+    score_matrix_bytes: int  # what the math backend holds for the scores
+    available: bool
+    time_s_p50: float | None
+    reason: str = ""
+
+
 def sdpa_backend_times(
-    seq_lens: list[int],
+    seq_lens: list[int] | tuple[int, ...],
     heads: int = 32,
     head_dim: int = 128,
     batch: int = 1,
@@ -37,16 +54,13 @@ def sdpa_backend_times(
     dtype: torch.dtype | None = None,
     causal: bool = True,
     repeats: int = 5,
-) -> list[dict[str, Any]]:
+) -> list[BackendTime]:
     """Median prefill-attention time of each SDPA backend per sequence length.
 
     A backend this device or dtype cannot run is reported with ``available=False`` and the reason,
-    not skipped silently. ``score_matrix_bytes`` is what the math backend must hold for the scores.
+    not skipped silently.
     """
     from torch.nn.attention import sdpa_kernel
-
-    from ..harness import summarize, time_call
-    from .flash import score_matrix_bytes
 
     require_positive("repeats", repeats)
     dev = torch.device(device)
@@ -54,30 +68,34 @@ def sdpa_backend_times(
     rows = []
     for n in seq_lens:
         require_positive("seq_len", n)
-        q, k, v = (
-            torch.randn(batch, heads, n, head_dim, device=dev, dtype=dtype) for _ in range(3)
-        )
+        q, k, v = (torch.randn(batch, heads, n, head_dim, device=dev, dtype=dtype) for _ in range(3))
+        scores = score_matrix_bytes(n, heads, batch, q.element_size())
         for name, backend in _backends().items():
-            row: dict[str, Any] = {
-                "backend": name,
-                "seq_len": n,
-                "heads": heads,
-                "head_dim": head_dim,
-                "score_matrix_bytes": score_matrix_bytes(n, heads, batch, q.element_size()),
-            }
             try:
                 with sdpa_kernel(backend):
-                    times = time_call(
-                        partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
-                        dev,
-                        warmup=1,
-                        repeats=repeats,
-                    )
-                row.update(available=True, time_s_p50=summarize(times).p50)
+                    times = time_call(partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
+                                      dev, warmup=1, repeats=repeats)
+                rows.append(BackendTime(name, n, heads, head_dim, scores, True, summarize(times).p50))
             except (RuntimeError, torch.OutOfMemoryError) as exc:
-                row.update(available=False, time_s_p50=None, reason=str(exc).splitlines()[0][:160])
-            rows.append(row)
+                rows.append(BackendTime(name, n, heads, head_dim, scores, False, None,
+                                        str(exc).splitlines()[0][:160]))
     return rows
+
+
+@dataclass(frozen=True)
+class DecodeAttentionTime:
+    """One decode step of attention at one KV-head count: measured, and predicted from the bytes read."""
+
+    kv_heads: int
+    context: int
+    batch: int
+    kv_bytes: int  # K and V read by the step
+    time_s_p50: float
+    predicted_s: float | None = None  # kv_bytes / bandwidth, when a bandwidth is given
+
+    @property
+    def measured_over_predicted(self) -> float | None:
+        return self.time_s_p50 / self.predicted_s if self.predicted_s else None
 
 
 def decode_attention_vs_kv_heads(
@@ -90,14 +108,12 @@ def decode_attention_vs_kv_heads(
     dtype: torch.dtype | None = None,
     bandwidth_Bps: float | None = None,
     repeats: int = 10,
-) -> list[dict[str, Any]]:
+) -> list[DecodeAttentionTime]:
     """One decode step of attention (1 query per sequence over ``context`` cached tokens) per KV-head count.
 
     Returns the measured median time next to the memory-bound prediction ``kv_bytes / bandwidth``
     when ``bandwidth_Bps`` is given (e.g. the measured copy bandwidth of this device).
     """
-    from ..harness import summarize, time_call
-
     require_positive("context", context)
     dev = torch.device(device)
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)
@@ -106,26 +122,10 @@ def decode_attention_vs_kv_heads(
         if n_heads % kv:
             raise ValueError(f"{n_heads} query heads cannot be grouped over {kv} KV heads")
         q = torch.randn(batch, n_heads, 1, head_dim, device=dev, dtype=dtype)
-        k, v = (
-            torch.randn(batch, kv, context, head_dim, device=dev, dtype=dtype) for _ in range(2)
-        )
-        times = time_call(
-            partial(F.scaled_dot_product_attention, q, k, v, enable_gqa=kv != n_heads),
-            dev,
-            warmup=2,
-            repeats=repeats,
-        )
+        k, v = (torch.randn(batch, kv, context, head_dim, device=dev, dtype=dtype) for _ in range(2))
+        times = time_call(partial(F.scaled_dot_product_attention, q, k, v, enable_gqa=kv != n_heads),
+                          dev, warmup=2, repeats=repeats)
         kv_bytes = 2 * k.numel() * k.element_size()
-        measured = summarize(times).p50
-        row = {
-            "kv_heads": kv,
-            "context": context,
-            "batch": batch,
-            "kv_bytes": kv_bytes,
-            "time_s_p50": measured,
-        }
-        if bandwidth_Bps:
-            row["predicted_s"] = kv_bytes / bandwidth_Bps
-            row["measured_over_predicted"] = measured / row["predicted_s"]
-        rows.append(row)
+        rows.append(DecodeAttentionTime(kv, context, batch, kv_bytes, summarize(times).p50,
+                                        kv_bytes / bandwidth_Bps if bandwidth_Bps else None))
     return rows

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .core import FP8_E4M3_MAX, INT8_MAX, require_fp8
+from .formats import FP8_E4M3_MAX, INT8_MAX, require_fp8
 
 KV_DTYPES = ("int8", "fp8")
 

@@ -1,4 +1,4 @@
-"""From-scratch weight quantizers: int8 absmax per output channel, group-wise int4, fp8 e4m3.
+"""Weight formats written from scratch: int8 absmax per row, group-wise int4, NF4, GGUF's Q4_1, fp8 e4m3.
 
 Every quantizer returns the stored tensors (integer codes and scales) and has an exact inverse
 that reconstructs an approximate float weight. Shapes follow ``nn.Linear``: a weight is
@@ -77,10 +77,11 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Int4Weight:
-    """A group-wise int4 weight as stored: packed codes plus per-group scales (and zero points).
+    """A group-wise 4-bit weight as stored: packed codes plus per-group scales (and offsets).
 
-    ``packed``: uint8 ``(out, in // 2)``; ``scale``: fp16 ``(out, in // group_size)``;
-    ``zero``: uint8 ``(out, in // group_size)`` for zero-point scaling, ``None`` for symmetric.
+    ``packed``: uint8 ``(out, in // 2)``; ``scale``: fp16 ``(out, n_groups)``;
+    ``zero``: uint8 ``(out, n_groups)`` integer zero points (int4 zero-point scaling);
+    ``minimum``: fp16 ``(out, n_groups)`` float offsets (GGUF's Q4_1); both ``None`` for symmetric.
     """
 
     packed: torch.Tensor
@@ -88,11 +89,12 @@ class Int4Weight:
     zero: torch.Tensor | None
     group_size: int
     shape: tuple[int, int]
+    minimum: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
-        """Exact stored bytes: codes + scales (+ zero points)."""
-        tensors = [self.packed, self.scale] + ([self.zero] if self.zero is not None else [])
+        """Exact stored bytes: codes + scales (+ zero points or minimums)."""
+        tensors = [t for t in (self.packed, self.scale, self.zero, self.minimum) if t is not None]
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -157,11 +159,46 @@ def quantize_int4(
 
 
 def dequantize_int4(w: Int4Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Reconstruct the float weight ``(out, in)`` from an :class:`Int4Weight`."""
+    """Reconstruct the float weight ``(out, in)`` from an :class:`Int4Weight` (int4 or Q4_1)."""
     out_f, in_f = w.shape
     codes = _ungrouped_codes(w).float()
-    offset = w.zero.float().unsqueeze(-1) if w.zero is not None else 8.0
-    return ((codes - offset) * w.scale.float().unsqueeze(-1)).reshape(out_f, -1)[:, :in_f].to(dtype)
+    scale = w.scale.float().unsqueeze(-1)
+    if w.minimum is not None:
+        values = codes * scale + w.minimum.float().unsqueeze(-1)
+    else:
+        offset = w.zero.float().unsqueeze(-1) if w.zero is not None else 8.0
+        values = (codes - offset) * scale
+    return values.reshape(out_f, -1)[:, :in_f].to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Q4_1: GGUF's 4-bit format, a scale and a float minimum per group of 32
+
+
+def quantize_q4_1(weight: torch.Tensor, group_size: int = 32) -> Int4Weight:
+    """GGUF's Q4_1, written out: each group of ``group_size`` maps ``[min, max]`` onto codes 0..15.
+
+    ``w ≈ code * scale + minimum`` with ``scale = (max - min) / 15`` and ``minimum`` both fp16.
+    Unlike int4 zero-point scaling, the offset is a float, not a rounded integer code, so the
+    group's minimum and maximum are represented exactly. llama.cpp stores 32 weights per block;
+    the embedded SmolLM2 GGUF keeps every linear layer this way.
+    """
+    _require_2d("quantize_q4_1", weight)
+    out_f, in_f = weight.shape
+    groups = _grouped(weight, group_size)
+    low = groups.amin(dim=-1, keepdim=True).half().float()
+    high = groups.amax(dim=-1, keepdim=True)
+    scale = ((high - low) / (INT4_LEVELS - 1)).half().float()
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = torch.round((groups - low) / scale).clamp(0, INT4_LEVELS - 1).to(torch.uint8)
+    return Int4Weight(
+        packed=pack_int4(codes.reshape(out_f, -1)[:, :in_f]),
+        scale=scale.squeeze(-1).half(),
+        zero=None,
+        group_size=group_size,
+        shape=(out_f, in_f),
+        minimum=low.squeeze(-1).half(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,23 +314,4 @@ def error_stats(original: torch.Tensor, reconstructed: torch.Tensor) -> dict[str
         "max_abs": float(err.abs().max()),
         "rmse": float(err.pow(2).mean().sqrt()),
         "sqnr_db": 10 * torch.log10(torch.tensor(signal / noise)).item() if noise else float("inf"),
-    }
-
-
-def outlier_channels(weight: torch.Tensor, top: int = 8) -> dict[str, object]:
-    """The input channels (columns) with the largest magnitude: what breaks one-scale-per-row.
-
-    Returns the column indices, their max |w|, the median column max |w| and the ratio between
-    the largest and the median: a ratio of 10 means a per-row scale wastes ~3 of int8's 7 bits
-    on most weights of rows that cross that column.
-    """
-    _require_2d("outlier_channels", weight)
-    col_max = weight.detach().float().abs().amax(dim=0)
-    values, index = col_max.topk(min(top, col_max.numel()))
-    median = float(col_max.median())
-    return {
-        "columns": index.tolist(),
-        "col_absmax": values.tolist(),
-        "median_col_absmax": median,
-        "max_over_median": float(values[0]) / median if median else float("inf"),
     }

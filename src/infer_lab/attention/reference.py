@@ -1,4 +1,7 @@
-"""Attention written out: masks, RoPE, and softmax(QK^T / sqrt(d)) V without any fused kernel.
+"""The reference attention: masks, and softmax(QK^T / sqrt(d)) V written out and through SDPA.
+
+RoPE is not here: every attention layer of the package uses the engine's one implementation
+(:mod:`infer_lab.engine.layers`: ``rope_inverse_frequencies``, ``rope_cos_sin``, ``apply_rope``).
 
 Shapes everywhere: ``q`` is ``(batch, heads, q_len, head_dim)``; ``k`` and ``v`` are
 ``(batch, kv_heads, kv_len, head_dim)`` with ``heads`` a multiple of ``kv_heads``. The queries are
@@ -94,22 +97,3 @@ def sdpa_attention(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
     )
-
-
-def rope_cos_sin(
-    positions: torch.Tensor, dim: int, theta: float = 10000.0, dtype: torch.dtype = torch.float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotary-embedding tables ``(len(positions), dim)`` for absolute ``positions`` (half-split layout)."""
-    inv_freq = 1.0 / (
-        theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)
-    )
-    angles = positions.float()[:, None] * inv_freq[None, :]
-    emb = torch.cat([angles, angles], dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``(..., t, dim)`` by position: pairs (i, i + dim/2) turn by their angle."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin

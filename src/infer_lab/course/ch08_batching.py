@@ -1,0 +1,785 @@
+"""Chapter 08, "Batching": who runs each step, how big the batch is, and what one step costs.
+
+1. **Contenders on one workload** (measured): the same requests, with varied output lengths,
+   all arriving at t = 0, served by each contender of :data:`CONTENDERS`. Today: the engine
+   with static batching and with continuous (iteration-level) batching. A contender is a
+   function ``(lm, workload) -> ContenderRow``; adding one (a transformers baseline of
+   :mod:`infer_lab.bench.baselines`, another engine) is one more :class:`Contender` in the
+   list, and the table and figure show it.
+2. **The Pareto frontier** (measured): total tokens/s vs tokens/s per user as concurrency grows.
+3. **Predicted vs measured decode step** (measured): the roofline on this machine's measured
+   ceilings (:mod:`infer_lab.bench.predicted`) next to the engine's own decode step.
+4. **Decode paths** (measured): the same decode through each path this device has, from one
+   attention call per request to a CUDA-graph replay.
+
+Every run goes through :mod:`infer_lab.bench.engine` (warm-up first, every request timed from
+its arrival, percentiles). The saved view shows the H200 anchors (a naive CUDA-graph decode and
+the HF eager step), labelled as saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..bench import baselines
+from ..bench.engine import (
+    engine_config,
+    run_engine_benchmark,
+    timed_engine_run,
+    warm_up_engine,
+    workload,
+)
+from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
+from ..harness import progress
+from ..units import GB
+from .chapter import ChapterResult, choose_size, run_parts
+from .saved import SavedResult, SavedView, load_saved
+from .tables import Column, people_table
+
+NUMBER = "08"
+SLUG = "batching"
+TITLE = "08 · Batching: static vs continuous, the Pareto frontier, the decode step"
+NEEDS_MODEL = True
+PARTS = {
+    "batching": "Serve the workload with every contender",
+    "sweep": "Run the concurrency sweep",
+    "predicted": "Measure predicted vs measured decode steps",
+    "paths": "Run every decode path",
+}
+SOL_FILE = "h200-sol-decode-*.json"
+HF_BASELINE_FILE = "h200-hf-baseline-*.json"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Requests and tokens of the four measurements."""
+
+    size: str
+    requests: int  # the contenders' workload
+    concurrency: int  # batch slots
+    prompt_len: int
+    max_output: int  # output lengths are drawn between max_output // 8 and max_output
+    sweep_concurrencies: tuple[int, ...]
+    sweep_waves: int  # each sweep point serves concurrency × waves requests
+    sweep_output_len: int
+    predicted_batches: tuple[int, ...]
+    predicted_steps: int
+    paths_batch: int
+    paths_prompt_len: int
+    paths_output_len: int
+    seed: int = 0
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """``quick`` fits a 2-core CPU in a few seconds per part; ``full`` is what a GPU gets."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if on_gpu:
+        if size == "quick":
+            return Sizes(size, requests=64, concurrency=16, prompt_len=128, max_output=128,
+                         sweep_concurrencies=(1, 4, 16, 64), sweep_waves=2, sweep_output_len=64,
+                         predicted_batches=(1, 4, 16, 64), predicted_steps=8,
+                         paths_batch=1, paths_prompt_len=128, paths_output_len=32)
+        return Sizes(size, requests=256, concurrency=64, prompt_len=512, max_output=256,
+                     sweep_concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sweep_waves=2, sweep_output_len=128,
+                     predicted_batches=GPU_BATCHES, predicted_steps=16,
+                     paths_batch=1, paths_prompt_len=128, paths_output_len=64)
+    if size == "quick":
+        return Sizes(size, requests=8, concurrency=4, prompt_len=16, max_output=16,
+                     sweep_concurrencies=(1, 4), sweep_waves=2, sweep_output_len=8,
+                     predicted_batches=(1, 4, 16), predicted_steps=3,
+                     paths_batch=1, paths_prompt_len=16, paths_output_len=6)
+    return Sizes(size, requests=32, concurrency=8, prompt_len=16, max_output=64,
+                 sweep_concurrencies=(1, 2, 4, 8, 16), sweep_waves=2, sweep_output_len=32,
+                 predicted_batches=CPU_BATCHES, predicted_steps=8,
+                 paths_batch=1, paths_prompt_len=128, paths_output_len=64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 1: contenders on one workload
+
+
+@dataclass(frozen=True)
+class BatchingWorkload:
+    """The requests every contender serves: the same prompts and output lengths, all at t = 0."""
+
+    requests: int
+    concurrency: int  # batch slots a contender may use
+    prompt_len: int
+    output_lens: tuple[int, ...]
+    seed: int
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(self.output_lens)
+
+    def requests_for(self, lm: Any) -> baselines.Workload:
+        """The prompt token ids (seeded, random) and output lengths, in :mod:`infer_lab.bench.baselines`' form."""
+        prompts = workload(lm, self.requests, self.prompt_len, seed=self.seed)
+        return baselines.Workload("varied outputs", prompts, list(self.output_lens))
+
+
+def batching_workload(sizes: Sizes) -> BatchingWorkload:
+    """Output lengths drawn uniformly between ``max_output // 8`` and ``max_output`` (seeded)."""
+    rng = random.Random(sizes.seed)
+    lens = tuple(rng.randint(max(2, sizes.max_output // 8), sizes.max_output) for _ in range(sizes.requests))
+    return BatchingWorkload(sizes.requests, sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
+
+
+@dataclass(frozen=True)
+class ContenderRow:
+    """How one contender served the workload. Times in ms; ``None`` where it does not apply.
+
+    ``mean_idle_slots`` (batch slots minus running requests, per step) and ``steps`` only exist
+    for contenders that schedule in steps of a fixed number of slots; TTFT and ITL only for
+    contenders that report per-token times (a whole-run baseline gives throughput only).
+    """
+
+    name: str
+    output_tokens_per_s: float
+    requests_per_s: float
+    ttft_ms_p50: float | None = None
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p90: float | None = None
+    itl_ms_p99: float | None = None
+    mean_idle_slots: float | None = None
+    steps: int | None = None
+    outputs: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False, compare=False)
+    identical: bool | None = None  # its tokens equal the continuous engine's, request by request
+
+    @classmethod
+    def from_benchmark(cls, name: str, r: dict[str, Any], outputs: Any = None) -> ContenderRow:
+        """A row from an engine run's summary (:func:`~infer_lab.bench.engine.summarize_run`)."""
+        pct = {f"{key}_{q}": (r[key][q] if r[key] else None) for key in ("ttft_ms", "itl_ms")
+               for q in ("p50", "p90", "p99")}
+        tokens = tuple(tuple(o.token_ids) for o in outputs) if outputs is not None else None
+        return cls(name, r["output_tokens_per_s"], r["requests_per_s"], mean_idle_slots=r["mean_idle_slots"],
+                   steps=r["steps"], outputs=tokens, **pct)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way to serve a :class:`BatchingWorkload`: a name, one line on what it does, and the run."""
+
+    name: str
+    description: str
+    run: Callable[[Any, BatchingWorkload], ContenderRow]
+
+
+def engine_contender(policy: str) -> Contender:
+    """This project's engine (paged KV) with ``policy`` ``"static"`` or ``"continuous"`` batching."""
+    descriptions = {
+        "static": "forms a batch, runs it until its longest request finishes, then forms the next",
+        "continuous": "decides at every step who runs: a finished request leaves, a waiting one joins",
+    }
+    name = f"{policy} batching (engine)"
+
+    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
+        requests = w.requests_for(lm)
+        config = engine_config(w.concurrency, w.prompt_len + max(w.output_lens) + 1, mode=policy)
+        warm_up_engine(lm, config, seed=w.seed + 1)
+        summary, outputs = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
+        return ContenderRow.from_benchmark(name, summary, outputs)
+
+    return Contender(name, descriptions[policy], run)
+
+
+HF_DESCRIPTIONS = {
+    "hf-sequential": "transformers `generate`, one request after another (a naive server)",
+    "hf-padded": "transformers `generate` on left-padded groups of all batch slots, each group until its "
+                 "longest request is done",
+    "hf-continuous": "transformers' own continuous-batching manager (paged KV; requests join and leave)",
+}
+
+
+def hf_contender(kind: str) -> Contender:
+    """A transformers baseline of :mod:`infer_lab.bench.baselines` on the same requests (throughput only)."""
+    name = {"hf-sequential": "HF one at a time", "hf-padded": "HF padded batch",
+            "hf-continuous": "HF continuous batching"}[kind]
+
+    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
+        requests = w.requests_for(lm)
+        small = baselines.Workload("warm-up", [p[:8] for p in requests.prompts[:2]], [2, 2])
+        baselines.run_contender(kind, lm, small, w.concurrency)
+        done = baselines.run_contender(kind, lm, requests, w.concurrency)
+        return ContenderRow(name, done.tokens_per_s, len(requests.prompts) / done.elapsed_s,
+                            outputs=tuple(tuple(o) for o in done.outputs))
+
+    return Contender(name, HF_DESCRIPTIONS[kind], run)
+
+
+# The contenders of part 1, in the order the table and the figure show them: the strongest fair
+# baselines (transformers' padded batch and its own continuous batching) next to the engine.
+CONTENDERS: list[Contender] = [
+    hf_contender("hf-sequential"),
+    hf_contender("hf-padded"),
+    hf_contender("hf-continuous"),
+    engine_contender("static"),
+    engine_contender("continuous"),
+]
+
+
+@dataclass(frozen=True)
+class BatchingResult:
+    workload: BatchingWorkload
+    rows: list[ContenderRow]
+
+    def row(self, name: str) -> ContenderRow:
+        return next(r for r in self.rows if r.name == name)
+
+
+def measure_batching(lm: Any, sizes: Sizes, contenders: Sequence[Contender] | None = None) -> BatchingResult:
+    """Every contender (default :data:`CONTENDERS`) on the same :func:`batching_workload`."""
+    workload = batching_workload(sizes)
+    chosen = list(contenders) if contenders is not None else CONTENDERS
+    rows = [c.run(lm, workload) for c in progress(chosen, desc="contenders")]
+    reference = next((r.outputs for r in rows if r.name == "continuous batching (engine)"), None)
+    if reference is not None:
+        rows = [dataclasses.replace(r, identical=None if r.outputs is None else r.outputs == reference)
+                for r in rows]
+    return BatchingResult(workload, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: the Pareto frontier
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One concurrency level of continuous batching: total vs per-user speed (tokens/s), times in ms."""
+
+    concurrency: int
+    requests: int
+    output_tokens_per_s: float
+    tokens_per_s_per_user: float  # 1 / mean ITL
+    ttft_ms_p50: float
+    itl_ms_p50: float
+    itl_ms_p99: float
+
+
+def measure_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
+    """Continuous batching at each concurrency, ``concurrency × sweep_waves`` requests per point."""
+    points = []
+    for c in progress(sizes.sweep_concurrencies, desc="concurrency sweep"):
+        n = c * sizes.sweep_waves
+        r = run_engine_benchmark(lm, requests=n, concurrency=c, prompt_len=sizes.prompt_len,
+                                 output_len=sizes.sweep_output_len, seed=sizes.seed)
+        points.append(SweepPoint(c, n, r["output_tokens_per_s"], 1e3 / r["itl_ms"]["mean"], r["ttft_ms"]["p50"],
+                                 r["itl_ms"]["p50"], r["itl_ms"]["p99"]))
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: predicted vs measured decode step
+
+
+@dataclass(frozen=True)
+class PredictedPoint:
+    """The roofline's decode step and the engine's measured one (median of pure decode steps), ms."""
+
+    batch: int
+    context: int
+    predicted_ms: float
+    measured_ms: float
+    predicted_bound: str
+    flops: float
+    bytes: float
+    steps_timed: int
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.measured_ms / self.predicted_ms
+
+
+@dataclass(frozen=True)
+class PredictedResult:
+    points: list[PredictedPoint]
+    roof: str  # the ceilings the prediction used
+    dtype: str
+
+
+def measure_predicted(lm: Any, sizes: Sizes) -> PredictedResult:
+    """Each batch of ``sizes.predicted_batches`` through :func:`decode_step_predicted_vs_measured`,
+    on the ceilings measured once on this device."""
+    from ..analysis.roofline import measured_roof
+    from ..hardware import measure_ceilings
+
+    roof = measured_roof(measure_ceilings(lm.device, quick=sizes.size == "quick"))
+    rows = []
+    for b in progress(sizes.predicted_batches, desc="decode step by batch"):
+        rows += decode_step_predicted_vs_measured(lm, batches=[b], prompt_len=sizes.prompt_len,
+                                                  decode_steps=sizes.predicted_steps, roof=roof)
+    points = [PredictedPoint(r["batch"], r["context"], r["predicted_ms"], r["measured_ms"], r["predicted_bound"],
+                             r["flops"], r["bytes"], r["steps_timed"]) for r in rows]
+    return PredictedResult(points, roof.name, rows[0]["dtype"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 4: decode paths
+
+
+@dataclass(frozen=True)
+class PathRow:
+    """One decode path on the same run: ITL p50 (ms), tokens/s per user and for the whole run."""
+
+    path: str
+    fused: bool
+    compiled: bool
+    batch: int
+    itl_ms_p50: float
+    tokens_per_s_per_user: float  # 1 / ITL p50
+    output_tokens_per_s: float  # whole run, prefill included
+    graphs_captured: int
+
+    @property
+    def label(self) -> str:
+        return self.path + (" +fused" if self.fused else "") + (" +compile" if self.compiled else "")
+
+
+def decode_path_variants(cuda: bool, compile_layers: bool = False) -> list[tuple[str, bool, bool]]:
+    """(path, fused projections, compiled) to run, slowest idea first; CUDA graphs only on a GPU."""
+    variants = [("per-sequence", False, False), ("batched", cuda, False), ("static", cuda, False)]
+    if cuda:
+        variants.append(("cuda-graphs", True, False))
+    if compile_layers:
+        variants.append((variants[-1][0], True, True))
+    return variants
+
+
+def measure_paths(lm: Any, sizes: Sizes, batch: int | None = None, compile_layers: bool = False) -> list[PathRow]:
+    """The same decode run through each decode path this device has.
+
+    ``per-sequence`` (one attention call per request), ``batched`` (one call for all),
+    ``static`` (fixed padded shapes, preallocated buffers) and, on a GPU, ``cuda-graphs`` (the
+    static step captured once, replayed with one launch). With ``compile_layers`` the fastest
+    path also runs with torch.compile's fused layers (compiled during the warm-up: tens of
+    seconds on a CPU). ``batch`` overrides ``sizes.paths_batch``.
+    """
+    batch = batch or sizes.paths_batch
+    rows = []
+    for path, fused, compiled in progress(decode_path_variants(lm.device.type == "cuda", compile_layers),
+                                          desc="decode paths"):
+        r = run_engine_benchmark(lm, requests=batch, concurrency=batch, prompt_len=sizes.paths_prompt_len,
+                                 output_len=sizes.paths_output_len, decode_path=path, fuse_projections=fused,
+                                 compile_layers=compiled)
+        itl = r["itl_ms"]["p50"]
+        rows.append(PathRow(path, fused, compiled, batch, itl, 1e3 / itl, r["output_tokens_per_s"],
+                            r["decode_path"]["graphs_captured"]))
+    return rows
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 08's measurements; a part not run is ``None``."""
+
+    model: str = ""
+    batching: BatchingResult | None = None
+    sweep: list[SweepPoint] | None = None
+    predicted: PredictedResult | None = None
+    paths: list[PathRow] | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe())
+    return run_parts(result, parts, PARTS, {
+        "batching": lambda: measure_batching(lm, sizes),
+        "sweep": lambda: measure_sweep(lm, sizes),
+        "predicted": lambda: measure_predicted(lm, sizes),
+        "paths": lambda: measure_paths(lm, sizes),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# Words
+
+
+def workload_text(w: BatchingWorkload) -> str:
+    return (f"{w.requests} requests of {w.prompt_len} prompt tokens, {min(w.output_lens)} to {max(w.output_lens)} "
+            f"output tokens each ({w.output_tokens:,} in all, EOS ignored), all arriving at t = 0, "
+            f"{w.concurrency} batch slots")
+
+
+def contenders_text(contenders: Sequence[Contender] | None = None) -> str:
+    """The contenders as a markdown list: name and what it does."""
+    return "\n".join(f"- **{c.name}**: {c.description}." for c in (contenders or CONTENDERS))
+
+
+def batching_text(result: BatchingResult) -> str:
+    """The contenders against the slowest of them, every number from ``result``."""
+    rows = sorted(result.rows, key=lambda r: r.output_tokens_per_s)
+    base = rows[0]
+    lines = [f"Workload: {workload_text(result.workload)}."]
+    for r in rows[1:]:
+        lines.append(f"**{r.name}** served it at **{r.output_tokens_per_s:.1f} output tokens/s**, "
+                     f"{r.output_tokens_per_s / base.output_tokens_per_s:.2f}× {base.name} "
+                     f"({base.output_tokens_per_s:.1f} tokens/s)"
+                     + (f", with TTFT p90 {r.ttft_ms_p90:.0f} ms against {base.ttft_ms_p90:.0f} ms"
+                        if r.ttft_ms_p90 is not None and base.ttft_ms_p90 is not None else "") + ".")
+    hf = [r for r in result.rows if r.name.startswith("HF")]
+    engine = next((r for r in result.rows if r.name == "continuous batching (engine)"), None)
+    if hf and engine is not None:
+        best = max(hf, key=lambda r: r.output_tokens_per_s)
+        lines.append(f"Against the strongest transformers baseline here, **{best.name}** "
+                     f"({best.output_tokens_per_s:.1f} tokens/s), the engine's continuous batching is "
+                     f"**{engine.output_tokens_per_s / best.output_tokens_per_s:.2f}×**; against HF one request "
+                     f"at a time it would look "
+                     f"{engine.output_tokens_per_s / min(hf, key=lambda r: r.output_tokens_per_s).output_tokens_per_s:.1f}×, "
+                     "which is the unfair comparison.")
+    idle = [r for r in result.rows if r.mean_idle_slots is not None]
+    if idle:
+        lines.append("Idle batch slots per step (mean): " + ", ".join(f"{r.name} {r.mean_idle_slots:.2f}" for r in idle)
+                     + ". TTFT is measured from the moment every request was submitted, so it includes the wait "
+                     "for a slot; ITL is the gap between a request's consecutive tokens.")
+    return " ".join(lines)
+
+
+def sweep_text(sweep: list[SweepPoint]) -> str:
+    lo, hi = sweep[0], sweep[-1]
+    return (f"From concurrency {lo.concurrency} to {hi.concurrency}, total throughput went from "
+            f"{lo.output_tokens_per_s:.1f} to **{hi.output_tokens_per_s:.1f} tokens/s** "
+            f"({hi.output_tokens_per_s / lo.output_tokens_per_s:.1f}×), while each user's speed went from "
+            f"{lo.tokens_per_s_per_user:.1f} to {hi.tokens_per_s_per_user:.1f} tokens/s.")
+
+
+def predicted_text(predicted: PredictedResult) -> str:
+    first, last = predicted.points[0], predicted.points[-1]
+    return (f"On {predicted.roof} ({predicted.dtype}), the engine's decode step took "
+            f"{first.measured_over_predicted:.1f}× the roofline's prediction at batch {first.batch} "
+            f"({first.measured_ms:.1f} ms vs {first.predicted_ms:.2f} ms) and {last.measured_over_predicted:.1f}× "
+            f"at batch {last.batch} ({last.measured_ms:.1f} ms vs {last.predicted_ms:.2f} ms). The gap is the "
+            "engine's software: Python and per-op overhead, GEMV efficiency, the gather of paged K/V.")
+
+
+def paths_text(paths: list[PathRow]) -> str:
+    fast = max(paths, key=lambda r: r.tokens_per_s_per_user)
+    slow = min(paths, key=lambda r: r.tokens_per_s_per_user)
+    return (f"At batch {fast.batch}, the fastest path here is **{fast.label}** at {fast.itl_ms_p50:.1f} ms per "
+            f"token ({fast.tokens_per_s_per_user:.1f} tokens/s per user), the slowest **{slow.label}** at "
+            f"{slow.itl_ms_p50:.1f} ms: {fast.tokens_per_s_per_user / slow.tokens_per_s_per_user:.2f}× apart.")
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.batching:
+        lines.append(batching_text(result.batching))
+    if result.sweep:
+        lines.append(sweep_text(result.sweep))
+    if result.predicted:
+        lines.append(predicted_text(result.predicted))
+    if result.paths:
+        lines.append(paths_text(result.paths))
+    return "\n\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+NA = "— (not scheduled in slots)"
+BATCHING_COLUMNS = [
+    Column("name", "contender", "text"), Column("output_tokens_per_s", "output tokens/s"),
+    Column("requests_per_s", "requests/s"),
+    Column("ttft_ms_p50", "TTFT p50 (ms)"), Column("ttft_ms_p90", "TTFT p90 (ms)"), Column("ttft_ms_p99", "TTFT p99 (ms)"),
+    Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p90", "ITL p90 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
+    Column("mean_idle_slots", "idle slots per step (mean)", missing=NA),
+    Column("steps", "engine steps", "int", missing=NA),
+    Column("identical", "same tokens as the engine", "bool"),
+]
+SWEEP_COLUMNS = [
+    Column("concurrency", "concurrency", "int"), Column("requests", "requests", "int"),
+    Column("tokens_per_s_per_user", "tokens/s per user"), Column("output_tokens_per_s", "tokens/s total"),
+    Column("ttft_ms_p50", "TTFT p50 (ms)"), Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
+]
+PREDICTED_COLUMNS = [
+    Column("batch", "batch", "int"), Column("context", "context (tokens)", "int"),
+    Column("predicted_ms", "predicted (ms)"), Column("measured_ms", "measured (ms)"),
+    Column("measured_over_predicted", "measured / predicted", "ratio"),
+    Column("predicted_bound", "predicted bound", "text"), Column("steps_timed", "steps timed", "int"),
+]
+PATHS_COLUMNS = [
+    Column("label", "decode path", "text"), Column("batch", "batch", "int"),
+    Column("itl_ms_p50", "ITL p50 (ms)"), Column("tokens_per_s_per_user", "tokens/s per user"),
+    Column("output_tokens_per_s", "output tokens/s (whole run)"), Column("graphs_captured", "CUDA graphs", "int"),
+]
+
+
+def batching_table(batching: BatchingResult):
+    return people_table(batching.rows, BATCHING_COLUMNS)
+
+
+def sweep_table(sweep: list[SweepPoint]):
+    return people_table(sweep, SWEEP_COLUMNS)
+
+
+def predicted_table(predicted: PredictedResult):
+    return people_table(predicted.points, PREDICTED_COLUMNS)
+
+
+def paths_table(paths: list[PathRow]):
+    return people_table(paths, PATHS_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.batching:
+        out["Contenders on one workload"] = batching_table(result.batching)
+    if result.sweep:
+        out["Concurrency sweep (continuous batching)"] = sweep_table(result.sweep)
+    if result.predicted:
+        out["Decode step: predicted vs measured"] = predicted_table(result.predicted)
+    if result.paths:
+        out["Decode paths"] = paths_table(result.paths)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def _wrap(text: str, width: int = 90) -> str:
+    return textwrap.fill(text, width, break_on_hyphens=False)
+
+
+def batching_figure(batching: BatchingResult, source: str):
+    """One bar per contender: throughput, idle slots, and TTFT / ITL at p50, p90, p99 (ms)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = batching.rows
+    names = [textwrap.fill(r.name, 16) for r in rows]
+    colours = [plt.get_cmap("tab10")(i) for i in range(len(rows))]
+    x = np.arange(len(rows))
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.8))
+    axes[0].bar(x, [r.output_tokens_per_s for r in rows], color=colours)
+    axes[0].set(ylabel="output tokens/s")
+    idle = [r.mean_idle_slots if r.mean_idle_slots is not None else 0.0 for r in rows]
+    axes[1].bar(x, idle, color=colours)
+    for i, r in enumerate(rows):
+        if r.mean_idle_slots is None:
+            axes[1].text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
+    axes[1].set(ylabel="idle batch slots per step (mean)")
+    width = 0.8 / 3
+    for ax, key in ((axes[2], "ttft_ms"), (axes[3], "itl_ms")):
+        for j, q in enumerate(("p50", "p90", "p99")):
+            values = [getattr(r, f"{key}_{q}") or 0.0 for r in rows]
+            ax.bar(x + (j - 1) * width, values, width, label=q, color=plt.get_cmap("Greys")(0.4 + 0.25 * j))
+        for i, r in enumerate(rows):
+            if getattr(r, f"{key}_p50") is None:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
+        ax.set(ylabel=key.replace("_ms", "").upper() + " (ms)")
+        ax.legend(fontsize=8)
+    for ax in axes:
+        ax.set_xticks(x, names, fontsize=8)
+        ax.set_ylim(0, None)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(_wrap(f"Contenders on one workload ({workload_text(batching.workload)}): {source}", 150),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _log_if_wide(ax: Any, axis: str, values: list[float]) -> None:
+    """Log scale on ``axis`` when the values span more than a decade and a half."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    else:
+        (ax.set_xlim if axis == "x" else ax.set_ylim)(0, max(values) * 1.15)
+
+
+def sweep_figure(sweep: list[SweepPoint], source: str):
+    """Total output tokens/s vs tokens/s per user, one point per concurrency (the serving frontier)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    xs, ys = [p.tokens_per_s_per_user for p in sweep], [p.output_tokens_per_s for p in sweep]
+    ax.plot(xs, ys, "o-")
+    for p in sweep:
+        ax.annotate(f" {p.concurrency}", (p.tokens_per_s_per_user, p.output_tokens_per_s), fontsize=9)
+    _log_if_wide(ax, "x", xs)
+    _log_if_wide(ax, "y", ys)
+    ax.set(xlabel="tokens/s per user (1 / mean ITL)", ylabel="total output tokens/s")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"Concurrency sweep (labels: concurrent requests)\n{_wrap(source, 70)}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _plain_log_ticks(ax: Any, batches: list[int]) -> None:
+    """Log axes labelled with plain numbers: the batch sizes on x, ``0.5``/``20``/``400`` on y."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
+
+
+def predicted_figure(predicted: PredictedResult, source: str):
+    """Predicted (roofline) and measured engine decode step time vs batch size, log-log."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    batches = [p.batch for p in predicted.points]
+    ax.plot(batches, [p.predicted_ms for p in predicted.points], "*-",
+            label=f"predicted (roofline on {predicted.roof})")
+    ax.plot(batches, [p.measured_ms for p in predicted.points], "x-", label="measured (engine, p50 of decode steps)")
+    ax.set(xscale="log", yscale="log", xlabel="batch (sequences per decode step)", ylabel="decode step time (ms)")
+    _plain_log_ticks(ax, batches)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    ax.set_title(f"Decode step: predicted vs measured\n{_wrap(source, 70)}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def paths_figure(paths: list[PathRow], source: str):
+    """Tokens/s per user (1 / ITL p50) of each decode path, with the ITL in ms on each bar."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(paths) + 1.8))
+    ax.barh([r.label for r in paths], [r.tokens_per_s_per_user for r in paths])
+    for i, r in enumerate(paths):
+        ax.text(r.tokens_per_s_per_user, i, f" {r.itl_ms_p50:.1f} ms", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set(xlabel="tokens/s per user (1 / ITL p50)", xlim=(0, max(r.tokens_per_s_per_user for r in paths) * 1.25))
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title(f"Decode paths, batch {paths[0].batch}\n{_wrap(source, 70)}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.batching:
+        out["batching"] = batching_figure(result.batching, result.model)
+    if result.sweep:
+        out["sweep"] = sweep_figure(result.sweep, result.model)
+    if result.predicted:
+        out["predicted"] = predicted_figure(result.predicted, result.model)
+    if result.paths:
+        out["paths"] = paths_figure(result.paths, result.model)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The saved H200 anchors
+
+
+@dataclass(frozen=True)
+class AnchorRow:
+    """One batch size of the saved H200 anchors: a naive CUDA-graph decode vs the HF eager step."""
+
+    batch: int
+    graph_step_ms: float
+    graph_tokens_per_s: float
+    weight_GBps: float
+    bandwidth_share: float | None  # all bytes moved per second / measured copy bandwidth
+    hf_step_ms: float | None
+
+    @property
+    def hf_over_graph(self) -> float | None:
+        return self.hf_step_ms / self.graph_step_ms if self.hf_step_ms else None
+
+
+def anchor_rows(sol: SavedResult, baseline: SavedResult | None) -> list[AnchorRow]:
+    """Rows of the sol-decode anchor (``b1``, ``b8`` ...), with the HF step at the same batch when saved."""
+    copy_Bps = baseline.data["copy_TBps"] * 1e12 if baseline else None
+    hf = {r["batch"]: r["step_ms"] for r in baseline.data["batch_sweep"]} if baseline else {}
+    rows = []
+    for key, r in sorted(((k, v) for k, v in sol.data.items() if k.startswith("b") and k[1:].isdigit()),
+                         key=lambda kv: int(kv[0][1:])):
+        b = int(key[1:])
+        rows.append(AnchorRow(b, r["step_ms"], r["tok_s"], r["GBps_weights"],
+                              r["GBps_all"] * 1e9 / copy_Bps if copy_Bps else None, hf.get(b)))
+    return rows
+
+
+def launch_overhead_text() -> str:
+    """Why a GPU decode step is launch-bound, with the saved H200 HF baseline's numbers (labelled)."""
+    found = load_saved(HF_BASELINE_FILE)
+    if not found:
+        return ("On a GPU, the HF eager decode step of a 7B model takes many times its weight-streaming time: "
+                "Python launches hundreds of kernels one by one and the GPU waits for each.")
+    src = found[0]
+    d = src.data
+    stream_ms = d["weight_bytes"] / (d["copy_TBps"] * 1e12) * 1e3
+    b1 = min(d["batch_sweep"], key=lambda r: r["batch"])
+    return (
+        f"At batch {b1['batch']} a decode step of the {src.raw.get('model')} shape must stream "
+        f"{d['weight_bytes'] / GB:.1f} GB of weights: {stream_ms:.1f} ms at the {d['copy_TBps']:.2f} TB/s copy "
+        f"bandwidth measured on an {src.device}. The HF eager step measured on that machine took "
+        f"**{b1['step_ms']:.0f} ms** ({b1['step_ms'] / stream_ms:.0f}×): Python launches hundreds of kernels one "
+        f"by one and the GPU waits for each. _{src.label}._"
+    )
+
+
+def _anchor_figure(rows: list[AnchorRow], device: str, model: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    batches = [r.batch for r in rows]
+    ax.plot(batches, [r.graph_step_ms for r in rows], "o-", label="naive decode in a CUDA graph")
+    hf = [r for r in rows if r.hf_step_ms is not None]
+    if hf:
+        ax.plot([r.batch for r in hf], [r.hf_step_ms for r in hf], "s--", label="HF transformers eager (noisy run)")
+    ax.set(xscale="log", yscale="log", xlabel="batch (sequences per decode step)", ylabel="decode step (ms)")
+    _plain_log_ticks(ax, batches)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Saved, not measured here: decode step on {device}\n{model} shape, random bf16 weights",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def saved() -> SavedView | None:
+    """The saved H200 anchors: a naive CUDA-graph decode by batch, next to the HF eager step."""
+    found = load_saved(SOL_FILE)
+    if not found:
+        return None
+    sol = found[0]
+    baselines = load_saved(HF_BASELINE_FILE)
+    baseline = baselines[0] if baselines else None
+    rows = anchor_rows(sol, baseline)
+    no_hf = "— (not in the saved HF run)"
+    table = people_table(rows, [
+        Column("batch", "batch", "int"), Column("graph_step_ms", "CUDA-graph step (ms)"),
+        Column("graph_tokens_per_s", "tokens/s"), Column("weight_GBps", "weights read (GB/s)"),
+        Column("bandwidth_share", "all bytes / measured copy bandwidth", "pct",
+               missing="— (no saved copy bandwidth)"),
+        Column("hf_step_ms", "HF eager step (ms)", missing=no_hf),
+        Column("hf_over_graph", "HF / CUDA graph", "ratio", missing=no_hf),
+    ])
+    notes = [str(sol.raw.get("description", "")), f"Command: {sol.command}"]
+    warning = None
+    if baseline:
+        from .ch01_feel_the_pain import saved_warning
+
+        d = baseline.data
+        roof = d["copy_TBps"] * 1e12 / sol.data["weight_bytes"]
+        b1 = rows[0]
+        notes += [f"HF eager and the copy bandwidth: {baseline.label}.",
+                  f"The copy-bandwidth roofline at batch {b1.batch} is {roof:.0f} tokens/s "
+                  f"({d['copy_TBps']:.2f} TB/s / {sol.data['weight_bytes'] / GB:.1f} GB of weights); the naive "
+                  f"CUDA-graph decode reached {b1.graph_tokens_per_s:.0f} ({b1.graph_tokens_per_s / roof:.0%})."]
+        warning = "the HF eager column comes from a saved run that is " + saved_warning(d).removeprefix("this run is ")
+    return SavedView(
+        title=f"Decode on {sol.device}: {sol.raw.get('model')} shape, {sol.raw.get('weights')} weights",
+        source=sol,
+        tables={"Decode step by batch, saved anchors": table},
+        figures={"anchors": _anchor_figure(rows, sol.device, str(sol.raw.get("model")))},
+        notes=notes,
+        warning=warning,
+    )

@@ -1,0 +1,268 @@
+"""Chapter 10, "Chunked prefill": a long prompt arrives while other requests decode.
+
+Without chunking, the step that admits the long prompt runs its whole prefill, and every
+decoding request waits for that step: a spike in their inter-token latency (ITL). With chunked
+prefill, each step has a token budget; the long prefill is split into chunks spread over
+several steps, each mixed with the running decodes. The decoders see many slightly slower
+steps instead of one very slow one; the long request pays with a later first token (TTFT).
+
+Both runs use the same prompts (random token ids, EOS ignored) through engines built with
+:meth:`Engine.from_loaded`; every time is a measured engine step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..engine import Engine, EngineConfig, SamplingParams
+from ..progress import progress
+from ..timing import summarize
+from .chapter import ChapterResult, choose_size, run_parts
+from .saved import SavedView
+from .tables import Column, people_table
+
+NUMBER = "10"
+SLUG = "chunked_prefill"
+TITLE = "10 · Chunked prefill: a long prompt among running decodes"
+NEEDS_MODEL = True
+PARTS = {"chunking": "Run with and without chunking"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The scenario: who decodes, how long the late prompt is, and the per-step token budget."""
+
+    size: str
+    long_prompt: int  # tokens of the prompt that arrives late
+    decoders: int  # requests already decoding when it arrives
+    decode_tokens: int  # tokens each decoder generates
+    chunk_tokens: int  # token budget of one step with chunked prefill
+    arrive_at_step: int  # engine step at which the long prompt arrives
+    decoder_prompt: int = 16  # prompt tokens of each decoder
+    long_output: int = 4  # tokens the long request generates
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """``quick``: a 256-token prompt among 3 decoders (seconds on 2 cores); ``full``: longer, and a
+    7B-sized scenario on a GPU."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if size == "quick":
+        return Sizes(size, long_prompt=256, decoders=3, decode_tokens=16, chunk_tokens=32, arrive_at_step=4)
+    if on_gpu:
+        return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, chunk_tokens=512, arrive_at_step=8)
+    return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, chunk_tokens=64, arrive_at_step=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed results
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """One engine step of one run: its time (seconds) and what it computed (tokens)."""
+
+    chunking: bool
+    step: int
+    step_s: float
+    prefill_tokens: int
+    decode_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run: the decoders' ITL and the long request's TTFT (seconds), from the engine's timings."""
+
+    chunking: bool
+    chunk_tokens: int | None  # the step budget (None: the whole prompt in one step)
+    steps: int
+    max_step_tokens: int
+    long_prefill_steps: int  # steps that ran part of the long prompt
+    decoder_itl_p50_s: float
+    decoder_itl_max_s: float
+    long_ttft_s: float  # from the long request's arrival to its first token
+
+    @property
+    def label(self) -> str:
+        return f"chunked ({self.chunk_tokens} tokens/step)" if self.chunking else "whole prompt in one step"
+
+
+@dataclass(frozen=True)
+class ChunkingResult:
+    sizes: Sizes
+    steps: list[StepPoint]
+    runs: list[RunSummary]  # without chunking, then with
+
+    def run(self, chunking: bool) -> RunSummary:
+        return next(r for r in self.runs if r.chunking == chunking)
+
+    def steps_of(self, chunking: bool) -> list[StepPoint]:
+        return [s for s in self.steps if s.chunking == chunking]
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 10's measurement; ``None`` when not run."""
+
+    model: str = ""
+    chunking: ChunkingResult | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+def run_scenario(lm: Any, sizes: Sizes, chunking: bool) -> tuple[list[StepPoint], RunSummary]:
+    """The decoders start at step 0; the long prompt arrives at ``arrive_at_step``; one fresh engine."""
+    s = sizes
+    prompts = (lm.random_ids(s.decoders, s.decoder_prompt, seed=11).tolist()
+               + lm.random_ids(1, s.long_prompt, seed=12).tolist())
+    params = ([SamplingParams(max_tokens=s.decode_tokens, ignore_eos=True)] * s.decoders
+              + [SamplingParams(max_tokens=s.long_output, ignore_eos=True)])
+    config = EngineConfig(max_num_seqs=s.decoders + 1, chunked_prefill=chunking, max_num_batched_tokens=s.chunk_tokens,
+                          max_model_len=max(s.long_prompt + s.long_output, s.decoder_prompt + s.decode_tokens) + 1)
+    Engine.from_loaded(lm, config).generate([prompts[0][:4]], SamplingParams(max_tokens=2))  # warm-up
+    engine = Engine.from_loaded(lm, config)
+    outs = engine.generate(prompts, params, arrival_steps=[0] * s.decoders + [s.arrive_at_step])
+    steps = [StepPoint(chunking, r.step, r.duration_s, r.prefill_tokens, r.decode_tokens) for r in engine.step_log]
+    itl = [x for o in outs[: s.decoders] for x in o.itl_s]
+    long_steps = sum(1 for p in steps if p.step >= s.arrive_at_step and p.prefill_tokens > 0)
+    summary = RunSummary(chunking, s.chunk_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
+                         long_steps, summarize(itl).p50, max(itl), outs[-1].ttft_s)
+    return steps, summary
+
+
+def measure_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
+    """The same scenario without and with chunked prefill."""
+    if sizes.chunk_tokens <= sizes.decoders:
+        raise ValueError(f"a {sizes.chunk_tokens}-token budget leaves no room for prefill beside "
+                         f"{sizes.decoders} decoding requests: raise chunk_tokens above the decoders")
+    steps, runs = [], []
+    for chunking in progress((False, True), desc="without and with chunking"):
+        run_steps, summary = run_scenario(lm, sizes, chunking)
+        steps += run_steps
+        runs.append(summary)
+    return ChunkingResult(sizes, steps, runs)
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's measurement (``parts`` picks from :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe())
+    return run_parts(result, parts, PARTS, {"chunking": lambda: measure_chunking(lm, sizes)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Words, tables and figures
+
+
+def chunking_text(c: ChunkingResult) -> str:
+    """The spike, its flattening and the TTFT price, every number from ``c``."""
+    whole, chunked = c.run(False), c.run(True)
+    spike = max(c.steps_of(False), key=lambda p: p.step_s)
+    return (
+        f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step of "
+        f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**; the {c.sizes.decoders} decoding "
+        f"requests' worst gap between two tokens was **{whole.decoder_itl_max_s * 1e3:,.0f} ms** "
+        f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.chunk_tokens}-token budget the long "
+        f"prefill was spread over {chunked.long_prefill_steps} steps of at most {chunked.max_step_tokens} tokens; "
+        f"the worst gap was **{chunked.decoder_itl_max_s * 1e3:,.0f} ms** (p50 "
+        f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). The long request's TTFT went from "
+        f"{whole.long_ttft_s * 1e3:,.0f} ms to {chunked.long_ttft_s * 1e3:,.0f} ms: each extra step pays the "
+        "fixed cost of a forward pass, the price of a smoother stream for everyone else."
+    )
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.chunking:
+        lines.append(chunking_text(result.chunking))
+    return "\n\n".join(lines)
+
+
+RUN_COLUMNS = [
+    Column("label", "prefill", "text"), Column("steps", "engine steps", "int"),
+    Column("max_step_tokens", "largest step (tokens)", "int"),
+    Column("long_prefill_steps", "steps of the long prefill", "int"),
+    Column("decoder_itl_p50_s", "decoders' ITL p50 (ms)", scale=1e3),
+    Column("decoder_itl_max_s", "decoders' ITL max (ms)", scale=1e3),
+    Column("long_ttft_s", "long request's TTFT (ms)", scale=1e3),
+]
+STEP_COLUMNS = [
+    Column("chunking", "chunked", "bool"), Column("step", "step", "int"),
+    Column("step_s", "step time (ms)", scale=1e3), Column("prefill_tokens", "prefill (tokens)", "int"),
+    Column("decode_tokens", "decode (tokens)", "int"),
+]
+
+
+def runs_table(c: ChunkingResult):
+    return people_table(c.runs, RUN_COLUMNS)
+
+
+def steps_table(c: ChunkingResult):
+    return people_table(c.steps, STEP_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    if not result.chunking:
+        return {}
+    return {"Decoders' ITL and the long request's TTFT": runs_table(result.chunking),
+            "Every engine step": steps_table(result.chunking)}
+
+
+def chunking_figure(c: ChunkingResult, source: str):
+    """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
+        steps, label = c.steps_of(chunking), c.run(chunking).label
+        left.plot([p.step for p in steps], [p.step_s * 1e3 for p in steps], ".-", color=colour, label=label)
+        right.step([p.step for p in steps], [p.tokens for p in steps], where="mid", color=colour, label=label)
+    last = max(p.step for p in c.steps)
+    for ax in (left, right):
+        ax.axvline(c.sizes.arrive_at_step, color="gray", ls=":", label="long prompt arrives")
+        ax.set(xlabel="engine step", xlim=(-0.5, last + 0.5))
+        ax.grid(alpha=0.3)
+    right.axhline(c.sizes.chunk_tokens, color="tab:blue", ls="--", lw=1, label="token budget per step")
+    left.set(ylabel="step time = ITL of running requests (ms)", ylim=(0, None))
+    right.set(ylabel="tokens computed in the step (log scale)", yscale="log",
+              ylim=(0.8, 2 * max(p.tokens for p in c.steps)))
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.suptitle(f"A {c.sizes.long_prompt:,}-token prompt arrives while {c.sizes.decoders} requests decode\n{source}",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    return {"chunking": chunking_figure(result.chunking, result.model)} if result.chunking else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved GPU results
+
+
+def saved() -> SavedView | None:
+    """No GPU run of this chapter is saved yet: ``None`` (see :func:`gpu_note`)."""
+    return None
+
+
+def gpu_note() -> str:
+    """What this chapter measures on a GPU, for a machine without one (markdown)."""
+    full = sizes("cuda", "full")
+    return (
+        "**No saved GPU run of this chapter exists yet**: the numbers above are from this machine. "
+        f"On a GPU the full scenario is a {full.long_prompt:,}-token prompt arriving among {full.decoders} "
+        f"decoding requests, with a {full.chunk_tokens}-token budget per step: press the button there to see "
+        "the spike and its chunks at a real model's scale."
+    )

@@ -1,0 +1,293 @@
+"""Request and response bodies of the OpenAI-compatible API, as pydantic models.
+
+The request models are built per server (:func:`request_models`), because their limits depend
+on it: token ids must be below the model's vocabulary size, and ``max_tokens`` below its
+context. Declaring them on the routes puts these limits in ``/openapi.json``, so clients,
+client generators and schema-driven fuzzers see the real contract, and every check runs once,
+before any backend sees the request.
+
+Types follow JSON, not Python: ``true`` is not the token id 1, nor ``max_tokens=1``, and
+``"5"`` is not 5; an integral number such as ``5.0`` is an integer, as JSON Schema says.
+Every text field must be valid Unicode: a JSON string may hold a lone surrogate (``"\\ud800"``),
+which no tokenizer can encode, so it is rejected with a 400 that says where it is.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    Tag,
+)
+
+MAX_STOP_STRINGS = 4  # as OpenAI
+MAX_STOP_CHARS = 256
+# Below this a temperature is greedy (as vLLM), and so is a top_p: logits / 1e-300 overflow
+# to inf, a top_p of 1e-323 is 0 in float32 and drops every token; either way the sampler
+# gets NaN, which fails the whole batch the request is in. Both limits already mean "the
+# most likely token" (the top token of a 50k vocabulary has at least 2e-5 of the mass).
+GREEDY_BELOW = 1e-5
+# torch.Generator.manual_seed takes 64 bits; vLLM takes the signed 64-bit range, so do we.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
+
+def _valid_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"U+{ord(text[exc.start]):04X} at character {exc.start} is a lone surrogate, not a "
+            "character: send valid Unicode (in JSON, a \\uD800-\\uDBFF escape must be followed "
+            "by a \\uDC00-\\uDFFF one)"
+        ) from None
+    return text
+
+
+def _shape(value: Any) -> str:
+    """Which member of a string-or-list union a value means, so errors speak of that one only."""
+    if isinstance(value, str):
+        return "as-text"
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return "as-texts"
+    return "as-list"
+
+
+def _json_integer(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
+        kind = "a boolean" if isinstance(value, bool) else "a string"
+        raise ValueError(f"Input should be an integer, not {kind}")
+    return value
+
+
+def json_int(**bounds: int) -> Any:
+    """An integer in JSON's sense within ``bounds`` (pydantic's ``ge``, ``lt``, ...): 5 or 5.0,
+    never true or "5" (5.5 fails too). The bounds come first, so the schema shows them."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_json_integer)]
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+StopString = Annotated[
+    str, Field(min_length=1, max_length=MAX_STOP_CHARS), AfterValidator(_valid_unicode)
+]
+Stop = Annotated[
+    Annotated[StopString, Tag("as-text")]
+    | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS), Tag("as-list")],
+    Discriminator(lambda v: "as-text" if isinstance(v, str) else "as-list"),
+]
+Seed = json_int(ge=SEED_MIN, le=SEED_MAX)
+
+
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only ``text`` parts are read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Text
+    text: Text | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Text | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(part.text or "" for part in self.content if part.type == "text")
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the server returns, as OpenAI shapes them."""
+
+    error: ErrorDetail
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ServerTiming(BaseModel):
+    """infer-lab's extension: the server's own clock for this request, in seconds.
+
+    ``preprocess_s`` runs from the request's first byte to the engine (body, validation,
+    tokenization); ``ttft_s`` and ``e2e_s`` run from the engine's arrival, like the
+    ``/metrics`` histograms. A client's TTFT minus ``ttft_s`` is what the server's clock misses.
+    """
+
+    preprocess_s: float
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    server_timing: ServerTiming | None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    server_timing: ServerTiming | None = None
+
+
+def request_models(
+    model_name: str, max_model_len: int, vocab_size: int
+) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The completion and chat request models of a server with these limits."""
+    MaxTokens = json_int(ge=1, le=max_model_len - 1)
+    TokenId = json_int(ge=0, lt=vocab_size)
+
+    class _Common(BaseModel):
+        # Unknown extra fields are accepted and ignored, as most servers do.
+        model_config = ConfigDict(extra="allow")
+
+        model: Text = Field(
+            description="the served model id (GET /v1/models)", examples=[model_name]
+        )
+        max_tokens: MaxTokens | None = Field(default=None, description="new tokens, at most")
+        temperature: StrictFloat = Field(
+            default=1.0,
+            ge=0.0,
+            le=2.0,
+            description=f"0 (or below {GREEDY_BELOW:g}) is greedy",
+        )
+        top_p: StrictFloat = Field(
+            default=1.0, gt=0.0, le=1.0, description=f"below {GREEDY_BELOW:g} is greedy"
+        )
+        seed: Seed | None = None
+        stop: Stop | None = None
+        n: json_int(ge=1, le=1) = Field(default=1, description="only 1 is supported")  # type: ignore[valid-type]
+        stream: StrictBool = False
+        stream_options: StreamOptions | None = None
+        ignore_eos: StrictBool = Field(
+            default=False, description="vLLM's extension: keep going past end-of-sequence"
+        )
+
+        def sampling(self) -> tuple[float, float]:
+            """(temperature, top_p) for the sampler: greedy (0, 1) when either is near 0."""
+            if self.temperature < GREEDY_BELOW or self.top_p < GREEDY_BELOW:
+                return 0.0, 1.0
+            return self.temperature, self.top_p
+
+        def stop_strings(self) -> list[str]:
+            return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    class CompletionRequest(_Common):
+        prompt: Annotated[
+            Annotated[Text, Field(min_length=1), Tag("as-text")]
+            | Annotated[
+                list[Annotated[Text, Field(min_length=1)]],
+                Field(min_length=1, max_length=1),
+                Tag("as-texts"),
+            ]
+            | Annotated[
+                list[TokenId], Field(min_length=1, max_length=max_model_len - 1), Tag("as-list")
+            ],
+            Discriminator(_shape),
+        ] = Field(description="text, a list of one text, or token ids")
+
+        def prompt_text(self) -> str | None:
+            """The prompt as text, or None when it was given as token ids."""
+            if isinstance(self.prompt, str):
+                return self.prompt
+            if self.prompt and isinstance(self.prompt[0], str):
+                return self.prompt[0]
+            return None
+
+    class ChatCompletionRequest(_Common):
+        messages: list[ChatMessage] = Field(min_length=1)
+        max_completion_tokens: MaxTokens | None = None
+
+    return CompletionRequest, ChatCompletionRequest
+
+
+# Hints for the fields that take several shapes.
+_UNION_HINTS = {
+    "prompt": "prompt must be a string, a list with one string, or a list of integer token ids",
+    "stop": f"stop must be a string or a list of at most {MAX_STOP_STRINGS} strings of "
+    f"1 to {MAX_STOP_CHARS} characters",
+    "seed": f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}]",
+    "content": 'content must be a string or a list of parts like {"type": "text", "text": "..."}',
+}
+
+
+def _is_union_tag(part: Any) -> bool:
+    """Our tags ("as-text") and pydantic's ("list[ContentPart]"); no field is named like that."""
+    return isinstance(part, str) and (part.startswith("as-") or "[" in part)
+
+
+def _clean_loc(error: dict[str, Any]) -> list[Any]:
+    loc = [p for p in error.get("loc", ()) if not _is_union_tag(p)]
+    return loc[1:] if loc[:1] == ["body"] else loc
+
+
+def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """One clear message and the offending parameter from pydantic/FastAPI validation errors."""
+    if not errors:
+        return "invalid request", None
+    # A broken constraint says more than "wrong type" (union members each report a type error).
+    best = min(errors, key=lambda e: str(e.get("type", "")).endswith("_type"))
+    loc, kind = _clean_loc(best), best.get("type")
+    if kind == "json_invalid":
+        detail = (best.get("ctx") or {}).get("error", "")
+        at = f" at character {loc[0]}" if loc and isinstance(loc[0], int) else ""
+        return f"request body is not valid JSON: {detail}{at}", None
+    if not loc:
+        if kind == "missing":
+            return "the request body is missing: send a JSON object", None
+        return "the request body must be a JSON object", None
+    param = ".".join(str(p) for p in loc)
+    message = str(best.get("msg", "invalid value")).removeprefix("Value error, ")
+    field = next((p for p in reversed(loc) if p in _UNION_HINTS), None)
+    if field is not None and "lone surrogate" not in message:
+        message = f"{message} ({_UNION_HINTS[field]})"
+    return f"invalid request: {param}: {message}", param
