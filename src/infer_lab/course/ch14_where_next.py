@@ -174,18 +174,20 @@ def tiers_text(result: TiersResult) -> str:
 
 
 def eviction_direction(sizes: Sizes) -> Direction:
+    from ..attention.kv_sizing import mla_ratio_explained
     from ..catalog import get_gpu
-    from .ch02_memory_equation import kv_summary, mla_trap
 
-    report = kv_summary(sizes.model, "bf16", sizes.long_context, 1)
+    report = memory.kv_report(sizes.model, context=sizes.long_context, users=1, kv_dtype="bf16")
     fp8 = memory.kv_bytes(sizes.model, sizes.long_context, 1, "fp8")
     hbm = get_gpu(sizes.gpu).memory_bytes
-    trap = mla_trap()
+    seven_b = "mistral-7b"
+    mla = mla_ratio_explained(mha_7b_model=seven_b)["7b_layer"]
     text = (f"One {sizes.long_context:,}-token request to {report.model} holds **{report.kv_bytes_per_user / 1e9:.3g} GB** "
             f"of KV in bf16, {report.kv_bytes_per_user / hbm:.0%} of an {sizes.gpu}'s memory before any weights. "
-            f"fp8 KV halves it to {fp8 / 1e9:.3g} GB; one layer of MLA's latent cache ({trap.model}) holds "
-            f"{trap.per_layer_7b_ratio:.3g}× less per token than one multi-head layer of a 7B-class model "
-            f"({trap.per_layer_7b_model}'s shape, all heads). Eviction keeps only the tokens attention still "
+            f"fp8 KV halves it to {fp8 / 1e9:.3g} GB; one layer of MLA's latent cache (DeepSeek-V3) holds "
+            f"{mla.ratio:.3g}× less per token than one multi-head layer of a 7B-class model ({seven_b}'s "
+            "shape, all heads). "
+            "Eviction keeps only the tokens attention still "
             "uses; compression keeps all of them in fewer bits or dimensions. Both trade some quality for users, "
             "so measure quality as the course does.")
     return Direction("eviction", "KV eviction and compression", text,
