@@ -53,10 +53,24 @@ def _widgets():
 
 
 def md(text: str) -> None:
-    """Display markdown (indentation of a triple-quoted string removed)."""
+    """Display narrative markdown (indentation of a triple-quoted string removed; ``$$...$$`` is LaTeX)."""
     from IPython.display import Markdown, display
 
     display(Markdown(textwrap.dedent(text).strip()))
+
+
+def say(text: str) -> None:
+    """Display computed markdown, whose ``$`` are dollars, not LaTeX.
+
+    Jupyter typesets ``$2.49/h, $0.08`` as math in a Markdown output (inside a widget's output
+    area too), and backslash escapes do not survive every renderer. So the text goes out as HTML
+    with each ``$`` in its own element, where no math delimiter can pair it with the next one.
+    """
+    import markdown
+    from IPython.display import HTML, display
+
+    body = markdown.markdown(textwrap.dedent(text).strip(), extensions=["tables", "sane_lists"])
+    display(HTML(body.replace("$", "<span>$</span>")))
 
 
 def show_figure(fig: Any) -> None:
@@ -75,7 +89,7 @@ def show_table(frame: Any, title: str = "") -> None:
     from IPython.display import HTML, display
 
     if title:
-        md(f"**{title}**")
+        say(f"**{title}**")
     display(HTML(frame.to_html(index=False, border=0)))
 
 
@@ -83,7 +97,7 @@ def show_result(chapter: ModuleType, result: Any) -> None:
     """A chapter result's summary, figures and tables (only the parts it holds)."""
     text = chapter.summary(result)
     if text.strip():
-        md(text)
+        say(text)
     for fig in chapter.figures(result).values():
         show_figure(fig)
     for title, frame in chapter.tables(result).items():
@@ -97,15 +111,15 @@ def show_saved(chapter: ModuleType, only_without_gpu: bool = True) -> None:
     view = chapter.saved()
     if view is None or (only_without_gpu and has_gpu()):
         return
-    md(f"### {view.title}\n\n_{view.label}_")
+    say(f"### {view.title}\n\n_{view.label}_")
     if view.warning:
-        md(f"> **Caution:** {view.warning}")
+        say(f"> **Caution:** {view.warning}")
     for title, frame in view.tables.items():
         show_table(frame, title)
     for fig in view.figures.values():
         show_figure(fig)
     if view.notes:
-        md("\n".join(f"- {n}" for n in view.notes))
+        say("\n".join(f"- {n}" for n in view.notes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,9 +238,9 @@ def memory_explorer() -> Any:
     }
 
     def render(model: str, kv_dtype: str, context: int, users: int, gpu: str) -> None:
-        md(ch02.kv_summary_text(ch02.kv_summary(model, kv_dtype, context, users)))
+        say(ch02.kv_summary_text(ch02.kv_summary(model, kv_dtype, context, users)))
         show_figure(ch02.kv_growth_figure(model, kv_dtype, gpu=gpu))
-        md(ch02.fit_text(ch02.fit_view(model, gpu, context, users, kv_dtype)))
+        say(ch02.fit_text(ch02.fit_view(model, gpu, context, users, kv_dtype)))
 
     return explorer(render, controls)
 
@@ -247,7 +261,7 @@ def roofline_explorer() -> Any:
 
     def render(model: str, gpu: str, batch: int, context: int) -> None:
         view = ch03.datasheet_view(model, gpu, batch, context)
-        md(ch03.datasheet_text(view))
+        say(ch03.datasheet_text(view))
         show_figure(ch03.datasheet_figure(view))
         show_table(ch03.ops_table(view.prefill_ops), f"Prefill, one {view.context:,}-token prompt")
         show_table(ch03.ops_table(view.decode_ops), f"Decode step, batch {view.batch:,}")
@@ -268,11 +282,11 @@ def presets_explorer() -> Any:
 
     def render(model: str, gpu: str) -> None:
         for p in ch04.plan_presets(model):
-            md(ch04.preset_line(p))
+            say(ch04.preset_line(p))
             show_table(ch04.plans_table(p.plans))
         trade = ch04.tradeoff([model], gpu)
         show_figure(ch04.tradeoff_figure(trade))
-        md(ch04.tradeoff_text(trade))
+        say(ch04.tradeoff_text(trade))
 
     return explorer(render, controls, rows=1)
 
@@ -294,10 +308,10 @@ def where_next_explorer() -> Any:
 
     def render(model: str, gpu: str, long_context: int) -> None:
         sizes = replace(s, model=model, gpu=gpu, long_context=long_context)
-        md(ch14.directions_text(ch14.directions(sizes)))
+        say(ch14.directions_text(ch14.directions(sizes)))
         tiers = ch14.tiers(model, gpu, sizes.contexts)
         show_figure(ch14.tiers_figure(tiers))
-        md(ch14.tiers_text(tiers))
+        say(ch14.tiers_text(tiers))
 
     return explorer(render, controls, rows=1)
 
@@ -319,6 +333,6 @@ def capacity_calculator() -> Any:
     box = calculator.capacity_calculator_ipywidget()
     if autorun():
         result = calculator.capacity_plans(**calculator.DEFAULTS_CAPACITY)
-        md(result.verdict)
+        say(result.verdict)
         show_table(calculator.plans_table(result.plans))
     return box
