@@ -86,9 +86,7 @@ def _(ch13, mo):
     a *partial sum* of the full output; an **all-reduce** adds them up. Two per layer, every
     step, whatever the batch.
 
-    SmolLM2-135M has 9 query heads sharing 3 KV heads (groups of 3) and 1,536 MLP columns. The
-    rule here splits whole KV groups, as evenly as possible: on 2 ranks that is 2 + 1 KV heads,
-    so 6 + 3 query heads, and 768 + 768 MLP columns. The embedding, the LM head and the norms are
+    {ch13.split_text("smollm2-135m", 2)} The embedding, the LM head and the norms are
     **replicated**: every rank computes the full logits and picks the same greedy token, so no
     other message is needed. The table shows every split the rule allows; one more rank is refused:
 

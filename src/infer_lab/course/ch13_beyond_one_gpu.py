@@ -150,7 +150,8 @@ class TPResult:
     sweep: AllReduceSweep
     message_bytes: int  # of one all-reduce in the median decode step
     predicted_comm_ms: float  # per decode step, from the fitted ring model
-    predicted_tp_step_ms: float
+    predicted_tp_step_ms: float  # each rank its own memory (the GPU model): compute x busiest share + comm
+    predicted_shared_bus_step_ms: float  # one shared memory bus (this CPU): compute unchanged + comm
     split_params: list[int]
     replicated_params: int
     n_params: int
@@ -172,9 +173,14 @@ class TPResult:
         return rows[0]
 
     @property
+    def single_process_runs(self) -> list[StepRow]:
+        return [r for r in self.runs if r.world_size == 1]
+
+    @property
     def reference(self) -> StepRow:
-        """World size 1 with as many threads as all ranks together (the same machine)."""
-        return self.runs[0]
+        """The fastest world-size-1 run (all the ranks' threads, or one rank's): the strongest
+        single-process baseline on this machine."""
+        return min(self.single_process_runs, key=lambda r: r.step_ms)
 
     @property
     def one_rank(self) -> StepRow:
@@ -226,6 +232,25 @@ def split_rows(model: str = "smollm2-135m") -> tuple[list[SplitRow], str]:
     except ValueError as exc:
         refused = str(exc)
     return rows, refused
+
+
+def split_text(model: str = "smollm2-135m", world_size: int = 2) -> str:
+    """The rule applied to ``model`` at ``world_size``, in words, every number from the shape."""
+    from ..analysis.memory import as_shape
+    from ..parallel.shard import plan_shards
+
+    shape = as_shape(model)
+    plan = plan_shards(shape, world_size)
+
+    def each(attr: str) -> str:
+        return " + ".join(str(getattr(sh, attr)) for sh in plan.shares)
+
+    return (
+        f"{model} has {shape.heads} query heads sharing {shape.kv_heads} KV heads (groups of "
+        f"{shape.heads // shape.kv_heads}) and {shape.intermediate:,} MLP columns. The rule splits whole KV groups, "
+        f"as evenly as possible: on {world_size} ranks that is {each('n_kv_heads')} KV heads, so "
+        f"{each('n_heads')} query heads, and {each('n_mlp')} MLP columns."
+    )
 
 
 SPLIT_COLUMNS = [
@@ -303,6 +328,7 @@ def measure_tp(lm: Any, sizes: Sizes) -> TPResult:
         token_ids_tp=tp.token_ids, token_ids_hf=hf, text_tp=texts, runs=runs, sweep=sweep, message_bytes=message,
         predicted_comm_ms=predicted_comm,
         predicted_tp_step_ms=one_rank.compute_ms * plan.busiest_work_share + predicted_comm,
+        predicted_shared_bus_step_ms=one_rank.compute_ms + predicted_comm,
         split_params=split_params, replicated_params=tp.ranks[0].replicated_params, n_params=lm.n_params,
         kv_bytes_per_rank=[r.kv_cache_bytes for r in tp.ranks], cores=os.cpu_count() or 1,
         load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
@@ -327,24 +353,31 @@ def tp_text(tp: TPResult) -> str:
         f"{tp.sweep.latency_s * 1e6:,.0f} µs per call plus "
         f"{tp.sweep.bus_bandwidth_Bps / 1e9:.2f} GB/s of bus bandwidth, so one decode step's "
         f"{r0.allreduces_per_step} calls are predicted at {tp.predicted_comm_ms:.1f} ms; rank 0 measured "
-        f"{r0.comm_ms:.1f} ms inside them. The difference is waiting: for the rank with more heads, and, "
+        f"{r0.comm_ms:.1f} ms inside them ({r0.comm_ms / max(1, r0.allreduces_per_step) * 1e3:,.0f} µs per call "
+        f"vs {tp.sweep.predicted_s(tp.message_bytes) * 1e6:,.0f} µs in the sweep, where both ranks start "
+        "together). The difference is waiting: for the rank with more heads, and, "
         f"when the cores are oversubscribed (load average {tp.load_average:.1f} on {tp.cores} cores during this "
         "run), for the operating system to schedule the other rank at all.",
-        f"**Step time:** {ref.step_ms:.0f} ms on 1 process with {ref.threads} thread(s), "
-        f"{slowest.step_ms:.0f} ms with {tp.world_size} ranks ({slowest.step_ms / ref.step_ms:.2f}x). "
-        f"The model predicts {tp.predicted_tp_step_ms:.0f} ms: one rank's compute "
-        f"({one.compute_ms:.0f} ms at {one.threads} thread(s)) x {tp.busiest_work_share:.2f} (the busiest "
+        f"**Step time:** {ref.step_ms:.0f} ms on 1 process with {ref.threads} thread(s)"
+        + "".join(f" ({r.step_ms:.0f} ms with {r.threads} thread(s))" for r in tp.single_process_runs if r is not ref)
+        + f", {slowest.step_ms:.0f} ms with {tp.world_size} ranks ({slowest.step_ms / ref.step_ms:.2f}x the best "
+        "single process). "
+        f"The GPU model (each rank reads its own memory) predicts {tp.predicted_tp_step_ms:.0f} ms: one rank's "
+        f"compute ({one.compute_ms:.0f} ms at {one.threads} thread(s)) x {tp.busiest_work_share:.2f} (the busiest "
         f"rank's share of the weights: {tp.largest_split_share:.0%} of the split layers plus the whole "
-        f"replicated LM head) + {tp.predicted_comm_ms:.1f} ms of all-reduces "
-        f"({tp.run(tp.world_size).step_ms / tp.predicted_tp_step_ms:.2f}x measured / predicted).",
+        f"replicated LM head) + {tp.predicted_comm_ms:.1f} ms of all-reduces; measured / predicted "
+        f"{r0.step_ms / tp.predicted_tp_step_ms:.2f}x. With one memory bus shared by the ranks, as on this CPU, "
+        f"the compute would not shrink: {tp.predicted_shared_bus_step_ms:.0f} ms "
+        f"({r0.step_ms / tp.predicted_shared_bus_step_ms:.2f}x).",
     ]
     if slowest.step_ms > ref.step_ms:
         lines.append(
             f"**Why {tp.world_size} ranks are slower here:** they run on the same {tp.cores} CPU cores as the "
-            f"single process (which used {ref.threads} thread(s); each rank uses {r0.threads}), and other "
-            f"programs share those cores too. Splitting the weights cut rank 0's compute from {one.compute_ms:.0f} "
-            f"to {r0.compute_ms:.0f} ms ({r0.compute_ms / one.compute_ms:.2f}x; the split's ideal is "
-            f"{tp.busiest_work_share:.2f}x), and it added {r0.comm_ms:.0f} ms inside {r0.allreduces_per_step} "
+            f"single process (its fastest run used {ref.threads} thread(s); each rank uses {r0.threads}), and other "
+            "programs share those cores too. A decode step is mostly reading weights, and both ranks read theirs "
+            "through the same memory bus and caches, so halving each rank's weights need not halve its time: rank 0's "
+            f"compute went from {one.compute_ms:.0f} to {r0.compute_ms:.0f} ms ({r0.compute_ms / one.compute_ms:.2f}x; "
+            f"with memory of its own, as a GPU has, the split's ideal is {tp.busiest_work_share:.2f}x). And it added {r0.comm_ms:.0f} ms inside {r0.allreduces_per_step} "
             f"all-reduces ({r0.comm_share:.0%} of rank 0's step), each paying about "
             f"{tp.sweep.latency_s * 1e6:,.0f} µs of gloo latency for a few kilobytes. That is the all-reduce "
             "tax, made visible. On GPUs each rank brings its own memory bandwidth and NVLink makes a call a few "
@@ -352,8 +385,9 @@ def tp_text(tp: TPResult) -> str:
         )
     else:
         lines.append(
-            f"Here {tp.world_size} ranks were faster than one process: each rank had its own cores, and the "
-            f"all-reduces ({r0.comm_share:.0%} of rank 0's step) cost less than the compute the split saved."
+            f"Here {tp.world_size} ranks were faster than the best single process: the split cut rank 0's "
+            f"compute from {one.compute_ms:.0f} to {r0.compute_ms:.0f} ms, and the all-reduces "
+            f"({r0.comm_share:.0%} of its step) cost less than that saved."
         )
     return "\n\n".join(lines)
 
@@ -401,8 +435,8 @@ def tp_figure(tp: TPResult):
     ax.plot(grid, [ring_allreduce_s(2, int(g), "nvlink4-nvswitch") * 1e6 for g in grid], "--", color="tab:green",
             label="model: 2 x H100 SXM on NVLink 4 (catalog)")
     ax.axvline(tp.message_bytes, color="gray", ls=":", lw=1)
-    ax.annotate("this decode step's message", (tp.message_bytes, ax.get_ylim()[1]), fontsize=7, ha="left",
-                va="top", rotation=90, xytext=(3, -3), textcoords="offset points")
+    ax.text(tp.message_bytes, 0.04, " a decode step's message", transform=ax.get_xaxis_transform(), fontsize=7,
+            ha="left", va="bottom", color="gray")
     ax.set(xscale="log", yscale="log", xlabel="message (bytes, log)", ylabel="one all-reduce (µs, log)")
     ax.set_title(f"All-reduce, {tp.world_size} gloo processes on this CPU", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
@@ -417,8 +451,9 @@ def tp_figure(tp: TPResult):
     bx.bar(xs, waiting, bottom=[r.compute_ms + t for r, t in zip(tp.runs, transfer, strict=True)],
            color="tab:orange", alpha=0.4, hatch="//", label="all-reduces: waiting")
     first_tp = next(i for i, r in enumerate(tp.runs) if r.world_size > 1)
-    bx.plot([first_tp - 0.4, len(tp.runs) - 0.6], [tp.predicted_tp_step_ms] * 2, "k--", lw=1,
-            label=f"predicted {tp.world_size}-rank step")
+    span = [first_tp - 0.4, len(tp.runs) - 0.6]
+    bx.plot(span, [tp.predicted_tp_step_ms] * 2, "k--", lw=1, label="predicted: each rank its own memory (GPU)")
+    bx.plot(span, [tp.predicted_shared_bus_step_ms] * 2, "k:", lw=1.2, label="predicted: one shared memory bus")
     bx.set_xticks(xs, labels, fontsize=7)
     bx.set(ylabel="decode step p50 (ms)", ylim=(0, None))
     bx.set_title(f"Decode step: compute vs all-reduces (load average {tp.load_average:.1f})", fontsize=9)
@@ -570,10 +605,11 @@ def scaling_text(s: ScalingResult) -> str:
         f"The talk said 4x GPUs gave about {TALK_TP_SPEEDUP_AT_4:.0f}x: this model is more optimistic, because "
         "it assumes every GPU runs at its roofline and NCCL's best latencies; real kernels at small per-GPU "
         "batches lose more.",
-        f"**A small model gains little or nothing:** {s.small_model} at batch {s.small_batch} x "
-        f"{s.small_context} tokens on H100 SXM: {small1.itl_ms * 1e3:.0f} µs at TP1, {small2.itl_ms * 1e3:.0f} µs "
-        f"at TP2, of which {small2.allreduce_ms * 1e3:.0f} µs are its {s.small_allreduces} all-reduces: "
-        "per-call latency, not bandwidth, sets their cost.",
+        f"**A small model {'is slower' if small2.itl_ms > small1.itl_ms else 'gains little'} with TP:** "
+        f"{s.small_model} at batch {s.small_batch} x {s.small_context} tokens on H100 SXM: "
+        f"{small1.itl_ms * 1e3:.0f} µs at TP1, {small2.itl_ms * 1e3:.0f} µs at TP2, of which "
+        f"{small2.allreduce_ms * 1e3:.0f} µs are its {s.small_allreduces} all-reduces: per-call latency, not "
+        "bandwidth, sets their cost, the same tax part 1 measured on this CPU.",
     ]
     if "DP4" in pcie and "TP4" in pcie and "TP4" in nvl and "DP4" in nvl:
         lines.append(

@@ -259,6 +259,7 @@ def _worker(rank: int, world_size: int, init_method: str, backend: str, shard: M
     import torch.distributed as dist
 
     try:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
         torch.set_num_threads(threads)
         device = torch.device("cpu")
         if backend == "nccl":
@@ -364,7 +365,6 @@ class TPGroup:
 
         if self._procs:
             return self
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the ranks talk over loopback
         ctx = mp.get_context("spawn")
         init = f"tcp://127.0.0.1:{_free_port()}"
         self._results = ctx.Queue()
