@@ -238,7 +238,7 @@ def _(mo):
 
     The capacity planner (`analysis.capacity.recommend`) now knows what all-reduces cost: it
     picks the fewest GPUs and the layout (TP, replicas) that meet the latency SLO. The launch
-    commands come from `infer_lab.engines`, the same ones `infer-lab engines launch` runs.
+    commands come from `infer_lab.launchers`, the same ones `infer-lab engines launch` runs.
     """)
     return
 

@@ -9,7 +9,6 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from engine_helpers import NEW_TOKENS
 
 from infer_lab.analysis.memory import as_shape
 from infer_lab.cli import main
@@ -18,6 +17,8 @@ from infer_lab.parallel import shard
 from infer_lab.parallel.bench import default_sizes
 from infer_lab.parallel.comm import Communicator
 from infer_lab.parallel.runtime import TPGroup, run_local, tp_engine_model
+
+from engine_helpers import NEW_TOKENS
 
 SMOL = as_shape("smollm2-135m")  # 30 layers, 9 query heads, 3 KV heads, hidden 576, MLP 1536
 PER_STEP = 2 * SMOL.layers

@@ -112,18 +112,18 @@ def run(args) -> int:
     import sys
     from dataclasses import asdict
 
-    from .. import engines
+    from .. import launchers
 
     if args.action is None:
         raise ValueError(
             "choose an action: list, launch, router or stop (see infer-lab engines --help)"
         )
     if args.action == "router":
-        cmd = engines.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
+        cmd = launchers.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
         print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
         return 0
     if args.action == "list":
-        info = engines.which_engines()
+        info = launchers.which_engines()
         for name, d in info.items():
             state = (
                 f"installed ({d['version']})"
@@ -131,11 +131,11 @@ def run(args) -> int:
                 else f"not installed: {d['install']}"
             )
             print(f"{name:7s} {state}")
-        for rec in engines.running():
+        for rec in launchers.running():
             print(f"running: {rec.engine} pid {rec.pid} at {rec.url} (version {rec.version})")
         return 0
     if args.action == "stop":
-        stopped = engines.stop(args.engine, pid=args.pid, port=args.port)
+        stopped = launchers.stop(args.engine, pid=args.pid, port=args.port)
         if args.json:
             print(json.dumps(stopped))
         else:
@@ -148,7 +148,7 @@ def run(args) -> int:
                 print("no launched engine matched", file=sys.stderr)
         return 0
     onoff = {"on": True, "off": False, None: None}
-    opts = engines.EngineOptions(
+    opts = launchers.EngineOptions(
         model=args.model,
         port=args.port,
         host=args.host,
@@ -167,17 +167,17 @@ def run(args) -> int:
         bootstrap_port=args.bootstrap_port,
         extra_args=list(args.extra),
     )
-    cmd = engines.build_command(args.engine, opts)
+    cmd = launchers.build_command(args.engine, opts)
     if args.dry_run:
         print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
         return 0
-    if not engines.is_installed(args.engine):
-        raise engines.EngineNotInstalledError(
+    if not launchers.is_installed(args.engine):
+        raise launchers.EngineNotInstalledError(
             f"{args.engine} is not installed in this Python ({sys.executable}); "
-            f"install it with: {engines.INSTALL_HINT[args.engine]}"
+            f"install it with: {launchers.INSTALL_HINT[args.engine]}"
         )
     print(f"[engines] starting: {shlex.join(cmd)}", file=sys.stderr)
-    rec = engines.launch(args.engine, opts, timeout_s=args.timeout)
+    rec = launchers.launch(args.engine, opts, timeout_s=args.timeout)
     if args.json:
         print(json.dumps(asdict(rec)))
     else:

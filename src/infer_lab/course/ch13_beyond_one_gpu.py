@@ -972,12 +972,12 @@ class PlanResult:
 
 
 def measure_plan(lm: Any, sizes: Sizes) -> PlanResult:
-    from .. import engines
+    from .. import launchers
     from ..analysis.capacity import recommend
     from ..catalog import load_model_config
 
     model, gpu, ctx, slo, users = sizes.scaling_model, "H100-SXM", sizes.scaling_context, 30.0, sizes.scaling_batch
-    out = engines.scale_out(model, gpu, context=ctx, itl_slo_ms=slo, min_users=users)
+    out = launchers.scale_out(model, gpu, context=ctx, itl_slo_ms=slo, min_users=users)
     rec = recommend(model, gpu, context=ctx, itl_slo_ms=slo, min_users=users)
     hub = load_model_config(model).get("_infer_lab", {}).get("hf_id", model)
     tp = rec.plan.tp if rec.plan else 8
@@ -985,18 +985,18 @@ def measure_plan(lm: Any, sizes: Sizes) -> PlanResult:
     ours = shlex.join(["infer-lab", "engines", "launch", "vllm", "--model", hub, "--tp", str(tp)]
                       + (["--dp", str(dp)] if dp > 1 else []) + ["--max-model-len", str(ctx)])
     pd = {}
-    for role in engines.DISAGGREGATION_ROLES:
-        for eng in engines.ENGINES:
-            opts = engines.EngineOptions(hub, tensor_parallel=tp, max_model_len=ctx, disaggregation=role,
+    for role in launchers.DISAGGREGATION_ROLES:
+        for eng in launchers.ENGINES:
+            opts = launchers.EngineOptions(hub, tensor_parallel=tp, max_model_len=ctx, disaggregation=role,
                                          port=8100 if role == "prefill" else 8200)
-            pd[f"{eng} {role}"] = shlex.join(engines.build_command(eng, opts, python="python"))
-    pd["sglang router"] = shlex.join(engines.pd_router_command("sglang", ["http://prefill-host:8100"],
+            pd[f"{eng} {role}"] = shlex.join(launchers.build_command(eng, opts, python="python"))
+    pd["sglang router"] = shlex.join(launchers.pd_router_command("sglang", ["http://prefill-host:8100"],
                                                                ["http://decode-host:8200"]))
     considered = [LayoutRow(p.gpu, p.parallelism, p.n_gpus, p.interconnect or "—", p.itl_ms, p.tokens_per_s,
                             p.input_tokens_per_s, p.allreduce_ms_per_step, p.meets_slo, p.usd_per_m_output_tokens,
                             p.joules_per_output_token) for p in rec.considered]
     return PlanResult(model, hub, gpu, ctx, slo, users, out["chosen"], out["parallelism"], out["reason"], considered,
-                      shlex.join(out["vllm"]), shlex.join(out["sglang"]), ours, pd, dict(engines.DISTRIBUTED_POINTERS))
+                      shlex.join(out["vllm"]), shlex.join(out["sglang"]), ours, pd, dict(launchers.DISTRIBUTED_POINTERS))
 
 
 def plan_text(p: PlanResult) -> str:
