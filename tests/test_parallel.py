@@ -321,3 +321,17 @@ def test_figures_draw_from_computed_rows():
     trace = scenarios.trace_for("llama-3-8b", "chat", "H100-SXM", 2, requests=10)
     res = {"colocated": scenarios.run_colocated("llama-3-8b", trace, "H100-SXM", 2)}
     assert parallel_figures.plot_itl_cdf(res).axes
+
+
+def test_speculative_flags_for_both_engines():
+    ngram = launchers.EngineOptions("m", speculative="ngram", num_speculative_tokens=3)
+    cmd = launchers.build_command("vllm", ngram, python="python")
+    config = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert config["method"] == "ngram" and config["num_speculative_tokens"] == 3
+    eagle = launchers.EngineOptions("m", speculative="eagle", speculative_model="d", num_speculative_tokens=3)
+    sglang = launchers.build_command("sglang", eagle, python="python")
+    assert sglang[sglang.index("--speculative-algorithm") + 1] == "EAGLE"
+    assert sglang[sglang.index("--speculative-draft-model-path") + 1] == "d"
+    assert sglang[sglang.index("--speculative-num-draft-tokens") + 1] == "4"
+    with pytest.raises(ValueError, match="speculative_model"):
+        launchers.build_command("vllm", launchers.EngineOptions("m", speculative="eagle"))

@@ -14,7 +14,13 @@ prefix_caching      ``--enable-prefix-caching`` / ``--no-...`` radix cache on, o
                                                                ``--disable-radix-cache``
 kv_cache_dtype      ``--kv-cache-dtype fp8``                   ``--kv-cache-dtype fp8_e5m2``
 chunked_prefill     ``--enable-chunked-prefill``               ``--chunked-prefill-size N``
-ngram_speculative   ``--speculative-config {"method":"ngram"}`` (not offered here)
+speculative=ngram   ``--speculative-config {"method":"ngram",   ``--speculative-algorithm NGRAM``
+                    "num_speculative_tokens":K,...}``          (CUDA only)
+speculative=eagle   ``--speculative-config {"method":"eagle",   ``--speculative-algorithm EAGLE
+                    "model":DRAFT,"num_speculative_tokens":K}`` --speculative-draft-model-path
+                    (``eagle3`` likewise)                      DRAFT --speculative-num-steps K
+                                                               --speculative-eagle-topk 1
+                                                               --speculative-num-draft-tokens K+1``
 tensor_parallel     ``--tensor-parallel-size N``               ``--tp-size N``
 pipeline_parallel   ``--pipeline-parallel-size N``             ``--pp-size N``
 data_parallel       ``--data-parallel-size N``                 ``--dp-size N``
@@ -79,7 +85,9 @@ class EngineOptions:
     kv_cache_dtype: str | None = None  # e.g. "fp8"
     chunked_prefill: bool | None = None
     chunked_prefill_size: int = 2048  # SGLang's chunk size in tokens when chunked_prefill is on
-    ngram_speculative_tokens: int = 0  # vLLM: propose this many tokens by n-gram lookup (0 = off)
+    speculative: str | None = None  # "ngram", "eagle" or "eagle3" (EAGLE needs speculative_model)
+    num_speculative_tokens: int = 4  # tokens proposed per step (K)
+    speculative_model: str | None = None  # the EAGLE draft head, e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B
     max_model_len: int | None = None
     pipeline_parallel: int = 1
     data_parallel: int = 1
@@ -94,6 +102,40 @@ class EngineOptions:
     def n_gpus(self) -> int:
         """GPUs this launch uses: tensor x pipeline x data parallel sizes."""
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+
+SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3")
+
+
+def _check_speculative(opts: EngineOptions) -> None:
+    if opts.speculative not in SPECULATIVE_METHODS:
+        raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE_METHODS)}, got {opts.speculative!r}")
+    if opts.speculative.startswith("eagle") and not opts.speculative_model:
+        raise ValueError("EAGLE drafts from a trained head: give its hub id as speculative_model "
+                         "(--speculative-model), e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
+    if opts.num_speculative_tokens < 1:
+        raise ValueError(f"num_speculative_tokens must be >= 1, got {opts.num_speculative_tokens}")
+
+
+def _vllm_speculative_config(opts: EngineOptions) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` JSON (its docs' field names)."""
+    _check_speculative(opts)
+    if opts.speculative == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": opts.num_speculative_tokens,
+                "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+    return {"method": opts.speculative, "model": opts.speculative_model,
+            "num_speculative_tokens": opts.num_speculative_tokens}
+
+
+def _sglang_speculative_flags(opts: EngineOptions) -> list[str]:
+    """SGLang's speculative flags: a chain of K drafted tokens (top-k 1), verified K + 1 at a time."""
+    _check_speculative(opts)
+    flags = ["--speculative-algorithm", {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3"}[opts.speculative]]
+    if opts.speculative_model:
+        flags += ["--speculative-draft-model-path", opts.speculative_model]
+    return flags + ["--speculative-num-steps", str(opts.num_speculative_tokens),
+                    "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", str(opts.num_speculative_tokens + 1)]
 
 
 def is_installed(engine: str) -> bool:
@@ -146,13 +188,8 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
                 if opts.chunked_prefill
                 else "--no-enable-chunked-prefill"
             )
-        if opts.ngram_speculative_tokens > 0:
-            spec = {
-                "method": "ngram",
-                "num_speculative_tokens": opts.ngram_speculative_tokens,
-                "prompt_lookup_max": 4,
-            }
-            cmd += ["--speculative-config", json.dumps(spec)]
+        if opts.speculative:
+            cmd += ["--speculative-config", json.dumps(_vllm_speculative_config(opts))]
         if opts.max_model_len:
             cmd += ["--max-model-len", str(opts.max_model_len)]
         if opts.pipeline_parallel > 1:
@@ -191,8 +228,8 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
                 "--chunked-prefill-size",
                 str(opts.chunked_prefill_size if opts.chunked_prefill else -1),
             ]
-        if opts.ngram_speculative_tokens > 0:
-            raise ValueError("n-gram speculative decoding is only wired up for vLLM here")
+        if opts.speculative:
+            cmd += _sglang_speculative_flags(opts)
         if opts.max_model_len:
             cmd += ["--context-length", str(opts.max_model_len)]
         if opts.pipeline_parallel > 1:
