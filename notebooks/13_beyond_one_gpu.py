@@ -67,10 +67,10 @@ def _(nb):
 
 
 @app.cell
-def _(ch13, nb, size_picker):
+def _(ch13, mo, nb, size_picker):
     lm = nb.load_model_or_explain("smollm2-135m", "pretrained")
     sizes = ch13.sizes(lm.device, size_picker.value)
-    lm.describe()
+    mo.md(f"Model: **{lm.describe()}**")
     return lm, sizes
 
 
