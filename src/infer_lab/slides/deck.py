@@ -228,7 +228,8 @@ def opener_slides(ctx: BuildContext) -> list[Slide]:
     r = opener.compute()
     figs = opener.figures(r)
     tabs = opener.tables(r)
-    cited = "Cited figures (data/token_volumes.json), not measured by the course"
+    said = ", ".join(sorted({v.reported for v in r.volumes}))
+    cited = f"Cited: {r.latest.who}, said {said} (data/token_volumes.json); not measured by the course"
     sources = "\n".join(f"- {v.as_of}: {v.where}, {v.who}: <{v.url}>" for v in r.volumes)
     t = r.training
     notes = opener.notes(r)
