@@ -151,3 +151,20 @@ def test_notebook_executes_headless_with_every_part(path, monkeypatch):
         assert raw not in words, f"{path.name} shows {raw!r}"
     streams = " ".join(o.get("text", "") for _, o in outputs if o.output_type == "stream")
     assert "Traceback" not in streams
+
+
+def test_parts_run_off_a_running_event_loop():
+    import asyncio
+
+    from infer_lab.course.jupyter import off_the_event_loop
+
+    def nested():  # what the load generator does inside a part
+        return asyncio.run(asyncio.sleep(0, result="ran"))
+
+    async def in_a_kernel():  # a Jupyter cell runs inside the kernel's event loop
+        return off_the_event_loop(nested)
+
+    assert asyncio.run(in_a_kernel()) == "ran"
+    assert off_the_event_loop(lambda: 7) == 7
+    with pytest.raises(ZeroDivisionError):
+        off_the_event_loop(lambda: 1 / 0)

@@ -122,6 +122,23 @@ def show_saved(chapter: ModuleType, only_without_gpu: bool = True) -> None:
         say("\n".join(f"- {n}" for n in view.notes))
 
 
+def off_the_event_loop(fn: Callable[[], Any]) -> Any:
+    """``fn()``, in a worker thread when this thread runs an event loop (a Jupyter kernel does).
+
+    A part that drives the load generator calls ``asyncio.run``, which refuses to start inside
+    a running loop; in its own thread it gets a loop of its own. Exceptions propagate.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer-lab-part") as pool:
+        return pool.submit(fn).result()
+
+
 # ---------------------------------------------------------------------------------------------
 # The chapter panel
 
@@ -171,7 +188,8 @@ class ChapterPanel:
         """``chapter.measure`` for one part at the chosen sizes."""
         lm = self.lm()
         device = lm.device if lm is not None else None
-        return self.chapter.measure(lm, self.chapter.sizes(device, self.size.value), parts=[part])
+        sizes = self.chapter.sizes(device, self.size.value)
+        return off_the_event_loop(lambda: self.chapter.measure(lm, sizes, parts=[part]))
 
     def part(self, key: str) -> None:
         """Display the part's run button and output area; with autorun, also run it now, in the cell."""
