@@ -17,7 +17,8 @@ three ways this module measures instead of assuming:
   before it were kept: flat for i.i.d. drafts, rising for correlated ones.
 
 A verification pass over ``k + 1`` tokens is not free either: :func:`fit_verify_cost` fits the
-measured target time per step as ``t(q) = t0 + t1 q`` over ``q`` tokens, and
+measured target time of a verification pass as ``t(q) = t0 + t1 q`` over ``q`` tokens, next to a
+plain one-token step, and
 :func:`roofline_verify_ratio` predicts ``t(k+1) / t(1)`` from the roofline of module 03.
 
 The second half computes what EAGLE, Medusa and multi-token prediction (MTP) add to a model, from
@@ -107,37 +108,51 @@ def acceptance_by_position(accepted: Sequence[int], proposed: Sequence[int], k: 
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Target time of one step over ``q`` tokens per sequence, fitted as ``t0 + t1 q`` (seconds)."""
+    """Target time of a verification pass over ``q >= 2`` tokens per sequence, fitted as
+    ``t0 + t1 q``, next to a plain one-token decode step ``decode_s`` (seconds).
+
+    The two are kept apart because an engine may run them differently: in ours a one-token
+    step takes the batched decode path, a multi-token one the chunked (prefill-like) path, so
+    ``t(2)`` can sit well above ``t(1)`` even when each extra token is cheap.
+    """
 
     t0_s: float
     t1_s: float
+    decode_s: float
     samples: int
     q_values: tuple[int, ...]
 
     def time_s(self, q: float) -> float:
-        return self.t0_s + self.t1_s * q
+        return self.decode_s if q <= 1 else self.t0_s + self.t1_s * q
 
     def ratio(self, q: float) -> float:
-        """``t(q) / t(1)``: how many plain decode steps one verification of ``q`` tokens costs."""
-        return self.time_s(q) / self.time_s(1)
+        """``v = t(q) / t(1)``: how many plain decode steps one verification of ``q`` tokens costs."""
+        return self.time_s(q) / self.decode_s
 
 
-def fit_verify_cost(samples: Sequence[tuple[int, float]]) -> VerifyCost:
-    """Least-squares line through ``(tokens per sequence, seconds)`` of measured target passes.
+def fit_verify_cost(samples: Sequence[tuple[int, float]], decode_s: float | None = None) -> VerifyCost:
+    """Least-squares line through ``(tokens per sequence, seconds)`` of verification passes (q >= 2).
 
-    With samples at a single ``q`` the slope cannot be fitted; it is taken as 0 (every pass
-    costs the same), which is the textbook assumption.
+    ``decode_s`` is the plain decode step; by default the mean of the samples with ``q = 1``.
+    Without verification samples every pass is taken to cost one decode step (the textbook
+    assumption); with a single ``q`` the slope cannot be fitted and is 0.
     """
     if not samples:
         raise ValueError("need at least one (tokens, seconds) sample")
-    qs = [float(q) for q, _ in samples]
-    ts = [float(t) for _, t in samples]
-    n = len(qs)
-    mean_q, mean_t = sum(qs) / n, sum(ts) / n
-    var_q = sum((q - mean_q) ** 2 for q in qs)
-    slope = sum((q - mean_q) * (t - mean_t) for q, t in zip(qs, ts, strict=True)) / var_q if var_q else 0.0
+    ones = [float(t) for q, t in samples if q <= 1]
+    if decode_s is None:
+        if not ones:
+            raise ValueError("need a plain decode step: pass decode_s or samples with q = 1")
+        decode_s = sum(ones) / len(ones)
+    verify = [(float(q), float(t)) for q, t in samples if q >= 2]
+    if not verify:
+        return VerifyCost(decode_s, 0.0, decode_s, len(samples), (1,))
+    n = len(verify)
+    mean_q, mean_t = sum(q for q, _ in verify) / n, sum(t for _, t in verify) / n
+    var_q = sum((q - mean_q) ** 2 for q, _ in verify)
+    slope = sum((q - mean_q) * (t - mean_t) for q, t in verify) / var_q if var_q else 0.0
     slope = max(slope, 0.0)  # noise must not make more tokens cheaper
-    return VerifyCost(mean_t - slope * mean_q, slope, n, tuple(sorted({int(q) for q in qs})))
+    return VerifyCost(mean_t - slope * mean_q, slope, decode_s, n, tuple(sorted({int(q) for q, _ in verify})))
 
 
 def predicted_speedup_with_verify(alpha: float, k: int, cost_ratio: float, verify_ratio: float) -> float:

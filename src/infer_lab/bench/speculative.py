@@ -332,7 +332,8 @@ def cost_ratio(spec: RunTotals, plain: RunTotals) -> float:
 
 
 def verify_cost(runs: Sequence[RunTotals]) -> VerifyCost:
-    """The ``t0 + t1 q`` fit over every batch-1 decode step of ``runs`` (target time only)."""
+    """The ``t0 + t1 q`` fit over every batch-1 verification pass of ``runs`` (target time only),
+    next to their mean plain one-token step."""
     samples = [s for r in runs for s in r.verify_samples]
     return fit_verify_cost(samples)
 
