@@ -1,4 +1,4 @@
-"""infer-lab bench engine: throughput and latency of the from-scratch serving engine."""
+"""infer-lab bench engine | spec: the from-scratch serving engine, and its speculative decoding."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from ._args import add_model_arguments
 
 NAME = "bench"
 ORDER = 60
-HELP = "benchmark the from-scratch serving engine (throughput, TTFT/ITL percentiles, KV blocks)"
+HELP = "benchmark the from-scratch serving engine (engine: throughput, TTFT/ITL, KV; spec: speculative decoding)"
 DESCRIPTION = """\
-Run N random-prompt requests (EOS ignored, exact lengths) through the engine of modules 07-10
+Two benchmarks: `bench engine` (below first) and `bench spec` (speculative decoding, after it).
+
+bench engine: run N random-prompt requests (EOS ignored, exact lengths) through the engine of modules 07-10
 and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
 Every optimization is a switch, so its effect can be measured:
 
@@ -44,11 +46,43 @@ The torch thread count is recorded in the JSON (set it with OMP_NUM_THREADS or -
 a busy 2-core machine one thread is often faster than two.
 
 --json prints one JSON object on stdout (progress goes to stderr).
+
+bench spec: speculative decoding (module 11) against plain decoding of the same engine on the
+same prompts, greedy, for one proposer at several k. A proposer guesses k tokens; the target
+checks all of them in ONE forward pass, keeps the longest prefix it agrees with and adds its own
+next token, so one pass yields 1..k+1 tokens and the output is token-identical to plain decoding.
+
+  infer-lab bench spec --proposer ngram --k 1,2,4,8 --workload grounded
+  infer-lab bench spec --proposer self:24 --k 1,2,4 --workload chat --max-new-tokens 32
+  infer-lab bench spec --proposer ngram --k 4 --batch 8                 8 concurrent requests
+
+Proposers: ngram (prompt lookup: find the last n <= 3 tokens earlier in the prompt + output and
+propose what followed; ngram:N for n <= N) and self:L (the target's own first L layers, final
+norm and LM head). Workloads (data/speculative_prompts.json): grounded (copy, edit or quote the
+given text) and chat (open-ended). Plain runs before and after the speculative runs of each
+prompt; every engine warms up first.
+
+Each row:
+  acceptance      accepted / proposed guesses, as the engine counts them. Not the per-token
+                  alpha of the textbook: guesses after the first rejection are never tested.
+  alpha (MLE)     kept / tested guesses: the per-token acceptance backed out of each pass.
+  tokens/pass     tokens per target pass after the first token (plain decoding: 1).
+  passes/token    target forward passes per output token (prefill pass included).
+  tok/s, speedup  output tokens per wall-clock second, and plain's time over speculative's.
+  predicted       the textbook speedup E / (k c + 1), with E = (1 - a^(k+1)) / (1 - a) the
+                  expected tokens per pass at per-token acceptance a, and c the draft cost per
+                  guess over a plain decode step (both measured in this run: a at k = 1 when
+                  --k includes 1, else backed out over all k); "predicted (v)"
+                  replaces the 1 by v = the measured cost of a (k+1)-token verification pass
+                  over a 1-token decode step, which on a CPU is well above 1.
+
+--json prints one JSON object (rows, the plain baseline, the environment); --save also writes it.
 """
 
 
 def add_arguments(p) -> None:
-    p.add_argument("target", choices=["engine"], help="what to benchmark (the serving engine)")
+    p.add_argument("target", choices=["engine", "spec"],
+                   help="engine: the serving engine; spec: speculative decoding vs plain decoding")
     add_model_arguments(p)
     p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     p.add_argument(
@@ -109,9 +143,86 @@ def add_arguments(p) -> None:
         "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
     )
     p.add_argument("--json", action="store_true", help="print JSON only")
+    spec = p.add_argument_group("bench spec")
+    spec.add_argument("--proposer", default="ngram", help="spec: ngram, ngram:N or self:L (default ngram)")
+    spec.add_argument("--k", default="1,2,4,8", help="spec: guesses per pass, comma-separated (default 1,2,4,8)")
+    spec.add_argument("--workload", choices=["grounded", "chat"], default="grounded",
+                      help="spec: grounded (copy/edit the given text) or chat (open-ended); default grounded")
+    spec.add_argument("--batch", type=int, default=1, help="spec: concurrent requests (default 1)")
+    spec.add_argument("--max-new-tokens", type=int, default=64,
+                      help="spec: most new tokens per request, stopping at EOS (default 64)")
+    spec.add_argument("--prompts", type=int, default=None, help="spec: use the first N prompts (default all)")
+    spec.add_argument("--rounds", type=int, default=1, help="spec: repeat every prompt this many times (default 1)")
+
+
+def parse_ks(text: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; a clear error for anything else."""
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--k takes comma-separated integers like 1,2,4,8, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k needs integers >= 1, got {text!r}")
+    return ks
 
 
 def run(args) -> int:
+    if args.target == "spec":
+        return run_spec(args)
+    return run_engine(args)
+
+
+def _command_line(kind: str) -> str:
+    import sys
+
+    if sys.argv[0].endswith("infer-lab"):
+        return "infer-lab " + " ".join(sys.argv[1:])
+    return f"infer-lab bench {kind} (via python)"
+
+
+def run_spec(args) -> int:
+    """``bench spec``: one proposer at several k against plain decoding."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..bench.speculative import bench_spec, parse_proposer
+    from ..models import load_model
+
+    ks, proposer = parse_ks(args.k), parse_proposer(args.proposer)
+    if args.batch < 1 or args.max_new_tokens < 1 or args.rounds < 1:
+        raise ValueError("--batch, --max-new-tokens and --rounds must be >= 1")
+    lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    if lm.tokenizer is None or lm.is_random:
+        raise ValueError("bench spec needs a pretrained model with a tokenizer (its prompts are text, and "
+                         "random weights accept no guess); try --model smollm2-135m")
+    print(f"[bench spec] {lm.describe()}: {proposer}, k {ks}, {args.workload} prompts, batch {args.batch}, "
+          f"up to {args.max_new_tokens} new tokens", file=sys.stderr)
+    result = bench_spec(lm, proposer, ks, workload=args.workload, batch=args.batch,
+                        max_new_tokens=args.max_new_tokens, prompts=args.prompts, rounds=args.rounds)
+    result["command"] = _command_line("spec")
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    env, plain = result["environment"], result["plain"]
+    print(f"plain decoding: {plain['tokens_per_s']:.1f} tok/s ({plain['decode_step_ms']:.1f} ms per decode step) "
+          f"on {env['hardware']}, {env['torch_threads']} threads")
+    header = (f"{'k':>3} {'accept':>7} {'alpha':>6} {'tok/pass':>8} {'pass/tok':>8} {'tok/s':>7} "
+              f"{'speedup':>8} {'pred':>6} {'pred(v)':>7} {'same':>5}")
+    print(header)
+    for r in result["rows"]:
+        acc = f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-"
+        alpha = f"{r['alpha_mle']:.0%}" if r["alpha_mle"] is not None else "-"
+        print(f"{r['k']:>3} {acc:>7} {alpha:>6} {r['tokens_per_pass']:>8.2f} {r['passes_per_token']:>8.2f} "
+              f"{r['tokens_per_s']:>7.1f} {r['speedup']:>7.2f}x {r['predicted_speedup']:>5.2f}x "
+              f"{r['predicted_speedup_verify']:>6.2f}x {'yes' if r['identical'] else 'NO':>5}")
+    return 0
+
+
+def run_engine(args) -> int:
     import json
     import sys
     from pathlib import Path
@@ -156,11 +267,7 @@ def run(args) -> int:
         workload_kind=args.workload,
         rounds=args.rounds,
     )
-    result["command"] = (
-        "infer-lab " + " ".join(sys.argv[1:])
-        if sys.argv[0].endswith("infer-lab")
-        else "infer-lab bench engine (via python)"
-    )
+    result["command"] = _command_line("engine")
     text = json.dumps(result, indent=None if args.json else 2)
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,12 @@ TTFT (time to first token: the prefill) and ITL (each decode step after it).
   infer-lab generate --json --max-new-tokens 16 "Hello"
   infer-lab generate --model mistral-7b --weights random --device cuda "anything"
   infer-lab generate --engine paged "Hello"          our from-scratch engine instead of transformers
+  infer-lab generate --engine paged --speculative ngram --num-speculative-tokens 4 "Repeat: a b c"
+
+--speculative (module 11) lets a proposer guess up to K tokens that the target verifies in one
+forward pass: ngram (prompt lookup: what followed the last n <= 3 tokens earlier in the text;
+ngram:N for n <= N) or self:L (the target's own first L layers). Greedy output is token-identical
+to plain decoding; --json then adds proposed_tokens, accepted_tokens and target_passes.
 
 With --weights random the prompt is replaced by random token ids of the same length budget
 (--prompt-len) and the text is meaningless; memory and timing are true.
@@ -36,6 +42,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
     p.add_argument("--ignore-eos", action="store_true",
                    help="generate exactly --max-new-tokens, past the end-of-sequence token (for timing)")
+    p.add_argument("--speculative", default=None, metavar="PROPOSER",
+                   help="speculative decoding with our engine: ngram, ngram:N or self:L (default off)")
+    p.add_argument("--num-speculative-tokens", type=int, default=4, metavar="K",
+                   help="with --speculative: most tokens guessed per target pass (default 4)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
@@ -47,6 +57,8 @@ def run(args) -> int:
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.speculative is not None:
+        _check_speculative(args.engine, args.speculative, args.num_speculative_tokens)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     if lm.tokenizer is None or lm.is_random:
         ids = lm.random_ids(1, args.prompt_len)
@@ -54,7 +66,8 @@ def run(args) -> int:
         ids = lm.tokenizer(args.prompt, return_tensors="pt")["input_ids"].to(lm.device)
     else:
         ids = lm.chat_ids(args.prompt)
-    out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine, ignore_eos=args.ignore_eos)
+    out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine, ignore_eos=args.ignore_eos,
+                        speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
     token_ids, ttft_s, itl_s = out["token_ids"], out["ttft_s"], out["itl_s"]
     eos = lm.eos_token_ids
     shown = token_ids[:-1] if token_ids and token_ids[-1] in eos else token_ids
@@ -64,18 +77,38 @@ def run(args) -> int:
               "dtype": str(lm.dtype).replace("torch.", ""), "engine": args.engine, "prompt_tokens": ids.shape[1],
               "text": text, "token_ids": token_ids, "ttft_ms": ttft_s * 1e3, "itl_ms": [t * 1e3 for t in itl_s],
               "itl_ms_p50": itl.p50 * 1e3 if itl else None, "itl_ms_p90": itl.p90 * 1e3 if itl else None}
+    if args.speculative is not None:
+        result.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                      proposed_tokens=out["proposed_tokens"], accepted_tokens=out["accepted_tokens"],
+                      target_passes=out["target_passes"])
     if args.json:
         print(json.dumps(result))
         return 0
     print(text if text else f"(random weights: {len(token_ids)} token ids) {token_ids}")
     tail = f", ITL p50 {result['itl_ms_p50']:.1f} ms, p90 {result['itl_ms_p90']:.1f} ms" if itl else ""
+    if args.speculative is not None:
+        tail += (f" · {args.speculative}, k {args.num_speculative_tokens}: {len(token_ids)} tokens in "
+                 f"{out['target_passes']} target passes, {out['accepted_tokens']}/{out['proposed_tokens']} "
+                 "guesses accepted")
     print(f"\n[{lm.describe()} · {args.engine} · prompt {ids.shape[1]} tokens · TTFT {result['ttft_ms']:.1f} ms{tail}]")
     return 0
 
 
+def _check_speculative(mode: str, speculative: str, k: int) -> None:
+    """Speculation needs our engine with a KV cache, a known proposer and k >= 1: say so clearly."""
+    if mode not in ("contiguous", "paged"):
+        raise ValueError(f"--speculative runs in our engine with a KV cache: use --engine paged or "
+                         f"contiguous (got --engine {mode})")
+    kind, _, arg = speculative.partition(":")
+    if not ((kind == "ngram" and (not arg or arg.isdigit())) or (kind == "self" and arg.isdigit())):
+        raise ValueError(f"--speculative takes ngram, ngram:N or self:L, got {speculative!r}")
+    if k < 1:
+        raise ValueError(f"--num-speculative-tokens must be >= 1, got {k}")
+
+
 def generate_text(
     lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged",
-    ignore_eos: bool = False,
+    ignore_eos: bool = False, speculative: str | None = None, num_speculative_tokens: int = 4,
 ) -> dict[str, Any]:
     """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
 
@@ -84,8 +117,11 @@ def generate_text(
         prompt_ids: the prompt, ``(1, n)`` or ``(n,)`` tensor or a list of ids.
         max_new_tokens: most tokens to generate; stops at EOS (included) unless ``ignore_eos``.
         mode: ``"hf"`` (transformers with its DynamicCache), ``"nocache"``, ``"contiguous"`` or ``"paged"``.
+        speculative: a proposer for our engine (``"ngram"``, ``"ngram:N"``, ``"self:L"``) or None.
+        num_speculative_tokens: most guesses per target pass (``k``) with ``speculative``.
     Returns:
-        ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds).
+        ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds); our
+        engine adds ``target_passes``, ``proposed_tokens`` and ``accepted_tokens``.
     """
     import torch
 
@@ -103,8 +139,11 @@ def generate_text(
 
     if mode not in ("nocache", "contiguous", "paged"):
         raise ValueError(f"mode must be one of hf, nocache, contiguous, paged; got {mode!r}")
+    if speculative is not None:
+        _check_speculative(mode, speculative, num_speculative_tokens)
     config = EngineConfig(
-        kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1
+        kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1,
+        speculative=speculative, num_speculative_tokens=num_speculative_tokens,
     )
     Engine.from_loaded(lm, config).generate(
         [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)
@@ -113,4 +152,6 @@ def generate_text(
     params = SamplingParams(max_tokens=max_new_tokens, ignore_eos=ignore,
                             stop_token_ids=() if ignore else tuple(sorted(lm.eos_token_ids)))
     out = Engine.from_loaded(lm, config).generate([ids[0]], params)[0]
-    return {"token_ids": out.token_ids, "ttft_s": out.ttft_s, "itl_s": out.itl_s}
+    return {"token_ids": out.token_ids, "ttft_s": out.ttft_s, "itl_s": out.itl_s,
+            "target_passes": out.target_passes, "proposed_tokens": out.proposed_tokens,
+            "accepted_tokens": out.accepted_tokens}

@@ -1,0 +1,253 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#     "marimo>=0.25",
+#     "torch>=2.6",
+#     "transformers>=5.17",
+#     "accelerate>=1.10",
+#     "gguf>=0.17",
+#     "safetensors>=0.5",
+#     "matplotlib>=3.9",
+#     "pandas>=2.2",
+#     "nvidia-ml-py>=12.560",
+#     "tqdm>=4.66",
+# ]
+# ///
+# infer_lab itself comes from this repository: `make setup` (or `pip install -e .`) in a clone.
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell(hide_code=True)
+def _():
+    import marimo as mo
+
+    from infer_lab import nb
+    from infer_lab.course import ch11_speculative_decoding as ch11
+    return ch11, mo, nb
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    # 11 · Speculative decoding
+
+    A decode step reads every weight to produce **one** token per sequence (chapter 01), and at
+    small batch the hardware's arithmetic sits idle (chapter 03). Speculative decoding spends
+    that idle arithmetic on guesses:
+
+    1. a cheap **proposer** guesses the next k tokens;
+    2. the target runs **one** forward pass over the newest token and the k guesses, which gives
+       its own next-token choice at each of the k + 1 positions;
+    3. it keeps the longest prefix of guesses it agrees with, then adds its own token.
+
+    One target pass yields between 1 and k + 1 tokens ("9 tokens in 3 target passes"), and under
+    greedy decoding the output is **token-identical** to plain decoding: every kept token is the
+    one the target would have chosen anyway.
+
+    The engine's proposers, measured here: **n-gram prompt lookup** (no model: find the last
+    few tokens earlier in the prompt or output and propose what followed them) and
+    **self-speculation** (the target's own first L layers plus its final norm and LM head).
+    EAGLE, Medusa and multi-token prediction (MTP) are sized from configs and their papers'
+    figures are cited, clearly marked: nothing is trained here.
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo, nb):
+    model_picker, weights_picker = nb.model_pickers()
+    size_picker = nb.size_picker()
+    mo.hstack([model_picker, weights_picker, size_picker], justify="start")
+    return model_picker, size_picker, weights_picker
+
+
+@app.cell
+def _(ch11, model_picker, nb, size_picker, weights_picker):
+    lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
+    sizes = ch11.sizes(lm.device, size_picker.value)
+    lm.describe()
+    return lm, sizes
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    alpha_slider = mo.ui.slider(0.05, 0.95, step=0.05, value=0.8, label="acceptance α", show_value=True)
+    k_slider = mo.ui.slider(1, 8, step=1, value=4, label="guesses k", show_value=True)
+    c_slider = mo.ui.slider(0.0, 0.5, step=0.01, value=0.05, label="draft cost c", show_value=True)
+    v_slider = mo.ui.slider(1.0, 3.0, step=0.05, value=1.0, label="verification cost v", show_value=True)
+    mo.vstack([
+        mo.md(r"""
+        ## 0 · The textbook model
+
+        If each guess is kept independently with probability α, a pass yields
+        E = 1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α) tokens. It costs k draft steps of
+        c target steps each, plus the verification pass: 1 target step in the textbook, v steps
+        when verifying k + 1 tokens costs more than decoding one (it does on a CPU). Speedup =
+        E / (k·c + v). Move the sliders; the measurements below put real numbers on α, c and v.
+        """),
+        mo.hstack([alpha_slider, k_slider]), mo.hstack([c_slider, v_slider]),
+    ])
+    return alpha_slider, c_slider, k_slider, v_slider
+
+
+@app.cell
+def _(alpha_slider, c_slider, ch11, k_slider, mo, v_slider):
+    mo.vstack([
+        ch11.formula_figure(alpha_slider.value, c_slider.value, v_slider.value),
+        mo.md(ch11.formula_text(alpha_slider.value, k_slider.value, c_slider.value, v_slider.value)),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch11, mo, nb):
+    sweep_button = mo.ui.run_button(label=ch11.PARTS["sweep"])
+    mo.md(f"""
+    ## 1 · Proposers and k: measured next to the prediction
+
+    Each proposer at each k, on input-grounded prompts (copy a text, edit a function, quote a
+    sentence) at batch 1, against plain decoding by the same engine on the same prompts. Plain
+    decoding runs before and after the speculative runs of every prompt, after a warm-up, so a
+    change of machine load hits both. For every k: acceptance, tokens per target pass, target
+    passes per output token, the wall-clock speedup, and the prediction from α and from the
+    costs c and v measured in this very run.
+
+    {sweep_button} {nb.button_time(ch11, "sweep")}
+    """)
+    return (sweep_button,)
+
+
+@app.cell
+def _(ch11, lm, mo, nb, sizes, sweep_button):
+    mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
+    sweep = ch11.measure_sweep(lm, sizes)
+    mo.vstack([
+        ch11.sweep_figure(sweep, lm.describe()),
+        mo.md(ch11.sweep_text(sweep)),
+        nb.table(ch11.sweep_table(sweep)),
+        mo.md("### Why the engine's acceptance rate is not α, and how to back α out"),
+        mo.md(ch11.alpha_text(sweep)),
+        nb.table(ch11.detail_table(sweep)),
+        mo.md("### The costs the prediction needs, measured"),
+        mo.md(ch11.cost_text(sweep)),
+        mo.md("### The measured proposers on the same axes as the papers"),
+        ch11.variants_figure(ch11.measure_variants(sizes), sweep, lm.describe()),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch11, mo, nb):
+    workloads_button = mo.ui.run_button(label=ch11.PARTS["workloads"])
+    mo.md(f"""
+    ## 2 · Where it pays, and where it costs
+
+    The talks' claim: speculation works best on low-entropy, input-grounded text. Here is the
+    same proposer on grounded prompts and on open-ended chat (a story, advice, a why question),
+    prompt by prompt. A wrong guess is not free: its verification still runs.
+
+    {workloads_button} {nb.button_time(ch11, "workloads")}
+    """)
+    return (workloads_button,)
+
+
+@app.cell
+def _(ch11, lm, mo, nb, sizes, workloads_button):
+    mo.stop(not nb.pressed(workloads_button), nb.placeholder(workloads_button))
+    workloads = ch11.measure_workloads(lm, sizes)
+    mo.vstack([
+        ch11.workloads_figure(workloads, lm.describe()),
+        mo.md(ch11.workloads_text(workloads)),
+        nb.table(ch11.workloads_table(workloads)),
+        nb.table(ch11.points_table(workloads)),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch11, mo, nb):
+    batch_button = mo.ui.run_button(label=ch11.PARTS["batch"])
+    mo.md(f"""
+    ## 3 · Batch size: where the gain vanishes
+
+    Speculation fills the arithmetic a memory-bound decode step leaves idle. Batching fills it
+    too. With b requests and k guesses each, a verification step carries b × (k + 1) tokens;
+    once that pushes the step past the ridge point of chapter 03's roofline, the guesses cost
+    real compute. Measured on this machine (continuous batching), next to the roofline on this
+    machine's measured ceilings and, analytically, a 7B model on an H200.
+
+    {batch_button} {nb.button_time(ch11, "batch")}
+    """)
+    return (batch_button,)
+
+
+@app.cell
+def _(batch_button, ch11, lm, mo, nb, sizes):
+    mo.stop(not nb.pressed(batch_button), nb.placeholder(batch_button))
+    batch = ch11.measure_batch(lm, sizes)
+    mo.vstack([
+        ch11.batch_figure(batch, lm.describe()),
+        mo.md(ch11.batch_text(batch)),
+        nb.table(ch11.batch_table(batch)),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## 4 · EAGLE, Medusa and multi-token prediction
+
+    Three ways to get better guesses than n-gram lookup, all trained (so not run here):
+
+    - **Medusa** adds k extra heads on the target's last hidden state; head i guesses the token
+      i + 1 positions ahead, all at once, and a tree of candidates is verified in one pass.
+    - **EAGLE** drafts autoregressively at the *feature* level: a small network (one decoder
+      layer and a projection) extrapolates the target's second-to-top hidden state, fed the
+      next token's embedding, and reuses the target's LM head.
+    - **MTP** (DeepSeek-V3) trains extra transformer modules with the model to predict the
+      token after next; at inference the module drafts and the model verifies.
+
+    Their extra parameters, KV bytes and draft cost are computed below from the catalog
+    configs; their speedups and acceptance are **cited** from the papers (paper, year and
+    section in the table). The n-gram and self-speculative numbers in section 1 are the only
+    ones **measured** here.
+    """)
+    return
+
+
+@app.cell
+def _(ch11, mo, nb, sizes):
+    variants = ch11.measure_variants(sizes)
+    mo.vstack([
+        ch11.variants_figure(variants),
+        mo.md(ch11.variants_text(variants)),
+        nb.table(ch11.mechanisms_table(variants)),
+        nb.table(ch11.cited_table(variants)),
+    ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
+    mo.md(r"""
+    ## Saved from a GPU
+
+    When this machine has no GPU, speculative decoding measured on one (saved with its hardware,
+    versions, date and command) appears here, if such a run was saved.
+    """)
+    return
+
+
+@app.cell
+def _(ch11, nb):
+    nb.saved_view(ch11.saved())
+    return
+
+
+if __name__ == "__main__":
+    app.run()
