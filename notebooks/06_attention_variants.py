@@ -62,10 +62,10 @@ def _(mo, nb):
 
 
 @app.cell
-def _(ch06, model_picker, nb, size_picker, weights_picker):
+def _(ch06, mo, model_picker, nb, size_picker, weights_picker):
     lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
     sizes = ch06.sizes(lm.device, size_picker.value)
-    lm.describe()
+    mo.md(f"Model: **{lm.describe()}**")
     return lm, sizes
 
 

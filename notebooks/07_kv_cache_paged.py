@@ -63,10 +63,10 @@ def _(mo, nb):
 
 
 @app.cell
-def _(ch07, model_picker, nb, size_picker, weights_picker):
+def _(ch07, mo, model_picker, nb, size_picker, weights_picker):
     lm = nb.load_model_or_explain(model_picker.value, weights_picker.value)
     sizes = ch07.sizes(lm.device, size_picker.value)
-    lm.describe()
+    mo.md(f"Model: **{lm.describe()}**")
     return lm, sizes
 
 
@@ -156,7 +156,7 @@ def _(GiB, ch07, mo):
 
 
 @app.cell
-def _(GiB, block_size, budget_gib, ch07, max_model_len, max_tokens, n_requests, shape_name):
+def _(GiB, block_size, budget_gib, ch07, max_model_len, max_tokens, mo, n_requests, shape_name):
     settings = ch07.WasteSettings(
         shape_name=shape_name.value,
         requests=n_requests.value,
@@ -165,7 +165,7 @@ def _(GiB, block_size, budget_gib, ch07, max_model_len, max_tokens, n_requests, 
         budget_bytes=budget_gib.value * GiB,
         block_size=block_size.value,
     )
-    settings.describe()
+    mo.md(f"Setting: **{settings.describe()}**")
     return (settings,)
 
 

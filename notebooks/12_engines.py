@@ -90,10 +90,10 @@ def _(mo, nb):
 
 
 @app.cell
-def _(ch12, nb, size_picker):
+def _(ch12, mo, nb, size_picker):
     lm = nb.load_model_or_explain("smollm2-135m", "pretrained")
     sizes = ch12.sizes(lm.device, size_picker.value)
-    lm.describe()
+    mo.md(f"Model: **{lm.describe()}**")
     return lm, sizes
 
 

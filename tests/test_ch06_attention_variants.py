@@ -55,7 +55,7 @@ def test_saved_gpu_timings_are_read_back(tmp_path, monkeypatch):
     view = ch06.saved()
     assert view is not None and view.title == "Attention timed on NVIDIA H200"
     backend_frame, decode_frame = view.tables.values()
-    assert list(backend_frame["time p50 (ms)"]) == ["0.1", "— (not available here)"]
+    assert list(backend_frame["time p50 (ms)"]) == ["0.100", "— (not available here)"]
     assert list(decode_frame["measured / predicted"]) == ["1.33×"]
     monkeypatch.setenv("INFER_LAB_RESULTS", str(tmp_path / "none"))
     assert ch06.saved() is None

@@ -39,7 +39,8 @@ def test_generate_json(capsys):
     data = _json(capsys, ["generate", "--json", "--max-new-tokens", "12", "What is the capital of France?"])
     assert data["text"] == "The capital of France is Paris."
     assert isinstance(data["token_ids"], list) and data["ttft_ms"] > 0
-    assert len(data["itl_ms"]) == 11
+    assert data["token_ids"][-1] == 2 and len(data["token_ids"]) < 12  # it stopped at EOS (<|im_end|>)
+    assert len(data["itl_ms"]) == len(data["token_ids"]) - 1  # one gap per token after the first
 
 
 def test_generate_random_weights(capsys):

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from infer_lab import catalog, engines
+from infer_lab import catalog, launchers
 from infer_lab.analysis import capacity, parallel, roofline
 from infer_lab.cli import main
 
@@ -254,42 +254,42 @@ def test_scaling_table_marks_what_does_not_fit():
 
 
 def test_vllm_parallel_and_disaggregation_flags():
-    opts = engines.EngineOptions(
+    opts = launchers.EngineOptions(
         "m", tensor_parallel=2, pipeline_parallel=2, data_parallel=4, disaggregation="prefill"
     )
-    cmd = engines.build_command("vllm", opts, python="python")
+    cmd = launchers.build_command("vllm", opts, python="python")
     assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
     assert cmd[cmd.index("--pipeline-parallel-size") + 1] == "2"
     assert cmd[cmd.index("--data-parallel-size") + 1] == "4"
     config = json.loads(cmd[cmd.index("--kv-transfer-config") + 1])
     assert config == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     opts.disaggregation = "decode"
-    cmd = engines.build_command("vllm", opts)
+    cmd = launchers.build_command("vllm", opts)
     assert json.loads(cmd[cmd.index("--kv-transfer-config") + 1])["kv_role"] == "kv_consumer"
     assert opts.n_gpus == 16
-    plain = engines.build_command("vllm", engines.EngineOptions("m"))
+    plain = launchers.build_command("vllm", launchers.EngineOptions("m"))
     assert "--pipeline-parallel-size" not in plain and "--kv-transfer-config" not in plain
 
 
 def test_sglang_parallel_and_pd_flags_and_router():
-    opts = engines.EngineOptions(
+    opts = launchers.EngineOptions(
         "m", tensor_parallel=4, pipeline_parallel=2, data_parallel=2, disaggregation="decode",
         transfer_backend="nixl", bootstrap_port=8998, ib_device="mlx5_0",
     )
-    cmd = engines.build_command("sglang", opts)
+    cmd = launchers.build_command("sglang", opts)
     for flag, value in (
         ("--tp-size", "4"), ("--pp-size", "2"), ("--dp-size", "2"),
         ("--disaggregation-mode", "decode"), ("--disaggregation-transfer-backend", "nixl"),
         ("--disaggregation-bootstrap-port", "8998"), ("--disaggregation-ib-device", "mlx5_0"),
     ):
         assert cmd[cmd.index(flag) + 1] == value
-    router = engines.pd_router_command("sglang", ["http://p:30000"], ["http://d1:30001", "http://d2:30001"])
+    router = launchers.pd_router_command("sglang", ["http://p:30000"], ["http://d1:30001", "http://d2:30001"])
     assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
     assert router.count("--decode") == 2 and router[router.index("--prefill") + 1] == "http://p:30000"
     with pytest.raises(ValueError, match="Dynamo"):
-        engines.pd_router_command("vllm", ["http://p"], ["http://d"])
+        launchers.pd_router_command("vllm", ["http://p"], ["http://d"])
     with pytest.raises(ValueError, match="disaggregation"):
-        engines.build_command("vllm", engines.EngineOptions("m", disaggregation="both"))
+        launchers.build_command("vllm", launchers.EngineOptions("m", disaggregation="both"))
 
 
 def test_engines_cli_dry_run_with_parallel_flags(capsys):
@@ -300,7 +300,7 @@ def test_engines_cli_dry_run_with_parallel_flags(capsys):
 
 
 def test_scale_out_uses_the_recommendation():
-    out = engines.scale_out("llama-3-70b", "H100-SXM", context=8192, itl_slo_ms=30, min_users=16)
+    out = launchers.scale_out("llama-3-70b", "H100-SXM", context=8192, itl_slo_ms=30, min_users=16)
     assert out["chosen"] and out["parallelism"]
     tp = int(out["vllm"][out["vllm"].index("--tensor-parallel-size") + 1])
     assert tp * (2 if "DP2" in out["parallelism"] else 1) <= out["chosen"]
@@ -321,3 +321,17 @@ def test_figures_draw_from_computed_rows():
     trace = scenarios.trace_for("llama-3-8b", "chat", "H100-SXM", 2, requests=10)
     res = {"colocated": scenarios.run_colocated("llama-3-8b", trace, "H100-SXM", 2)}
     assert parallel_figures.plot_itl_cdf(res).axes
+
+
+def test_speculative_flags_for_both_engines():
+    ngram = launchers.EngineOptions("m", speculative="ngram", num_speculative_tokens=3)
+    cmd = launchers.build_command("vllm", ngram, python="python")
+    config = json.loads(cmd[cmd.index("--speculative-config") + 1])
+    assert config["method"] == "ngram" and config["num_speculative_tokens"] == 3
+    eagle = launchers.EngineOptions("m", speculative="eagle", speculative_model="d", num_speculative_tokens=3)
+    sglang = launchers.build_command("sglang", eagle, python="python")
+    assert sglang[sglang.index("--speculative-algorithm") + 1] == "EAGLE"
+    assert sglang[sglang.index("--speculative-draft-model-path") + 1] == "d"
+    assert sglang[sglang.index("--speculative-num-draft-tokens") + 1] == "4"
+    with pytest.raises(ValueError, match="speculative_model"):
+        launchers.build_command("vllm", launchers.EngineOptions("m", speculative="eagle"))

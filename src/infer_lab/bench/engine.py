@@ -280,6 +280,16 @@ def compare_with_hf(
     result["tokens_per_s_by_round"] = tokens_per_s
     result["workload"] = wl.describe()
     result["threads"] = torch.get_num_threads()
+    if workload_kind == "uniform":  # the bound assumes equal lengths: say how close the engine got
+        from ..analysis.compare import dtype_name, shape_of
+        from ..analysis.roofline import measured_roof
+        from ..hardware import measure_ceilings
+        from .predicted import throughput_bound
+
+        roof = measured_roof(measure_ceilings(lm.device, quick=False))
+        bound = throughput_bound(shape_of(lm), roof, requests, prompt_len, output_len, dtype_name(lm))
+        result["roofline_bound"] = bound
+        result["fraction_of_roofline_bound"] = median["engine"] / bound["output_tokens_per_s"]
     for name in names[1:]:
         key = name.replace("hf-", "hf_")
         result[f"baseline_{key}_tokens_per_s"] = median[name]

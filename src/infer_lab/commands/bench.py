@@ -196,5 +196,9 @@ def run(args) -> int:
             same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
             print(f"{label}: {result[f'baseline_{key}_tokens_per_s']:.1f} tok/s -> engine is "
                   f"{result[f'speedup_vs_{key}']:.2f}x ({same})")
+    if "fraction_of_roofline_bound" in result:
+        b = result["roofline_bound"]
+        print(f"roofline bound on this machine's measured ceilings ({b['roof']}): "
+              f"{b['output_tokens_per_s']:.1f} tok/s -> engine at {result['fraction_of_roofline_bound']:.0%}")
     print(f"[{result['environment']['hardware']}, {result['threads']} torch threads]")
     return 0

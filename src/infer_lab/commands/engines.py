@@ -12,7 +12,9 @@ loadgen` you use on ours (same workload, concurrency, repeats: a fair comparison
 
   infer-lab engines list
   infer-lab engines launch vllm --model mistralai/Mistral-7B-Instruct-v0.3 --prefix-caching on
-  infer-lab engines launch vllm --model M --kv-cache-dtype fp8 --chunked-prefill on --ngram-spec 4
+  infer-lab engines launch vllm --model M --kv-cache-dtype fp8 --chunked-prefill on --speculative ngram
+  infer-lab engines launch sglang --model meta-llama/Llama-3.1-8B-Instruct --speculative eagle \
+      --speculative-model yuhuili/EAGLE-LLaMA3.1-Instruct-8B --num-speculative-tokens 3
   infer-lab engines launch sglang --model M --prefix-caching off          (radix cache off)
   infer-lab engines launch vllm --model meta-llama/Meta-Llama-3-70B-Instruct --tp 4   (tensor parallel)
   infer-lab engines launch vllm --model M --tp 2 --dp 4      (4 replicas of a TP2 group: 8 GPUs)
@@ -35,7 +37,12 @@ Flags and what they become:
   --prefix-caching on|off   vLLM --enable-prefix-caching / --no-enable-prefix-caching; SGLang off = --disable-radix-cache
   --kv-cache-dtype fp8      vLLM --kv-cache-dtype fp8; SGLang --kv-cache-dtype fp8_e5m2
   --chunked-prefill on|off  vLLM --enable-chunked-prefill; SGLang --chunked-prefill-size N (off = -1)
-  --ngram-spec K            vLLM --speculative-config {"method": "ngram", "num_speculative_tokens": K}
+  --speculative ngram       vLLM --speculative-config {"method": "ngram", "num_speculative_tokens": K, ...};
+                            SGLang --speculative-algorithm NGRAM (CUDA only)
+  --speculative eagle|eagle3 with --speculative-model DRAFT: vLLM {"method": "eagle", "model": DRAFT, ...};
+                            SGLang --speculative-algorithm EAGLE --speculative-draft-model-path DRAFT
+                            --speculative-num-steps K --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1
+  --num-speculative-tokens K  tokens proposed per step (default 4); measure them with infer-lab loadgen
   --tp N                    vLLM --tensor-parallel-size N; SGLang --tp-size N
   --pp N                    vLLM --pipeline-parallel-size N; SGLang --pp-size N
   --dp N                    vLLM --data-parallel-size N; SGLang --dp-size N
@@ -83,9 +90,10 @@ def add_arguments(p) -> None:
     lp.add_argument("--prefix-caching", choices=["on", "off"], default=None)
     lp.add_argument("--kv-cache-dtype", default=None, help="e.g. fp8")
     lp.add_argument("--chunked-prefill", choices=["on", "off"], default=None)
-    lp.add_argument(
-        "--ngram-spec", type=int, default=0, help="vLLM n-gram speculative tokens (0 = off)"
-    )
+    lp.add_argument("--speculative", choices=["ngram", "eagle", "eagle3"], default=None,
+                    help="speculative decoding in the engine (EAGLE needs --speculative-model)")
+    lp.add_argument("--speculative-model", default=None, help="the EAGLE draft head's hub id")
+    lp.add_argument("--num-speculative-tokens", type=int, default=4, help="tokens proposed per step")
     lp.add_argument("--max-model-len", type=int, default=None)
     lp.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for /health")
     lp.add_argument("--dry-run", action="store_true", help="print the command line and exit")
@@ -112,18 +120,18 @@ def run(args) -> int:
     import sys
     from dataclasses import asdict
 
-    from .. import engines
+    from .. import launchers
 
     if args.action is None:
         raise ValueError(
             "choose an action: list, launch, router or stop (see infer-lab engines --help)"
         )
     if args.action == "router":
-        cmd = engines.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
+        cmd = launchers.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
         print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
         return 0
     if args.action == "list":
-        info = engines.which_engines()
+        info = launchers.which_engines()
         for name, d in info.items():
             state = (
                 f"installed ({d['version']})"
@@ -131,11 +139,11 @@ def run(args) -> int:
                 else f"not installed: {d['install']}"
             )
             print(f"{name:7s} {state}")
-        for rec in engines.running():
+        for rec in launchers.running():
             print(f"running: {rec.engine} pid {rec.pid} at {rec.url} (version {rec.version})")
         return 0
     if args.action == "stop":
-        stopped = engines.stop(args.engine, pid=args.pid, port=args.port)
+        stopped = launchers.stop(args.engine, pid=args.pid, port=args.port)
         if args.json:
             print(json.dumps(stopped))
         else:
@@ -148,7 +156,7 @@ def run(args) -> int:
                 print("no launched engine matched", file=sys.stderr)
         return 0
     onoff = {"on": True, "off": False, None: None}
-    opts = engines.EngineOptions(
+    opts = launchers.EngineOptions(
         model=args.model,
         port=args.port,
         host=args.host,
@@ -156,7 +164,9 @@ def run(args) -> int:
         prefix_caching=onoff[args.prefix_caching],
         kv_cache_dtype=args.kv_cache_dtype,
         chunked_prefill=onoff[args.chunked_prefill],
-        ngram_speculative_tokens=args.ngram_spec,
+        speculative=args.speculative,
+        speculative_model=args.speculative_model,
+        num_speculative_tokens=args.num_speculative_tokens,
         max_model_len=args.max_model_len,
         pipeline_parallel=args.pp,
         data_parallel=args.dp,
@@ -167,17 +177,17 @@ def run(args) -> int:
         bootstrap_port=args.bootstrap_port,
         extra_args=list(args.extra),
     )
-    cmd = engines.build_command(args.engine, opts)
+    cmd = launchers.build_command(args.engine, opts)
     if args.dry_run:
         print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
         return 0
-    if not engines.is_installed(args.engine):
-        raise engines.EngineNotInstalledError(
+    if not launchers.is_installed(args.engine):
+        raise launchers.EngineNotInstalledError(
             f"{args.engine} is not installed in this Python ({sys.executable}); "
-            f"install it with: {engines.INSTALL_HINT[args.engine]}"
+            f"install it with: {launchers.INSTALL_HINT[args.engine]}"
         )
     print(f"[engines] starting: {shlex.join(cmd)}", file=sys.stderr)
-    rec = engines.launch(args.engine, opts, timeout_s=args.timeout)
+    rec = launchers.launch(args.engine, opts, timeout_s=args.timeout)
     if args.json:
         print(json.dumps(asdict(rec)))
     else:

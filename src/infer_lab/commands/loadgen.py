@@ -32,7 +32,10 @@ Metrics (all latencies with p50/p90/p99, in ms):
          too, and the server's mean TTFT is scraped from /metrics (ours, vLLM, SGLang)
   ITL    token-weighted: every gap between text chunks of every request, pooled
   TPOT   request-weighted: (E2E - TTFT) / (output tokens - 1), one value per request
-         (tools disagree on these two names; we always report both)
+         (tools disagree on these two names: guidellm's "ITL" is this TPOT; we report both)
+  tokens per chunk: output tokens / text chunks. With speculative decoding a chunk carries all
+         the tokens one verification pass accepted, so chunk-gap ITL rises toward the step time
+         while TPOT falls: ITL and TPOT diverge exactly by this factor
   E2E    send -> last byte
   request and output-token throughput over the wall time of the level (first send -> last end)
   goodput: completed requests per second that met every SLO given (--slo-ttft-ms/--slo-tpot-ms/--slo-e2e-ms)

@@ -17,6 +17,7 @@ import torch
 from ..analysis import memory
 from ..analysis.memory import ModelLike, as_shape
 from ..analysis.params import param_counts
+from ..attention.kv_sizing import mla_ratio_explained
 from ..units import GB, KiB, fmt_bytes
 from .calculator import DEFAULTS_KV, KVCurves, kv_curves, kv_visualizer_figure
 from .chapter import ChapterResult, choose_size, run_parts
@@ -285,11 +286,9 @@ def mla_trap(model: ModelLike = MLA_EXAMPLE, kv_dtype: str = "bf16") -> MLATrap:
     shape = as_shape(model)
     if not shape.mla:
         raise ValueError(f"{shape.name} does not use MLA")
-    from ..attention.memory import mla_ratio_explained
-
     variants = [VariantRow(**v) for v in memory.attention_variants(shape, kv_dtype)]
     seven_b = "mistral-7b"
-    per_layer_7b = mla_ratio_explained(shape.name, seven_b)[1]["ratio"]
+    per_layer_7b = mla_ratio_explained(shape.name, seven_b)["7b_layer"].ratio
     return MLATrap(shape.name, shape.layers, shape.mla.kv_lora_rank, shape.mla.qk_rope_head_dim, shape.kv_heads,
                    memory.kv_bytes_per_element(kv_dtype), memory.kv_bytes_per_token(shape, kv_dtype),
                    memory.naive_kv_bytes_per_token(shape, kv_dtype),

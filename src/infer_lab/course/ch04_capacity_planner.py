@@ -63,6 +63,8 @@ class PriceVsCost:
     """The cheapest GPU per hour against the cheapest per million tokens (plans meeting the SLOs)."""
 
     cheapest_per_hour: str
+    cheapest_per_hour_parallelism: str
+    cheapest_per_token_parallelism: str
     cheapest_per_hour_usd_per_hour: float
     cheapest_per_hour_usd_per_m_tokens: float
     cheapest_per_token: str

@@ -9,7 +9,7 @@
 Beside the measurements, analytic material that needs no button: the engine decision chart,
 the launch lines for vLLM and SGLang, and the capacity planner's answer to "how many GPUs".
 The servers, the launchers and the decision chart live in :mod:`infer_lab.server` and
-:mod:`infer_lab.engines`; the load generator in :mod:`infer_lab.loadgen`. This module runs
+:mod:`infer_lab.launchers`; the load generator in :mod:`infer_lab.loadgen`. This module runs
 them at the chapter's sizes and shapes their results for people.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .. import engines
+from .. import launchers
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
@@ -43,7 +43,7 @@ class Sizes:
     """The load: which variants, how many requests at what concurrency, and their lengths."""
 
     size: str
-    variants: tuple[str, ...]  # keys of engines.OUR_VARIANTS
+    variants: tuple[str, ...]  # keys of OUR_VARIANTS
     concurrency: int  # requests in flight, the same for every variant
     requests: int  # measured requests per variant and repeat
     output_tokens: int  # tokens generated per request (EOS ignored)
@@ -67,7 +67,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
         return Sizes(size, variants=(HF_VARIANT, "ours: paged + continuous", "+ prefix cache (radix)"),
                      concurrency=4, requests=4, output_tokens=4, repeats=1, prefix_words=32, input_words=8,
                      sweep_variant="+ prefix cache (radix)", sweep_concurrencies=(1, 4), slo_ttft_ms=2000.0)
-    return Sizes(size, variants=tuple(engines.OUR_VARIANTS), concurrency=16, requests=32, output_tokens=64,
+    return Sizes(size, variants=tuple(OUR_VARIANTS), concurrency=16, requests=32, output_tokens=64,
                  repeats=2, prefix_words=128, input_words=32, sweep_variant="+ prefix cache (radix)",
                  sweep_concurrencies=(1, 4, 16, 32), slo_ttft_ms=2000.0)
 
@@ -178,8 +178,8 @@ def _options_text(options: dict[str, Any]) -> str:
 def measure_variants(lm: Any, sizes: Sizes) -> VariantsResult:
     """Serve ``lm`` with each variant in turn and run the same loadgen workload against each."""
     _check_servable(lm)
-    chosen = {name: engines.OUR_VARIANTS[name] for name in sizes.variants}
-    rows = engines.compare_local_engines(
+    chosen = {name: OUR_VARIANTS[name] for name in sizes.variants}
+    rows = compare_local_engines(
         lm, chosen, workload=WORKLOAD, concurrency=sizes.concurrency, requests=sizes.requests,
         output_tokens=sizes.output_tokens, repeats=sizes.repeats, max_model_len=sizes.max_model_len,
         workload_options=sizes.workload_options())
@@ -198,7 +198,7 @@ def measure_variants(lm: Any, sizes: Sizes) -> VariantsResult:
 def measure_sweep(lm: Any, sizes: Sizes) -> SweepResult:
     """One variant over HTTP at each of the sweep's concurrencies."""
     _check_servable(lm)
-    res = engines.sweep_local_engine(
+    res = sweep_local_engine(
         lm, variant=sizes.sweep_variant, concurrencies=sizes.sweep_concurrencies, workload=WORKLOAD,
         requests=sizes.requests, output_tokens=sizes.output_tokens, repeats=sizes.repeats,
         max_model_len=sizes.max_model_len, slo_ttft_ms=sizes.slo_ttft_ms, workload_options=sizes.workload_options())
@@ -339,7 +339,7 @@ def decision_table(v: VariantsResult | None = None):
         measured = [{"variant": r.variant, "output_tokens_per_s": r.served.output_tokens_per_s or 0.0,
                      "ttft_ms_p50": r.served.ttft_ms_p50 or 0.0, "prefix_hit_rate": r.prefix_hit_rate}
                     for r in v.runs]
-    return engines.decision_table(measured)
+    return decision_chart_frame(measured)
 
 
 # The capacity planner's question of the scale-out section (inputs, not results).
@@ -347,8 +347,8 @@ SCALE_OUT = {"model": "llama-3-70b", "gpu": "H100-SXM", "context": 8192, "itl_sl
 
 
 def scale_out_plan() -> dict[str, Any]:
-    """:func:`infer_lab.engines.scale_out` for :data:`SCALE_OUT` (analytic: roofline bounds)."""
-    return engines.scale_out(**SCALE_OUT)
+    """:func:`infer_lab.launchers.scale_out` for :data:`SCALE_OUT` (analytic: roofline bounds)."""
+    return launchers.scale_out(**SCALE_OUT)
 
 
 def scale_out_text(plan: dict[str, Any]) -> str:
@@ -372,7 +372,7 @@ def scale_out_commands(plan: dict[str, Any]) -> str:
 
 def decision_figure():
     """The decision chart as a flowchart-style figure (analytic: no measurement in it)."""
-    return engines.plot_decision_chart()
+    return plot_decision_chart()
 
 
 def tables(result: Result) -> dict[str, Any]:
@@ -450,7 +450,7 @@ GPU_MODEL = "mistralai/Mistral-7B-Instruct-v0.3"
 
 def gpu_commands(model: str = GPU_MODEL) -> list[str]:
     """The commands that measure vLLM and SGLang with the same loadgen, one engine at a time."""
-    launches = [f"infer-lab engines launch {e} --model {model} --prefix-caching on" for e in engines.ENGINES]
+    launches = [f"infer-lab engines launch {e} --model {model} --prefix-caching on" for e in launchers.ENGINES]
     return launches + [
         f"infer-lab loadgen --url http://127.0.0.1:8000 --model {model} --workload agentic "
         "--concurrency 1,4,16,64 --repeats 3 --out results/vllm",
@@ -460,10 +460,10 @@ def gpu_commands(model: str = GPU_MODEL) -> list[str]:
 
 def engines_text(model: str = GPU_MODEL) -> str:
     """Which engines this machine has, and how to measure them on a GPU box (markdown)."""
-    installed = engines.which_engines()
+    installed = launchers.which_engines()
     status = ", ".join(f"{e}: {'installed ' + str(d['version']) if d['installed'] else 'not installed'}"
                        for e, d in installed.items())
-    launch = " ".join(engines.build_command("vllm", engines.EngineOptions(model=model), python="python"))
+    launch = " ".join(launchers.build_command("vllm", launchers.EngineOptions(model=model), python="python"))
     return "\n".join([
         f"Here: {status}. On a GPU box with them installed, start each one (one at a time on the same port) "
         "and run the same loadgen:", "", "```bash", *gpu_commands(model), "```", "",
@@ -481,3 +481,257 @@ def gpu_note() -> str:
     return ("**No saved vLLM or SGLang results exist in `assets/results/` yet**, so nothing measured is shown "
             "for them here: run the commands above on a GPU and save the loadgen JSON as "
             "`assets/results/<gpu>-engines-<date>.json`.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Course material: our variants side by side through HTTP, the sweep, the decision chart
+
+# Each optimization of our engine switched on one at a time (options of infer_lab.engine.EngineConfig).
+OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hf (one at a time)": ("hf", {}),
+    "ours: contiguous KV, static batch": ("ours", {"kv_mode": "contiguous", "policy": "static"}),
+    "ours: paged + continuous": ("ours", {"kv_mode": "paged", "policy": "continuous"}),
+    "+ prefix cache (hash)": ("ours", {"prefix_cache": "hash"}),
+    "+ prefix cache (radix)": ("ours", {"prefix_cache": "radix"}),
+    "+ chunked prefill": (
+        "ours",
+        {"prefix_cache": "radix", "chunked_prefill": True, "max_num_batched_tokens": 64},
+    ),
+    # The talks' ladder: KV quantization shrinks KV memory for about the same throughput.
+    "+ KV cache int8": ("ours", {"prefix_cache": "radix", "kv_dtype": "int8"}),
+    "+ speculative (n-gram)": ("ours", {"prefix_cache": "radix", "speculative": "ngram"}),
+}
+
+
+def compare_local_engines(
+    lm: Any,
+    variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
+    workload: str = "shared-prefix",
+    concurrency: int = 4,
+    requests: int = 8,
+    output_tokens: int = 8,
+    repeats: int = 1,
+    max_model_len: int = 512,
+    max_num_seqs: int = 8,
+    timeout_s: float = 300.0,
+    workload_options: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Serve ``lm`` with each variant in turn and run the *same* loadgen workload against each.
+
+    Every variant gets the same workload (same seed, so the same prompts), the same concurrency,
+    warm-up and repeats. Returns one pooled loadgen row per variant with ``variant``, ``engine``
+    and the scraped server metrics (KV blocks, prefix hit rate).
+    """
+    from ..loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
+    from ..server import ServerThread, build_app
+
+    rows = []
+    opts = {
+        "input_words": 32,
+        "output_tokens": output_tokens,
+        "prefix_words": 128,
+        "turns": 2,
+        "branches": 2,
+    }
+    opts.update(workload_options or {})
+    for name, (engine, options) in (variants or OUR_VARIANTS).items():
+        engine_options = dict(options)
+        if engine == "ours":
+            engine_options.setdefault("max_num_seqs", max_num_seqs)
+        app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+        with ServerThread(app) as srv:
+            cfg = RunConfig(
+                ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
+                workload,
+                [LoadPoint(concurrency=concurrency)],
+                requests=requests,
+                warmup=1,
+                repeats=repeats,
+                workload_options=opts,
+            )
+            res = run_benchmark_sync(cfg, quiet=True)
+        row = dict(res["pooled"][0])
+        scraped = [r["server_metrics"] for r in res["rows"]]
+        row.update(
+            variant=name,
+            engine=engine,
+            engine_options=options,
+            prefix_hit_rate=scraped[-1].get("prefix_hit_rate"),
+            kv_blocks_used_max=max((s.get("kv_blocks_used_max", 0) for s in scraped), default=None),
+            server=res["server"],
+            client_environment=res["client_environment"],
+        )
+        rows.append(row)
+    return rows
+
+
+def sweep_local_engine(
+    lm: Any,
+    variant: str = "+ prefix cache (radix)",
+    concurrencies: tuple[int, ...] = (1, 4),
+    workload: str = "shared-prefix",
+    requests: int = 8,
+    output_tokens: int = 8,
+    repeats: int = 1,
+    max_model_len: int = 512,
+    max_num_seqs: int = 16,
+    timeout_s: float = 300.0,
+    slo_ttft_ms: float | None = None,
+    workload_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One variant of :data:`OUR_VARIANTS` served over HTTP, measured at several concurrencies.
+
+    Returns the full loadgen results dict (for the latency/throughput/Pareto plots).
+    """
+    from ..loadgen import SLO, ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
+    from ..server import ServerThread, build_app
+
+    engine, options = OUR_VARIANTS[variant]
+    engine_options = dict(options)
+    if engine == "ours":
+        engine_options.setdefault("max_num_seqs", max_num_seqs)
+    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+    with ServerThread(app) as srv:
+        cfg = RunConfig(
+            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
+            workload,
+            [LoadPoint(concurrency=c) for c in concurrencies],
+            requests=requests,
+            warmup=1,
+            repeats=repeats,
+            slo=SLO(ttft_ms=slo_ttft_ms),
+            workload_options={
+                "input_words": 32,
+                "output_tokens": output_tokens,
+                "prefix_words": 128,
+                "turns": 2,
+                "branches": 2,
+                **(workload_options or {}),
+            },
+        )
+        results = run_benchmark_sync(cfg, quiet=True)
+    results["variant"] = variant
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine decision chart
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """One row of the decision chart: when to pick which engine, why, and what measures it."""
+
+    need: str
+    engine: str
+    reason: str
+    evidence: str
+
+
+DECISION_CHART: tuple[EngineChoice, ...] = (
+    EngineChoice(
+        "standard API traffic (chat, ShareGPT-like)",
+        "vLLM",
+        "the production default: paged KV, continuous batching, broad model and hardware support",
+        "loadgen --workload sharegpt/random on vLLM vs SGLang: similar tokens/s at equal concurrency",
+    ),
+    EngineChoice(
+        "agentic / shared-prefix heavy",
+        "SGLang",
+        "radix-tree prefix cache reuses branching histories at token granularity",
+        "loadgen --workload agentic: prefix hit rate and TTFT p50 with radix vs hash vs off "
+        "(our engine here; SGLang vs vLLM on a GPU)",
+    ),
+    EngineChoice(
+        "peak NVIDIA performance, fixed model",
+        "TensorRT-LLM",
+        "ahead-of-time compiled kernels; pays a compile step per model/shape",
+        "not measured here: compare its loadgen numbers with vLLM's on the same GPU",
+    ),
+    EngineChoice(
+        "multi-node, disaggregated prefill/decode, session routing",
+        "Dynamo / llm-d",
+        "route sessions to the worker holding their KV; separate prefill and decode pools",
+        "capacity planner: GPUs needed; then loadgen against the cluster endpoint",
+    ),
+    EngineChoice(
+        "laptop / edge, CPU or Apple silicon",
+        "llama.cpp",
+        "quantized GGUF weights, no GPU required",
+        "module 05 memory per precision; loadgen at concurrency 1 on the laptop",
+    ),
+    EngineChoice(
+        "simplest possible, one user",
+        "HF transformers",
+        "no extra server stack; one request at a time",
+        "loadgen: hf variant's tokens/s stays flat as concurrency grows (requests queue)",
+    ),
+)
+
+
+def decision_chart_frame(measured: list[dict[str, Any]] | None = None):
+    """The decision chart as a DataFrame; ``measured`` (rows of :func:`compare_local_engines`) adds
+    this machine's numbers to the rows they support."""
+    import pandas as pd
+
+    df = pd.DataFrame([dataclasses.asdict(c) for c in DECISION_CHART])
+    if measured:
+        by_variant = {r["variant"]: r for r in measured}
+        notes = []
+        for choice in DECISION_CHART:
+            note = ""
+            if choice.engine == "HF transformers" and "hf (one at a time)" in by_variant:
+                r = by_variant["hf (one at a time)"]
+                note = f"hf: {r['output_tokens_per_s']:.1f} output tok/s, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
+            elif choice.engine == "SGLang":
+                parts = [
+                    f"{k}: hit rate {r['prefix_hit_rate']:.0%}, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
+                    for k, r in by_variant.items()
+                    if r.get("prefix_hit_rate") is not None
+                ]
+                note = "; ".join(parts)
+            elif choice.engine == "vLLM" and "ours: paged + continuous" in by_variant:
+                r = by_variant["ours: paged + continuous"]
+                note = f"paged + continuous (ours): {r['output_tokens_per_s']:.1f} output tok/s"
+            notes.append(note)
+        df["measured here"] = notes
+    return df
+
+
+def plot_decision_chart():
+    """A flowchart-style figure: questions on the left, the engine each answer leads to on the right."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.5, len(DECISION_CHART) - 0.2)
+    ax.axis("off")
+    for i, choice in enumerate(reversed(DECISION_CHART)):
+        ax.text(
+            0.1,
+            i,
+            choice.need,
+            va="center",
+            ha="left",
+            fontsize=9,
+            bbox={"boxstyle": "round", "fc": "#eef3fb", "ec": "#7a9cc6"},
+        )
+        ax.annotate(
+            "", xy=(6.6, i), xytext=(5.6, i), arrowprops={"arrowstyle": "->", "color": "gray"}
+        )
+        ax.text(
+            6.7,
+            i,
+            choice.engine,
+            va="center",
+            ha="left",
+            fontsize=10,
+            fontweight="bold",
+            bbox={"boxstyle": "round", "fc": "#fdf1e3", "ec": "#d49a52"},
+        )
+    ax.set_title(
+        "Which engine? Pick the model first, shrink it, then pick the engine for the workload",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig

@@ -7,7 +7,10 @@
   A long answer contributes many samples, so ITL describes what a *token* experiences.
 - **TPOT (request-weighted)**: per request ``(E2E − TTFT) / (output tokens − 1)``, one sample
   per request, so TPOT describes what a *user* experiences. Tools use these names
-  inconsistently; we report both, separately.
+  inconsistently (guidellm's "ITL" is this TPOT); we report both, separately.
+- **Tokens per chunk**: output tokens / text chunks. Under speculative decoding one chunk
+  carries every token a verification pass accepted, so the chunk-gap ITL grows toward the
+  engine's step time while TPOT falls: the two diverge, and tokens per chunk says by how much.
 - **E2E**: send → last byte.
 - **Request throughput**: completed requests / wall time of the run (first send → last finish).
 - **Output-token throughput**: output tokens (from ``usage``) / the same wall time.
@@ -92,6 +95,8 @@ def summarize_records(
     row.update(_percentiles("ttft_gap", [r.ttft_gap_s for r in ok if r.ttft_gap_s is not None]))
     row.update(_percentiles("itl", [gap for r in ok for gap in r.itl_s]))
     row.update(_percentiles("tpot", [r.tpot_s for r in ok if r.tpot_s is not None]))
+    chunks = sum(len(r.chunk_times_s) for r in ok)
+    row["tokens_per_chunk"] = out_tokens / chunks if chunks else None
     row.update(_percentiles("e2e", [r.e2e_s for r in ok]))
     tpot_p50 = row["tpot_ms_p50"]
     # What one user sees while streaming: tokens per second of their own answer.

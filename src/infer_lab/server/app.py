@@ -631,11 +631,21 @@ class _Run:
         inbox = self._inbox
         done = False
         try:
+            pending: list[tuple[str, tuple[Any, float]]] = []
             while True:
-                kind, (value, at) = await inbox.get()
+                kind, (value, at) = pending.pop(0) if pending else await inbox.get()
                 if kind == "token":
                     self._observe_token(at)
                     delta = self.text.add(value)
+                    # Tokens of the same engine step (speculative decoding accepts several) go
+                    # out in one chunk, as vLLM sends them: one SSE event per step.
+                    while not self.text.stopped and not inbox.empty():
+                        nxt = inbox.get_nowait()
+                        if nxt[0] != "token":
+                            pending.append(nxt)
+                            break
+                        self._observe_token(nxt[1][1])
+                        delta += self.text.add(nxt[1][0])
                     if self.text.stopped:  # a stop string ended the answer: the engine can stop too
                         self.backend.cancel(self.request.request_id)
                         self._finish("stop", at)

@@ -14,7 +14,13 @@ prefix_caching      ``--enable-prefix-caching`` / ``--no-...`` radix cache on, o
                                                                ``--disable-radix-cache``
 kv_cache_dtype      ``--kv-cache-dtype fp8``                   ``--kv-cache-dtype fp8_e5m2``
 chunked_prefill     ``--enable-chunked-prefill``               ``--chunked-prefill-size N``
-ngram_speculative   ``--speculative-config {"method":"ngram"}`` (not offered here)
+speculative=ngram   ``--speculative-config {"method":"ngram",   ``--speculative-algorithm NGRAM``
+                    "num_speculative_tokens":K,...}``          (CUDA only)
+speculative=eagle   ``--speculative-config {"method":"eagle",   ``--speculative-algorithm EAGLE
+                    "model":DRAFT,"num_speculative_tokens":K}`` --speculative-draft-model-path
+                    (``eagle3`` likewise)                      DRAFT --speculative-num-steps K
+                                                               --speculative-eagle-topk 1
+                                                               --speculative-num-draft-tokens K+1``
 tensor_parallel     ``--tensor-parallel-size N``               ``--tp-size N``
 pipeline_parallel   ``--pipeline-parallel-size N``             ``--pp-size N``
 data_parallel       ``--data-parallel-size N``                 ``--dp-size N``
@@ -79,7 +85,9 @@ class EngineOptions:
     kv_cache_dtype: str | None = None  # e.g. "fp8"
     chunked_prefill: bool | None = None
     chunked_prefill_size: int = 2048  # SGLang's chunk size in tokens when chunked_prefill is on
-    ngram_speculative_tokens: int = 0  # vLLM: propose this many tokens by n-gram lookup (0 = off)
+    speculative: str | None = None  # "ngram", "eagle" or "eagle3" (EAGLE needs speculative_model)
+    num_speculative_tokens: int = 4  # tokens proposed per step (K)
+    speculative_model: str | None = None  # the EAGLE draft head, e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B
     max_model_len: int | None = None
     pipeline_parallel: int = 1
     data_parallel: int = 1
@@ -94,6 +102,40 @@ class EngineOptions:
     def n_gpus(self) -> int:
         """GPUs this launch uses: tensor x pipeline x data parallel sizes."""
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+
+SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3")
+
+
+def _check_speculative(opts: EngineOptions) -> None:
+    if opts.speculative not in SPECULATIVE_METHODS:
+        raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE_METHODS)}, got {opts.speculative!r}")
+    if opts.speculative.startswith("eagle") and not opts.speculative_model:
+        raise ValueError("EAGLE drafts from a trained head: give its hub id as speculative_model "
+                         "(--speculative-model), e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
+    if opts.num_speculative_tokens < 1:
+        raise ValueError(f"num_speculative_tokens must be >= 1, got {opts.num_speculative_tokens}")
+
+
+def _vllm_speculative_config(opts: EngineOptions) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` JSON (its docs' field names)."""
+    _check_speculative(opts)
+    if opts.speculative == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": opts.num_speculative_tokens,
+                "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+    return {"method": opts.speculative, "model": opts.speculative_model,
+            "num_speculative_tokens": opts.num_speculative_tokens}
+
+
+def _sglang_speculative_flags(opts: EngineOptions) -> list[str]:
+    """SGLang's speculative flags: a chain of K drafted tokens (top-k 1), verified K + 1 at a time."""
+    _check_speculative(opts)
+    flags = ["--speculative-algorithm", {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3"}[opts.speculative]]
+    if opts.speculative_model:
+        flags += ["--speculative-draft-model-path", opts.speculative_model]
+    return flags + ["--speculative-num-steps", str(opts.num_speculative_tokens),
+                    "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", str(opts.num_speculative_tokens + 1)]
 
 
 def is_installed(engine: str) -> bool:
@@ -146,13 +188,8 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
                 if opts.chunked_prefill
                 else "--no-enable-chunked-prefill"
             )
-        if opts.ngram_speculative_tokens > 0:
-            spec = {
-                "method": "ngram",
-                "num_speculative_tokens": opts.ngram_speculative_tokens,
-                "prompt_lookup_max": 4,
-            }
-            cmd += ["--speculative-config", json.dumps(spec)]
+        if opts.speculative:
+            cmd += ["--speculative-config", json.dumps(_vllm_speculative_config(opts))]
         if opts.max_model_len:
             cmd += ["--max-model-len", str(opts.max_model_len)]
         if opts.pipeline_parallel > 1:
@@ -191,8 +228,8 @@ def build_command(engine: str, opts: EngineOptions, python: str | None = None) -
                 "--chunked-prefill-size",
                 str(opts.chunked_prefill_size if opts.chunked_prefill else -1),
             ]
-        if opts.ngram_speculative_tokens > 0:
-            raise ValueError("n-gram speculative decoding is only wired up for vLLM here")
+        if opts.speculative:
+            cmd += _sglang_speculative_flags(opts)
         if opts.max_model_len:
             cmd += ["--context-length", str(opts.max_model_len)]
         if opts.pipeline_parallel > 1:
@@ -451,272 +488,6 @@ def which_engines() -> dict[str, dict[str, Any]]:
         }
         for e in ENGINES
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# The same harness against every engine: our variants side by side, through HTTP
-
-# Each optimization of our engine switched on one at a time (options of infer_lab.engine.EngineConfig).
-OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "hf (one at a time)": ("hf", {}),
-    "ours: contiguous KV, static batch": ("ours", {"kv_mode": "contiguous", "policy": "static"}),
-    "ours: paged + continuous": ("ours", {"kv_mode": "paged", "policy": "continuous"}),
-    "+ prefix cache (hash)": ("ours", {"prefix_cache": "hash"}),
-    "+ prefix cache (radix)": ("ours", {"prefix_cache": "radix"}),
-    "+ chunked prefill": (
-        "ours",
-        {"prefix_cache": "radix", "chunked_prefill": True, "max_num_batched_tokens": 64},
-    ),
-    # The talks' ladder: KV quantization shrinks KV memory for about the same throughput.
-    "+ KV cache int8": ("ours", {"prefix_cache": "radix", "kv_dtype": "int8"}),
-    "+ speculative (n-gram)": ("ours", {"prefix_cache": "radix", "speculative": "ngram"}),
-}
-
-
-def module_sizes(quick: bool) -> dict[str, Any]:
-    """Run sizes of module 12 (notebook and tour): quick fits a 2-core CPU in well under a minute."""
-    if quick:
-        return {
-            "concurrency": 4,
-            "requests": 4,
-            "output_tokens": 4,
-            "workload_options": {"prefix_words": 48, "input_words": 8},
-        }
-    return {"concurrency": 16, "requests": 64, "output_tokens": 64, "repeats": 3}
-
-
-def compare_local_engines(
-    lm: Any,
-    variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
-    workload: str = "shared-prefix",
-    concurrency: int = 4,
-    requests: int = 8,
-    output_tokens: int = 8,
-    repeats: int = 1,
-    max_model_len: int = 512,
-    max_num_seqs: int = 8,
-    timeout_s: float = 300.0,
-    workload_options: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Serve ``lm`` with each variant in turn and run the *same* loadgen workload against each.
-
-    Every variant gets the same workload (same seed, so the same prompts), the same concurrency,
-    warm-up and repeats. Returns one pooled loadgen row per variant with ``variant``, ``engine``
-    and the scraped server metrics (KV blocks, prefix hit rate).
-    """
-    from .loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-    from .server import ServerThread, build_app
-
-    rows = []
-    opts = {
-        "input_words": 32,
-        "output_tokens": output_tokens,
-        "prefix_words": 128,
-        "turns": 2,
-        "branches": 2,
-    }
-    opts.update(workload_options or {})
-    for name, (engine, options) in (variants or OUR_VARIANTS).items():
-        engine_options = dict(options)
-        if engine == "ours":
-            engine_options.setdefault("max_num_seqs", max_num_seqs)
-        app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
-        with ServerThread(app) as srv:
-            cfg = RunConfig(
-                ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
-                workload,
-                [LoadPoint(concurrency=concurrency)],
-                requests=requests,
-                warmup=1,
-                repeats=repeats,
-                workload_options=opts,
-            )
-            res = run_benchmark_sync(cfg, quiet=True)
-        row = dict(res["pooled"][0])
-        scraped = [r["server_metrics"] for r in res["rows"]]
-        row.update(
-            variant=name,
-            engine=engine,
-            engine_options=options,
-            prefix_hit_rate=scraped[-1].get("prefix_hit_rate"),
-            kv_blocks_used_max=max((s.get("kv_blocks_used_max", 0) for s in scraped), default=None),
-            server=res["server"],
-            client_environment=res["client_environment"],
-        )
-        rows.append(row)
-    return rows
-
-
-def sweep_local_engine(
-    lm: Any,
-    variant: str = "+ prefix cache (radix)",
-    concurrencies: tuple[int, ...] = (1, 4),
-    workload: str = "shared-prefix",
-    requests: int = 8,
-    output_tokens: int = 8,
-    repeats: int = 1,
-    max_model_len: int = 512,
-    max_num_seqs: int = 16,
-    timeout_s: float = 300.0,
-    slo_ttft_ms: float | None = None,
-    workload_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One variant of :data:`OUR_VARIANTS` served over HTTP, measured at several concurrencies.
-
-    Returns the full loadgen results dict (for the latency/throughput/Pareto plots).
-    """
-    from .loadgen import SLO, ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-    from .server import ServerThread, build_app
-
-    engine, options = OUR_VARIANTS[variant]
-    engine_options = dict(options)
-    if engine == "ours":
-        engine_options.setdefault("max_num_seqs", max_num_seqs)
-    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
-    with ServerThread(app) as srv:
-        cfg = RunConfig(
-            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
-            workload,
-            [LoadPoint(concurrency=c) for c in concurrencies],
-            requests=requests,
-            warmup=1,
-            repeats=repeats,
-            slo=SLO(ttft_ms=slo_ttft_ms),
-            workload_options={
-                "input_words": 32,
-                "output_tokens": output_tokens,
-                "prefix_words": 128,
-                "turns": 2,
-                "branches": 2,
-                **(workload_options or {}),
-            },
-        )
-        results = run_benchmark_sync(cfg, quiet=True)
-    results["variant"] = variant
-    return results
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine decision chart
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    """One row of the decision chart: when to pick which engine, why, and what measures it."""
-
-    need: str
-    engine: str
-    reason: str
-    evidence: str
-
-
-DECISION_CHART: tuple[EngineChoice, ...] = (
-    EngineChoice(
-        "standard API traffic (chat, ShareGPT-like)",
-        "vLLM",
-        "the production default: paged KV, continuous batching, broad model and hardware support",
-        "loadgen --workload sharegpt/random on vLLM vs SGLang: similar tokens/s at equal concurrency",
-    ),
-    EngineChoice(
-        "agentic / shared-prefix heavy",
-        "SGLang",
-        "radix-tree prefix cache reuses branching histories at token granularity",
-        "loadgen --workload agentic: prefix hit rate and TTFT p50 with radix vs hash vs off "
-        "(our engine here; SGLang vs vLLM on a GPU)",
-    ),
-    EngineChoice(
-        "peak NVIDIA performance, fixed model",
-        "TensorRT-LLM",
-        "ahead-of-time compiled kernels; pays a compile step per model/shape",
-        "not measured here: compare its loadgen numbers with vLLM's on the same GPU",
-    ),
-    EngineChoice(
-        "multi-node, disaggregated prefill/decode, session routing",
-        "Dynamo / llm-d",
-        "route sessions to the worker holding their KV; separate prefill and decode pools",
-        "capacity planner: GPUs needed; then loadgen against the cluster endpoint",
-    ),
-    EngineChoice(
-        "laptop / edge, CPU or Apple silicon",
-        "llama.cpp",
-        "quantized GGUF weights, no GPU required",
-        "module 05 memory per precision; loadgen at concurrency 1 on the laptop",
-    ),
-    EngineChoice(
-        "simplest possible, one user",
-        "HF transformers",
-        "no extra server stack; one request at a time",
-        "loadgen: hf variant's tokens/s stays flat as concurrency grows (requests queue)",
-    ),
-)
-
-
-def decision_table(measured: list[dict[str, Any]] | None = None):
-    """The decision chart as a DataFrame; ``measured`` (rows of :func:`compare_local_engines`) adds
-    this machine's numbers to the rows they support."""
-    import pandas as pd
-
-    df = pd.DataFrame([asdict(c) for c in DECISION_CHART])
-    if measured:
-        by_variant = {r["variant"]: r for r in measured}
-        notes = []
-        for choice in DECISION_CHART:
-            note = ""
-            if choice.engine == "HF transformers" and "hf (one at a time)" in by_variant:
-                r = by_variant["hf (one at a time)"]
-                note = f"hf: {r['output_tokens_per_s']:.1f} output tok/s, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
-            elif choice.engine == "SGLang":
-                parts = [
-                    f"{k}: hit rate {r['prefix_hit_rate']:.0%}, TTFT p50 {r['ttft_ms_p50']:.0f} ms"
-                    for k, r in by_variant.items()
-                    if r.get("prefix_hit_rate") is not None
-                ]
-                note = "; ".join(parts)
-            elif choice.engine == "vLLM" and "ours: paged + continuous" in by_variant:
-                r = by_variant["ours: paged + continuous"]
-                note = f"paged + continuous (ours): {r['output_tokens_per_s']:.1f} output tok/s"
-            notes.append(note)
-        df["measured here"] = notes
-    return df
-
-
-def plot_decision_chart():
-    """A flowchart-style figure: questions on the left, the engine each answer leads to on the right."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
-    ax.set_xlim(0, 10)
-    ax.set_ylim(-0.5, len(DECISION_CHART) - 0.2)
-    ax.axis("off")
-    for i, choice in enumerate(reversed(DECISION_CHART)):
-        ax.text(
-            0.1,
-            i,
-            choice.need,
-            va="center",
-            ha="left",
-            fontsize=9,
-            bbox={"boxstyle": "round", "fc": "#eef3fb", "ec": "#7a9cc6"},
-        )
-        ax.annotate(
-            "", xy=(6.6, i), xytext=(5.6, i), arrowprops={"arrowstyle": "->", "color": "gray"}
-        )
-        ax.text(
-            6.7,
-            i,
-            choice.engine,
-            va="center",
-            ha="left",
-            fontsize=10,
-            fontweight="bold",
-            bbox={"boxstyle": "round", "fc": "#fdf1e3", "ec": "#d49a52"},
-        )
-    ax.set_title(
-        "Which engine? Pick the model first, shrink it, then pick the engine for the workload",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    return fig
 
 
 # ---------------------------------------------------------------------------------------------
