@@ -214,3 +214,12 @@ def test_self_paced_guide_is_what_the_script_writes():
     assert committed == script.render(), "workshop/SELF_PACED.md is stale: run python scripts/build_self_paced.py"
     for n in NUMBERS:
         assert f"infer-lab check {n} --init" in committed
+
+
+def test_the_notebook_cell_shows_the_list_and_a_closed_accordion():
+    from infer_lab import nb
+
+    html = nb.exercises_section("07").text
+    assert "Exercises" in html and "infer-lab check 07 --init" in html
+    assert "<marimo-accordion" in html and "data-expanded='[]'" in html  # closed until the learner opens it
+    assert "reference solutions" in html.split("<marimo-accordion", 1)[1]  # the solution is inside it
