@@ -223,3 +223,12 @@ def test_the_notebook_cell_shows_the_list_and_a_closed_accordion():
     assert "Exercises" in html and "infer-lab check 07 --init" in html
     assert "<marimo-accordion" in html and "data-expanded='[]'" in html  # closed until the learner opens it
     assert "reference solutions" in html.split("<marimo-accordion", 1)[1]  # the solution is inside it
+
+
+def test_a_loop_that_never_ends_is_reported(tmp_path):
+    source = exercises.solution_source("07").replace("return max(0, math.ceil(", "while True:\n        pass\n    return max(0, math.ceil(")
+    path = tmp_path / "mine.py"
+    path.write_text(source)
+    ex = next(e for e in exercises.exercises("07") if e.name == "blocks_needed")
+    result = exercises.run_exercise(ex, exercises.load_file(path), timeout_s=0.5)
+    assert result.status == "fail" and "did not finish within 0.5 s" in result.outcomes[-1].detail

@@ -17,11 +17,14 @@ In a notebook cell: ``check("02", kv_bytes_per_token=my_function)`` returns the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import pkgutil
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -33,6 +36,7 @@ from .checking import CaseAborted, NotDoneYet, Outcome, Report
 
 KINDS = {"predict": "predict, then measure", "implement": "implement it"}
 DEFAULT_DIR = "exercises"
+TIMEOUT_S = 60.0  # per exercise: every reference solution takes well under a second
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,31 @@ def load_file(path: Path) -> ModuleType:
     return module
 
 
-def run_exercise(ex: Exercise, functions: Any) -> ExerciseResult:
+class ExerciseTimeout(BaseException):  # not an Exception: neither the checks nor the learner may swallow it
+    """The learner's code ran past the time limit (most likely a loop that never ends)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Interrupt the block after ``seconds`` (POSIX, main thread); elsewhere no limit."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or not seconds:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise ExerciseTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_exercise(ex: Exercise, functions: Any, timeout_s: float = TIMEOUT_S) -> ExerciseResult:
     """Check one exercise against ``functions`` (a module or a namespace holding the learner's code)."""
     missing = [f for f in ex.functions if not callable(getattr(functions, f, None))]
     if missing:
@@ -215,7 +243,11 @@ def run_exercise(ex: Exercise, functions: Any) -> ExerciseResult:
                                                       "the starter's function names")])
     report = Report()
     try:
-        ex.check(functions, report)
+        with _time_limit(timeout_s):
+            ex.check(functions, report)
+    except ExerciseTimeout:
+        report.record("time", False, f"the checks did not finish within {timeout_s:g} s: is there a loop that never "
+                      "ends (a binary search whose bounds stop moving)?")
     except NotDoneYet as exc:
         return ExerciseResult(ex, "todo", [Outcome("not started", False, f"{exc}: replace the raise "
                                                    "with your code")])
