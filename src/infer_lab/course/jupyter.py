@@ -1,0 +1,356 @@
+"""The Jupyter / Colab front-end: ipywidgets over the same chapter functions the marimo notebooks call.
+
+The generated notebooks in ``jupyter/`` (``scripts/build_jupyter.py``) use three things from here:
+
+* :class:`ChapterPanel`: one per chapter. Its header picks the sizes (and the model, for a
+  chapter that needs one); ``panel.part("memory")`` shows that part's run button and, when
+  pressed, runs ``chapter.measure(lm, sizes, parts=["memory"])`` and shows the part's summary,
+  figures and tables, exactly what ``infer-lab tour`` and the marimo notebook show.
+* The live explorers of the analytic chapters (:data:`EXPLORERS`), and the KV visualizer and
+  capacity calculator of :mod:`infer_lab.course.calculator`: controls that recompute as they move.
+* :func:`show_saved`: a chapter's saved GPU results, labelled as saved.
+
+With ``INFER_LAB_AUTORUN=1`` (how CI executes the notebooks headless, like marimo's script mode
+presses every run button) each part runs as its cell runs and each explorer renders its defaults
+once, straight into the cell's output, so an error fails the cell instead of hiding in a widget.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import textwrap
+import traceback
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .chapter import choose_size
+
+AUTORUN_ENV = "INFER_LAB_AUTORUN"
+# Explorer functions below, in the order of the marimo notebook's control cells they stand in for.
+EXPLORERS = {
+    "02": ("memory_explorer",),
+    "03": ("roofline_explorer",),
+    "04": ("presets_explorer",),
+    "14": ("where_next_explorer",),
+}
+
+
+def autorun() -> bool:
+    """True when ``$INFER_LAB_AUTORUN`` asks every part to run as its cell runs (headless execution)."""
+    return os.environ.get(AUTORUN_ENV, "").lower() in ("1", "true", "yes")
+
+
+def _widgets():
+    from .calculator import _ipywidgets
+
+    return _ipywidgets()
+
+
+# ---------------------------------------------------------------------------------------------
+# Showing things
+
+
+def md(text: str) -> None:
+    """Display narrative markdown (indentation of a triple-quoted string removed; ``$$...$$`` is LaTeX)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(textwrap.dedent(text).strip()))
+
+
+def say(text: str) -> None:
+    """Display computed markdown, whose ``$`` are dollars, not LaTeX.
+
+    Jupyter typesets ``$2.49/h, $0.08`` as math in a Markdown output (inside a widget's output
+    area too), and backslash escapes do not survive every renderer. So the text goes out as HTML
+    with each ``$`` in its own element, where no math delimiter can pair it with the next one.
+    """
+    import markdown
+    from IPython.display import HTML, display
+
+    body = markdown.markdown(textwrap.dedent(text).strip(), extensions=["tables", "sane_lists"])
+    display(HTML(body.replace("$", "<span>$</span>")))
+
+
+def show_figure(fig: Any) -> None:
+    """Display a matplotlib figure as a PNG (whatever the backend) and close it."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    display(Image(data=buf.getvalue()))
+
+
+def show_table(frame: Any, title: str = "") -> None:
+    """Display a people table (display strings) without its index."""
+    from IPython.display import HTML, display
+
+    if title:
+        say(f"**{title}**")
+    display(HTML(frame.to_html(index=False, border=0)))
+
+
+def show_result(chapter: ModuleType, result: Any) -> None:
+    """A chapter result's summary, figures and tables (only the parts it holds)."""
+    text = chapter.summary(result)
+    if text.strip():
+        say(text)
+    for fig in chapter.figures(result).values():
+        show_figure(fig)
+    for title, frame in chapter.tables(result).items():
+        show_table(frame, title)
+
+
+def show_saved(chapter: ModuleType, only_without_gpu: bool = True) -> None:
+    """The chapter's saved GPU results, labelled as saved (nothing when none, or on a GPU)."""
+    from ..nb import has_gpu
+
+    view = chapter.saved()
+    if view is None or (only_without_gpu and has_gpu()):
+        return
+    say(f"### {view.title}\n\n_{view.label}_")
+    if view.warning:
+        say(f"> **Caution:** {view.warning}")
+    for title, frame in view.tables.items():
+        show_table(frame, title)
+    for fig in view.figures.values():
+        show_figure(fig)
+    if view.notes:
+        say("\n".join(f"- {n}" for n in view.notes))
+
+
+def off_the_event_loop(fn: Callable[[], Any]) -> Any:
+    """``fn()``, in a worker thread when this thread runs an event loop (a Jupyter kernel does).
+
+    A part that drives the load generator calls ``asyncio.run``, which refuses to start inside
+    a running loop; in its own thread it gets a loop of its own. Exceptions propagate.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer-lab-part") as pool:
+        return pool.submit(fn).result()
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter panel
+
+
+class ChapterPanel:
+    """Sizes (and model) for one chapter, and one run button per part with its output area."""
+
+    def __init__(self, chapter: ModuleType, lm: Any = None, size: str | None = None) -> None:
+        from ..nb import loadable_models, model_choice
+
+        w = _widgets()
+        self.chapter = chapter
+        self._lm = lm
+        self._loaded: dict[tuple[str, str], Any] = {}
+        self.size = w.Dropdown(options=["quick", "full"], value=choose_size(None, size), description="sizes")
+        controls = [self.size]
+        if chapter.NEEDS_MODEL and lm is None:
+            name, weights = model_choice()
+            self.model = w.Dropdown(options=sorted(set(loadable_models()) | {name}), value=name, description="model")
+            self.weights = w.ToggleButtons(options=["pretrained", "random"], value=weights, description="weights")
+            controls += [self.model, self.weights]
+        self.header = w.VBox([w.HBox(controls), w.HTML(self._header_note())])
+
+    def _header_note(self) -> str:
+        if not self.chapter.NEEDS_MODEL:
+            return "<i>Analytic chapter: no model needed.</i>"
+        return ("<i>The model loads on the first button press (the embedded SmolLM2-135M on a CPU, a "
+                "Mistral-7B-shape model with random weights on a GPU).</i>")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.header)
+
+    def lm(self) -> Any:
+        """The chosen model, loaded once per (model, weights)."""
+        if self._lm is not None or not self.chapter.NEEDS_MODEL:
+            return self._lm
+        key = (self.model.value, self.weights.value)
+        if key not in self._loaded:
+            from ..models import load_model
+
+            self._loaded[key] = load_model(key[0], weights=key[1])
+        return self._loaded[key]
+
+    def run(self, part: str) -> Any:
+        """``chapter.measure`` for one part at the chosen sizes."""
+        lm = self.lm()
+        device = lm.device if lm is not None else None
+        sizes = self.chapter.sizes(device, self.size.value)
+        return off_the_event_loop(lambda: self.chapter.measure(lm, sizes, parts=[part]))
+
+    def part(self, key: str) -> None:
+        """Display the part's run button and output area; with autorun, also run it now, in the cell."""
+        from IPython.display import clear_output, display
+
+        w = _widgets()
+        if key not in self.chapter.PARTS:
+            raise KeyError(f"{self.chapter.NUMBER} has no part {key!r}; its parts: {', '.join(self.chapter.PARTS)}")
+        button = w.Button(description=self.chapter.PARTS[key], layout=w.Layout(width="auto"),
+                          button_style="primary", icon="play")
+        status = w.HTML("")
+        out = w.Output()
+
+        def on_click(_: Any) -> None:
+            button.disabled = True
+            status.value = "<i>running…</i>"
+            with out:
+                clear_output(wait=True)
+                try:
+                    result = self.run(key)
+                    show_result(self.chapter, result)
+                    status.value = f"<i>{result.seconds[key]:.1f} s at {result.size} sizes</i>"
+                except Exception as exc:  # shown in the panel; the kernel keeps going
+                    status.value = f"<b>failed:</b> {type(exc).__name__}: {exc}"
+                    print(traceback.format_exc())
+                finally:
+                    button.disabled = False
+
+        button.on_click(on_click)
+        display(w.VBox([w.HBox([button, status]), out]))
+        if autorun():
+            show_result(self.chapter, self.run(key))
+
+
+# ---------------------------------------------------------------------------------------------
+# Live explorers (ipywidgets that recompute as they move)
+
+
+def explorer(render: Callable[..., None], controls: dict[str, Any], rows: int = 2) -> Any:
+    """Controls over ``render(**values)``; with autorun, the defaults are also rendered in the cell."""
+    w = _widgets()
+    out = w.interactive_output(render, controls)
+    items = list(controls.values())
+    per_row = -(-len(items) // rows)
+    box = w.VBox([w.HBox(items[i:i + per_row]) for i in range(0, len(items), per_row)] + [out])
+    if autorun():
+        render(**{k: c.value for k, c in controls.items()})
+    return box
+
+
+def memory_explorer() -> Any:
+    """Chapter 02: the memory equation of one model, live (model, KV dtype, context, users, GPU)."""
+    from ..catalog import list_gpus, list_models
+    from . import ch02_memory_equation as ch02
+
+    w = _widgets()
+    s = ch02.sizes()
+    controls = {
+        "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
+        "kv_dtype": w.Dropdown(options=["bf16", "fp16", "fp8", "int8", "fp32"], value=s.kv_dtype, description="KV dtype"),
+        "context": w.IntSlider(min=256, max=131072, step=256, value=s.context, description="context"),
+        "users": w.IntSlider(min=1, max=512, value=s.users, description="users"),
+        "gpu": w.Dropdown(options=list_gpus(), value=s.gpu, description="GPU"),
+    }
+
+    def render(model: str, kv_dtype: str, context: int, users: int, gpu: str) -> None:
+        say(ch02.kv_summary_text(ch02.kv_summary(model, kv_dtype, context, users)))
+        show_figure(ch02.kv_growth_figure(model, kv_dtype, gpu=gpu))
+        say(ch02.fit_text(ch02.fit_view(model, gpu, context, users, kv_dtype)))
+
+    return explorer(render, controls)
+
+
+def roofline_explorer() -> Any:
+    """Chapter 03: prefill and decode of one model on a datasheet GPU, live."""
+    from ..catalog import list_gpus, list_models
+    from . import ch03_prefill_decode_roofline as ch03
+
+    w = _widgets()
+    s = ch03.sizes("cpu", "quick")
+    controls = {
+        "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
+        "gpu": w.Dropdown(options=list_gpus(), value=s.gpu, description="GPU"),
+        "batch": w.IntSlider(min=1, max=512, value=s.batch, description="decode batch"),
+        "context": w.IntSlider(min=128, max=32768, step=128, value=s.context, description="context"),
+    }
+
+    def render(model: str, gpu: str, batch: int, context: int) -> None:
+        view = ch03.datasheet_view(model, gpu, batch, context)
+        say(ch03.datasheet_text(view))
+        show_figure(ch03.datasheet_figure(view))
+        show_table(ch03.ops_table(view.prefill_ops), f"Prefill, one {view.context:,}-token prompt")
+        show_table(ch03.ops_table(view.decode_ops), f"Decode step, batch {view.batch:,}")
+
+    return explorer(render, controls)
+
+
+def presets_explorer() -> Any:
+    """Chapter 04: the workload presets for one model, and context against users on one GPU, live."""
+    from ..catalog import list_gpus
+    from . import ch04_capacity_planner as ch04
+
+    w = _widgets()
+    controls = {
+        "model": w.Dropdown(options=list(ch04.PRESET_MODELS), value=ch04.PRESET_MODELS[0], description="model"),
+        "gpu": w.Dropdown(options=list_gpus(), value=ch04.sizes().tradeoff_gpu, description="GPU"),
+    }
+
+    def render(model: str, gpu: str) -> None:
+        for p in ch04.plan_presets(model):
+            say(ch04.preset_line(p))
+            show_table(ch04.plans_table(p.plans))
+        trade = ch04.tradeoff([model], gpu)
+        show_figure(ch04.tradeoff_figure(trade))
+        say(ch04.tradeoff_text(trade))
+
+    return explorer(render, controls, rows=1)
+
+
+def where_next_explorer() -> Any:
+    """Chapter 14: the four directions and the tiers race for one model, GPU and long request, live."""
+    from dataclasses import replace
+
+    from ..catalog import list_gpus, list_models
+    from . import ch14_where_next as ch14
+
+    w = _widgets()
+    s = ch14.sizes()
+    controls = {
+        "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
+        "gpu": w.Dropdown(options=list_gpus(), value=s.gpu, description="GPU"),
+        "long_context": w.IntSlider(min=4096, max=262144, step=4096, value=s.long_context, description="long request"),
+    }
+
+    def render(model: str, gpu: str, long_context: int) -> None:
+        sizes = replace(s, model=model, gpu=gpu, long_context=long_context)
+        say(ch14.directions_text(ch14.directions(sizes)))
+        tiers = ch14.tiers(model, gpu, sizes.contexts)
+        show_figure(ch14.tiers_figure(tiers))
+        say(ch14.tiers_text(tiers))
+
+    return explorer(render, controls, rows=1)
+
+
+def kv_visualizer() -> Any:
+    """Chapter 02's KV visualizer (:func:`infer_lab.course.calculator.kv_visualizer_ipywidget`)."""
+    from . import calculator
+
+    box = calculator.kv_visualizer_ipywidget()
+    if autorun():
+        show_figure(calculator.kv_visualizer_figure(calculator.kv_curves(**calculator.DEFAULTS_KV)))
+    return box
+
+
+def capacity_calculator() -> Any:
+    """Chapter 04's capacity calculator (:func:`infer_lab.course.calculator.capacity_calculator_ipywidget`)."""
+    from . import calculator
+
+    box = calculator.capacity_calculator_ipywidget()
+    if autorun():
+        result = calculator.capacity_plans(**calculator.DEFAULTS_CAPACITY)
+        say(result.verdict)
+        show_table(calculator.plans_table(result.plans))
+    return box

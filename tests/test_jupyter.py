@@ -1,0 +1,170 @@
+"""The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, and every
+notebook executed headless with its panels auto-running their parts (INFER_LAB_AUTORUN=1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = ROOT / "jupyter"
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("build_jupyter", ROOT / "scripts" / "build_jupyter.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+builder = _builder()
+NOTEBOOKS = sorted(JUPYTER.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_the_committed_notebooks_match_the_generator():
+    assert builder.main(["--check"]) == 0, "jupyter/ is out of date: run python scripts/build_jupyter.py"
+
+
+def test_every_chapter_has_a_notebook_with_a_button_per_part():
+    from infer_lab.course import chapters
+
+    for mod in chapters():
+        path = JUPYTER / f"{mod.NUMBER}_{mod.SLUG}.ipynb"
+        assert path.is_file(), path
+        code = "\n".join(_source(c) for c in _cells(path) if c["cell_type"] == "code")
+        for key in mod.PARTS:
+            assert f'panel.part("{key}")' in code, (path.name, key)
+        assert all(not c.get("outputs") for c in _cells(path) if c["cell_type"] == "code")  # committed clean
+
+
+def test_markdown_f_strings_keep_what_jupyter_can_compute():
+    import ast
+
+    def convert(src: str, known: set[str], labels=None):
+        return builder.md_source(ast.parse(src, mode="eval").body, known, labels)
+
+    assert convert('"# plain {braces}"', set()) == ("markdown", "# plain {braces}")
+    kind, code = convert('f"""A {ch.price()} and {button} and {pick.value:,} and {x}"""', {"ch"},
+                         {"button": "", "pick": "context"})
+    assert kind == "code" and "{ch.price()}" in code and "*context*" in code and "…" in code
+    assert "button" not in code
+    assert convert('f"{a} {{literal}}"', {"a"})[1].endswith('{a} {{literal}}\n""")')
+    assert convert('f"only {slider.value}"', set(), {"slider": "s"}) == ("markdown", "only *s*")
+
+
+def _setup_cell() -> str:
+    return _source(_cells(JUPYTER / "04_capacity_planner.ipynb")[1])
+
+
+def _run_setup(monkeypatch, cwd: Path, repo_url: str = "") -> list[list[str]]:
+    """Run the notebooks' setup cell as if infer_lab were not installed; pip is recorded, git runs."""
+    import importlib.util as iu
+
+    calls: list[list[str]] = []
+    real_find_spec, real_check_call = iu.find_spec, subprocess.check_call
+
+    def find_spec(name, *args, **kwargs):
+        return None if name == "infer_lab" else real_find_spec(name, *args, **kwargs)
+
+    def check_call(cmd, *args, **kwargs):
+        calls.append([str(c) for c in cmd])
+        if cmd[0] == "git":
+            return real_check_call(cmd, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+        return 0
+
+    monkeypatch.setattr(iu, "find_spec", find_spec)
+    monkeypatch.setattr(subprocess, "check_call", check_call)
+    monkeypatch.chdir(cwd)
+    path_before = list(sys.path)
+    try:
+        exec(compile(_setup_cell().replace('REPO_URL = ""', f"REPO_URL = {repo_url!r}"), "setup", "exec"), {})
+    finally:
+        sys.path[:] = path_before
+    return calls
+
+
+def test_setup_cell_installs_the_clone_it_sits_in(monkeypatch):
+    calls = _run_setup(monkeypatch, JUPYTER)
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-e", f"{ROOT}[widgets]"]]
+
+
+def test_setup_cell_clones_repo_url_when_there_is_no_clone(monkeypatch, tmp_path):
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "infer-lab"
+    monkeypatch.setenv("INFER_LAB_CLONE_DIR", str(clone))
+    calls = _run_setup(monkeypatch, tmp_path / ".", repo_url=str(ROOT))
+    assert calls[0][:4] == ["git", "clone", "--depth", "1"] and calls[0][-1] == str(clone)
+    assert (clone / "pyproject.toml").is_file() and (clone / "src" / "infer_lab" / "__init__.py").is_file()
+    assert calls[1] == [sys.executable, "-m", "pip", "install", "-q", "-e", f"{clone.resolve()}[widgets]"]
+
+
+def test_setup_cell_explains_what_to_do_without_a_clone(monkeypatch, tmp_path):
+    with pytest.raises(RuntimeError, match="REPO_URL"):
+        _run_setup(monkeypatch, tmp_path)
+
+
+def _outputs(nb) -> list[tuple[str, dict]]:
+    return [(_source(c), o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes_headless_with_every_part(path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("INFER_LAB_AUTORUN", "1")
+    monkeypatch.setenv("INFER_LAB_QUICK", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    src = str(ROOT / "src")  # the kernel imports this checkout's infer_lab, installed or not
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(JUPYTER)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    outputs = _outputs(nb)
+    assert not [o for _, o in outputs if o.output_type == "error"]
+    parts = [s for s in (_source(c) for c in nb.cells if c.cell_type == "code") if s.startswith("panel.part(")]
+    for part in parts:  # each part's cell shows its button and then what it measured
+        shown = [o for s, o in outputs if s == part]
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown), part
+        assert any(k in o.get("data", {}) for o in shown for k in ("image/png", "text/html", "text/markdown")), part
+    words = " ".join(o.get("data", {}).get("text/markdown", "") + o.get("data", {}).get("text/html", "")
+                     for _, o in outputs).replace("<", " <").replace(">", "> ").split()
+    for raw in ("nan", "NaN", "None"):
+        assert raw not in words, f"{path.name} shows {raw!r}"
+    streams = " ".join(o.get("text", "") for _, o in outputs if o.output_type == "stream")
+    assert "Traceback" not in streams
+
+
+def test_parts_run_off_a_running_event_loop():
+    import asyncio
+
+    from infer_lab.course.jupyter import off_the_event_loop
+
+    def nested():  # what the load generator does inside a part
+        return asyncio.run(asyncio.sleep(0, result="ran"))
+
+    async def in_a_kernel():  # a Jupyter cell runs inside the kernel's event loop
+        return off_the_event_loop(nested)
+
+    assert asyncio.run(in_a_kernel()) == "ran"
+    assert off_the_event_loop(lambda: 7) == 7
+    with pytest.raises(ZeroDivisionError):
+        off_the_event_loop(lambda: 1 / 0)
