@@ -151,5 +151,11 @@ def _(ch00, hello_button, mo, nb, sizes):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("00")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -185,5 +185,11 @@ def _(ch01, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("01")
+    return
+
+
 if __name__ == "__main__":
     app.run()

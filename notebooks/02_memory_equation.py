@@ -203,5 +203,11 @@ def _(ch02, check_button, mo, nb, size_picker):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("02")
+    return
+
+
 if __name__ == "__main__":
     app.run()

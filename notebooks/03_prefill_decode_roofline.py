@@ -146,5 +146,11 @@ def _(ch03, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("03")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -138,5 +138,11 @@ def _(ch04, mo, preset_model, tradeoff_gpu):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("04")
+    return
+
+
 if __name__ == "__main__":
     app.run()

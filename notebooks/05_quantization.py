@@ -219,5 +219,11 @@ def _(ch05, context, mo, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("05")
+    return
+
+
 if __name__ == "__main__":
     app.run()

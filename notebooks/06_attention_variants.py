@@ -296,5 +296,11 @@ def _(ch06, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("06")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -230,5 +230,11 @@ def _(ch07, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("07")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -210,5 +210,11 @@ def _(ch08, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("08")
+    return
+
+
 if __name__ == "__main__":
     app.run()

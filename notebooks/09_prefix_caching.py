@@ -158,5 +158,11 @@ def _(ch09, mo, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("09")
+    return
+
+
 if __name__ == "__main__":
     app.run()

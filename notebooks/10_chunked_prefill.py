@@ -123,5 +123,11 @@ def _(ch10, mo, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("10")
+    return
+
+
 if __name__ == "__main__":
     app.run()

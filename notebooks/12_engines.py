@@ -207,5 +207,11 @@ def _(ch12, mo, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("12")
+    return
+
+
 if __name__ == "__main__":
     app.run()

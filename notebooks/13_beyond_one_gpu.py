@@ -294,5 +294,11 @@ def _(ch13, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("13")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -98,5 +98,11 @@ def _(ch14, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("14")
+    return
+
+
 if __name__ == "__main__":
     app.run()

@@ -232,3 +232,15 @@ def load_model_or_explain(name: str, weights: str) -> Any:
     except (ModelDoesNotFitError, ModelSourceError, ValueError) as exc:
         mo.stop(True, mo.callout(mo.md(f"**{name} ({weights} weights) cannot be loaded here.** {exc}"),
                                  kind="danger"))
+
+
+def exercises_section(number: str) -> Any:
+    """A chapter's exercises with the commands that start and check them; solutions in a closed accordion."""
+    import marimo as mo
+
+    from .course import exercises
+
+    return mo.vstack([
+        mo.md(exercises.exercises_markdown(number)),
+        mo.accordion({"Reference solutions (open them after you have tried)": mo.md(exercises.solution_markdown(number))}),
+    ])

@@ -1,0 +1,177 @@
+"""Write workshop/SELF_PACED.md: the course for one learner, chapter by chapter, with measured times.
+
+Everything in the file comes from the repository: the chapters and their titles from the chapter
+modules, the exercises from ``infer_lab.course.exercises``, the run time of each chapter's
+buttons from the newest ``assets/results/chapter-times-cpu-*.json`` (``scripts/time_chapters.py``),
+the reading time from the words of each notebook's text. A test checks that the committed file is
+what this script writes, so after changing any of those, run:
+
+    python scripts/build_self_paced.py           # rewrites workshop/SELF_PACED.md
+    python scripts/build_self_paced.py --check   # exit 1 if the committed file is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "workshop" / "SELF_PACED.md"
+WORDS_PER_MINUTE = 200  # an assumption: reading technical prose with figures in between
+EXERCISE_MINUTES = {"predict": 10, "implement": 20}  # our estimate per exercise, not a measurement
+
+
+def notebook_words(path: Path) -> int:
+    """Words of prose in a notebook: the literal text of every ``mo.md(...)`` call."""
+    words = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "md":
+            for arg in node.args:
+                parts = arg.values if isinstance(arg, ast.JoinedStr) else [arg]
+                for part in parts:
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                        words += _words(part.value)
+    return words
+
+
+def _words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z0-9']+", text))
+
+
+def chapter_prose_words(path: Path) -> int:
+    """Words of the prose a chapter module writes into its notebook (its ``*_text``, ``*_note``, ``summary``)."""
+    words = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and (node.name.endswith(("_text", "_note")) or node.name == "summary"):
+            words += sum(_words(n.value) for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    return words
+
+
+def reading_minutes(words: int) -> int:
+    """Minutes to read ``words`` at WORDS_PER_MINUTE, rounded up to whole minutes."""
+    return max(1, math.ceil(words / WORDS_PER_MINUTE))
+
+
+def newest_times() -> tuple[Path | None, dict]:
+    files = sorted((ROOT / "assets" / "results").glob("chapter-times-cpu-*.json"))
+    return (files[-1], json.loads(files[-1].read_text())) if files else (None, {})
+
+
+def _seconds(entry: dict | None) -> tuple[float, float] | None:
+    """(seconds of the run buttons, seconds to load the model) of one chapter, or None if not measured."""
+    if not entry:
+        return None
+    return sum(entry["seconds"].values()), entry.get("load_s", 0.0)
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def render() -> str:
+    sys.path.insert(0, str(ROOT / "src"))
+    from infer_lab.course import chapter as course_chapter
+    from infer_lab.course import exercises as ex
+
+    times_file, times = newest_times()
+    entries = times.get("data", {}).get("chapters", {})
+    env = times.get("environment", {})
+    rows, sections = [], []
+    total_run = total_read = total_ex = 0.0
+    for n in ex.numbers():
+        try:
+            chapter = course_chapter(n)
+        except KeyError:
+            chapter = None
+        title = ex.chapter_title(n)
+        notebook = ROOT / "notebooks" / ex.file_name(n)
+        exercises = ex.exercises(n)
+        ex_min = sum(EXERCISE_MINUTES[e.kind] for e in exercises)
+        words = notebook_words(notebook) + chapter_prose_words(Path(chapter.__file__)) if chapter else 0
+        read_min = reading_minutes(words) if notebook.exists() else None
+        run = _seconds(entries.get(n)) if chapter is not None else None
+        model = "—" if chapter is None else ("yes" if chapter.NEEDS_MODEL else "no")
+        run_text = (f"{_fmt_s(run[0])} (+ {_fmt_s(run[1])} startup)" if run and run[1] >= 0.5 else
+                    _fmt_s(run[0]) if run else "not measured yet")
+        run_min = math.ceil(sum(run) / 60) if run else 0
+        total_run += sum(run) if run else 0.0
+        total_read += read_min or 0
+        total_ex += ex_min
+        rows.append(f"| {title} | {model} | {run_text} | {read_min if read_min else '—'} | "
+                    f"{len(exercises)} ({ex_min} min) | {run_min + (read_min or 0) + ex_min} |")
+        where = (f"Open `marimo edit notebooks/{notebook.name}` (or run it headless: "
+                 f"`python notebooks/{notebook.name}`)." if notebook.exists()
+                 else "Its notebook has not landed yet: do the exercises, they need only the library.")
+        items = [f"{i}. **{e.title}** ({ex.KINDS[e.kind]}; {', '.join(f'`{f}()`' for f in e.functions)}): {e.task}"
+                 for i, e in enumerate(exercises, 1)]
+        sections.append("\n".join([
+            f"### {title}", "", where, "", *items, "",
+            f"    infer-lab check {n} --init    # writes ./{ex.default_file(n).as_posix()}",
+            f"    infer-lab check {n}           # after each edit, until every line says PASS",
+            "",
+        ]))
+    measured = (f"measured by `{times.get('command', 'scripts/time_chapters.py').strip()}` on "
+                f"{env.get('hardware', 'an unrecorded CPU')} with {env.get('torch_threads', '?')} torch threads, "
+                f"{env.get('date', '?')[:10]} ([{times_file.name}](../assets/results/{times_file.name}))"
+                if times_file else "not measured yet: run `python scripts/time_chapters.py`")
+    note = times.get("note")
+    lines = [
+        "# The course at your own pace",
+        "",
+        "<!-- Generated by scripts/build_self_paced.py from the chapter modules, the exercises and the",
+        "     measured chapter times. Do not edit by hand: tests/test_exercises.py checks it. -->",
+        "",
+        "Work through the chapters in order: each one builds on the numbers of the ones before it (the",
+        "memory equation of 02 feeds the capacity planner of 04 and the KV cache of 07; the roofline of 03",
+        "explains every step time from 08 on). For each chapter: open its notebook, read it, press its run",
+        "buttons (they run at quick sizes on a CPU), then do its exercises in a file of your own and",
+        "check them until every case passes. Stuck? `infer-lab check NN --show-solution` prints the",
+        "reference solution, and the notebook has it in a closed accordion at the end.",
+        "",
+        "Setup once: `make setup` in a clone (or `pip install -e .`), then `infer-lab env` to see your machine.",
+        "",
+        "## Time per chapter",
+        "",
+        f"Run buttons: the wall time of every run button of the chapter at quick sizes, {measured}; "
+        "startup is the imports and, where the chapter needs it, loading the model." + (f" {note}" if note else ""),
+        f"Reading: the words of the notebook's text and of the prose its chapter module writes, at "
+        f"{WORDS_PER_MINUTE} words a minute, rounded up (an estimate; studying the figures and tables "
+        f"takes longer). Exercises: {EXERCISE_MINUTES['predict']} minutes per prediction and "
+        f"{EXERCISE_MINUTES['implement']} per implementation (our estimate). In all: the run time rounded up to "
+        "whole minutes, plus reading and exercises.",
+        "",
+        "| Chapter | Loads the model | Run buttons (measured) | Reading (min) | Exercises | In all (min) |",
+        "|---|---|---|---:|---|---:|",
+        *rows,
+        "",
+        f"In all: {total_run / 60:.0f} minutes of measured run time, about {total_read:.0f} minutes of reading "
+        f"and {total_ex / 60:.1f} hours of exercises.",
+        "",
+        "## Chapter by chapter",
+        "",
+        *sections,
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--check", action="store_true", help="exit 1 when the committed file differs")
+    args = p.parse_args()
+    text = render()
+    if args.check:
+        same = OUT.exists() and OUT.read_text() == text
+        print(f"{OUT.relative_to(ROOT)} is {'up to date' if same else 'stale: run python scripts/build_self_paced.py'}")
+        return 0 if same else 1
+    OUT.write_text(text)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""infer-lab check: a chapter's exercises, checked case by case on your own file."""
+
+from __future__ import annotations
+
+NAME = "check"
+ORDER = 12
+HELP = "exercises: copy a chapter's starter, check your answers case by case, see the solution"
+DESCRIPTION = """\
+Every chapter has 2-4 exercises: predict a number, then let the check measure it, or write one
+of the mechanisms the course teaches (a block-table lookup, the online-softmax update, the
+admit rule, the speculative acceptance rule...). You work in a file of your own:
+
+  infer-lab check 02 --init            copy the starter to ./exercises/02_memory_equation.py
+                                       (never overwrites: your work is safe)
+  infer-lab check 02                   import that file and run chapter 02's checks
+  infer-lab check 02 --file my.py      the same on another file
+  infer-lab check 02 --only max_users  just one exercise
+  infer-lab check 02 --solution        the same checks on the reference solution
+  infer-lab check 02 --show-solution   print the reference solution (try first!)
+  infer-lab check --list               every chapter's exercises
+
+Each check says which case failed and by how much: expected and got, their ratio, and the
+mistake when the ratio gives it away (a factor of 2, GiB for GB, a forgotten layer count...).
+The exit code is 0 when every check passes and 1 while any fails, so `infer-lab check 02 &&
+echo done` works in a script.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("chapter", nargs="?", help="chapter number, e.g. 02 (omit with --list)")
+    p.add_argument("--init", action="store_true", help="copy the chapter's starter file to --file (default "
+                   "./exercises/NN_slug.py) unless it exists")
+    p.add_argument("--file", default=None, help="your file (default ./exercises/NN_slug.py)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run only these exercises (by function name)")
+    p.add_argument("--solution", action="store_true", help="run the checks on the reference solution")
+    p.add_argument("--show-solution", action="store_true", help="print the reference solution")
+    p.add_argument("--failures", action="store_true", help="show only the cases that fail")
+    p.add_argument("--list", action="store_true", help="list every chapter's exercises")
+
+
+def _list() -> str:
+    from ..course import exercises as ex
+
+    lines = []
+    for n in ex.numbers():
+        lines.append(f"{ex.chapter_title(n)}    (infer-lab check {n} --init)")
+        lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" for e in ex.exercises(n)]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from ..course import exercises as ex
+
+    if args.list or not args.chapter:
+        print(_list())
+        return 0
+    number = ex.exercise_module(args.chapter).NUMBER
+    if args.show_solution:
+        print(f"# The reference solution of chapter {number}: {ex.solution_path(number)}\n")
+        print(ex.solution_source(number))
+        return 0
+    if args.init:
+        path, created = ex.init_file(number, args.file)
+        state = "created" if created else "already exists, kept as it is (nothing overwritten)"
+        print(f"{path}: {state}.")
+        print(f"Edit it, then run `infer-lab check {number}" + (f" --file {path}`." if args.file else "`."))
+        return 0
+    if args.solution:
+        report = ex.check_solution(number, args.only)
+    else:
+        report = ex.check_file(number, args.file, args.only)
+    print(report.text(only_failures=args.failures))
+    if not report.passed and not args.solution:
+        hint = f" --file {args.file}" if args.file else ""
+        print(f"Fix the FAIL lines and run `infer-lab check {number}{hint}` again.")
+    return 0 if report.passed else 1

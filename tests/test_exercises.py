@@ -1,0 +1,234 @@
+"""The checks of the checks: they fail on every starter, pass on every solution, and name near misses."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from infer_lab.cli import main
+from infer_lab.course import chapter as course_chapter
+from infer_lab.course import chapter_names, exercises
+from infer_lab.course.exercises import load_file
+
+NUMBERS = exercises.numbers()
+
+
+def test_every_chapter_has_two_to_four_exercises():
+    chapters = {name[2:4] for name in chapter_names()}
+    assert chapters <= set(NUMBERS), f"chapters without exercises: {sorted(chapters - set(NUMBERS))}"
+    for n in NUMBERS:
+        assert 2 <= len(exercises.exercises(n)) <= 4, n
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_file_names_follow_the_chapter(number):
+    mod = exercises.exercise_module(number)
+    try:
+        assert mod.SLUG == course_chapter(number).SLUG
+    except KeyError:
+        pass  # the chapter module has not landed yet: the exercise module names it
+    assert exercises.starter_path(number).is_file() and exercises.solution_path(number).is_file()
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_every_check_fails_on_the_untouched_starter(number):
+    report = exercises.check_file(number, exercises.starter_path(number))
+    assert not report.passed
+    for result in report.results:
+        assert result.status == "todo", (result.exercise.name, result.outcomes)
+        assert "NotImplementedError" in result.outcomes[0].detail
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_every_check_passes_on_the_reference_solution(number):
+    report = exercises.check_solution(number)
+    failures = [(r.exercise.name, o) for r in report.results for o in r.outcomes if not o.passed]
+    assert report.passed and not failures, failures
+    for result in report.results:  # an implementation is tried on several inputs; a prediction may be one number
+        assert len(result.outcomes) >= (2 if result.exercise.kind == "implement" else 1), result.exercise.name
+
+
+def _functions(path: Path) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_starter_is_signatures_and_docstrings_only(number):
+    starter, solution = load_file(exercises.starter_path(number)), load_file(exercises.solution_path(number))
+    bodies = _functions(exercises.starter_path(number))
+    for ex in exercises.exercises(number):
+        for name in ex.functions:
+            assert inspect.signature(getattr(starter, name)) == inspect.signature(getattr(solution, name)), name
+            body = bodies[name].body
+            assert ast.get_docstring(bodies[name]), f"{name}: the starter must say the task and units"
+            assert len(body) == 2 and isinstance(body[1], ast.Raise), f"{name}: docstring + raise only"
+
+
+# A near miss: (chapter, exercise, text in the solution, its wrong replacement, what the feedback must say)
+NEAR_MISSES = [
+    ("00", "decode_intensity", "2.0 * batch", "1.0 * batch", "a multiply-add is 2 FLOP"),
+    ("00", "mlp_flops", "* 3 *", "* 2 *", "THREE matrices"),
+    ("01", "kv_cache_bytes", "2 * layers", "layers", "a K AND a V"),
+    ("01", "itl_floor_s", "weight_bytes + batch * context", "weight_bytes + context", "each of the batch"),
+    ("02", "kv_gb_70b_128k", "/ 1e9", "/ 2**30", "GiB instead of GB"),
+    ("02", "kv_gb_70b_128k", "layers * 2 * kv_heads", "layers * kv_heads", "count both K and V"),
+    ("02", "kv_gb_70b_128k", "128 * 1024 / 1e9", "128_000 / 1e9", "not 128,000"),
+    ("02", "mla_kv_bytes_per_token", "return layers * (kv_lora_rank", "return (kv_lora_rank",
+     "off by the layer count (61)"),
+    ("02", "quantized_bytes", "    if group_size:\n        total_bits +=", "    if False:\n        total_bits +=",
+     "without their scales"),
+    ("02", "max_users", "return max(0, budget // kv_bytes_per_user)", "return budget // kv_bytes_per_user",
+     "not a negative number"),
+    ("03", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "factor of 2"),
+    ("03", "roofline_time_s", "return max(flops / peak_flops, n_bytes / bandwidth_Bps)",
+     "return flops / peak_flops + n_bytes / bandwidth_Bps", "the roofline takes the slower"),
+    ("03", "critical_batch", "    if not compute_bound(max_batch):\n        return None\n", "", "return None"),
+    ("04", "usd_per_million_tokens", "/ 3600 ", "", "3600x too large"),
+    ("04", "users_at_context", "cached = context if window is None else min(context, window)", "cached = context",
+     "sliding-window layer keeps only"),
+    ("05", "quantize_int8_absmax", "absmax > 0, absmax / 127", "absmax > 0, absmax / 128", "absmax / 128"),
+    ("05", "quantize_int8_absmax", "w.abs().amax(dim=1, keepdim=True)", "w.abs().amax()", "one scale per ROW"),
+    ("05", "int4_stored_bytes", "(2 if symmetric else 3)", "2", "without the zero points"),
+    ("05", "int8_relative_error", "/ math.sqrt(12) ", "", "its rms is step / sqrt(12)"),
+    ("06", "online_softmax_update", "new_acc = output_acc * correction +", "new_acc = output_acc +",
+     "output_acc was not rescaled"),
+    ("06", "online_softmax_update", "probs = torch.exp(scores - new_max)",
+     "probs = torch.exp(scores - new_max + new_max.clamp(max=0))", "max |difference|"),
+    ("06", "expand_kv_heads", "kv.repeat_interleave(n_heads // kv.shape[1], dim=1)",
+     "kv.repeat(1, n_heads // kv.shape[1], 1, 1)", "repeat_interleave, not repeat"),
+    ("06", "mha_over_mla", "mla = mla_layers * (", "mla = (", "the one-layer mistake"),
+    ("07", "slots", "block_table[p // block_size] * block_size + p % block_size",
+     "block_table[p // block_size] + p % block_size", "which is physical block"),
+    ("07", "blocks_needed", "math.ceil(", "math.floor(", "round (cached + new) / block size UP"),
+    ("07", "wasted_slots", "-n % block_size", "block_size - n % block_size", "a full last block wastes nothing"),
+    ("08", "admit_count", "            break\n        free_blocks", "            continue\n        free_blocks",
+     "stop at the first that does not fit"),
+    ("08", "batching_steps", 'if policy == "static":', 'if policy == "never":', "got/expected"),
+    ("09", "block_hashes", "hash((parent, tuple(", "hash((0, tuple(", "chain the previous"),
+    ("09", "reused_tokens", "usable = min(shared, new_prompt_len - 1)", "usable = shared", "always computed"),
+    ("10", "chunk_sizes", "room = budget - num_decoding", "room = budget", "one token each of the budget"),
+    ("11", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+     "return drafts[:accepted], accepted", "at least one token"),
+    ("11", "acceptance_probability", "min(1.0, p_token / q_token)", "p_token / q_token", "not a probability"),
+    ("11", "acceptance_probability", "return residual / residual.sum()", "return residual", "normalize it"),
+    ("11", "acceptance_probability", "residual = (p - q).clamp_min(0)", "residual = p", "must follow p"),
+    ("11", "tokens_per_pass", "range(k + 1)", "range(1, k + 1)", "the target's own token comes on top"),
+    ("12", "tpot_s", "/ (output_tokens - 1)", "/ output_tokens", "n - 1 gaps"),
+    ("12", "itl_and_tpot_means", "sum(gaps) / len(gaps)", "sum(tpots) / len(tpots)", "(that is TPOT)"),
+    ("12", "goodput_per_s", "ttft * 1e3 <= ttft_slo_ms", "ttft <= ttft_slo_ms", "got/expected"),
+    ("13", "ring_allreduce_s", "steps / n_ranks * message_bytes", "message_bytes", "2(N-1)/N x S"),
+    ("13", "ring_allreduce_s", "steps = 2 * (n_ranks - 1)", "steps = n_ranks - 1", "a reduce-scatter AND"),
+    ("13", "tp_decode_allreduces", "return 2 * layers,", "return layers,", "after attention AND after the MLP"),
+    ("13", "kv_copies", "    if mla:\n        return float(tp)\n", "", "every rank caches all of it"),
+    ("14", "kv_transfer_s", "context * kv_bytes_per_token / link_Bps", "context * kv_bytes_per_token / (2 * link_Bps)",
+     "per-direction bandwidth"),
+    ("14", "recompute_over_reload", "(2 * params / peak_flops)", "(params / peak_flops)", "2 FLOP per weight"),
+    ("14", "users_with_smaller_kv", "return max(0, kv_budget_bytes // per_user)",
+     "return kv_budget_bytes // kv_bytes_per_user * 2", "the old users times two"),
+]
+
+
+@pytest.mark.parametrize("number, name, old, new, phrase", NEAR_MISSES,
+                         ids=[f"{n}-{name}-{i}" for i, (n, name, *_) in enumerate(NEAR_MISSES)])
+def test_a_near_miss_is_caught_and_named(tmp_path, number, name, old, new, phrase):
+    source = exercises.solution_source(number)
+    assert source.count(old) == 1, f"the near miss must change exactly one place: {old!r}"
+    path = tmp_path / exercises.file_name(number)
+    path.write_text(source.replace(old, new))
+    report = exercises.check_file(number, path, only=[name])
+    assert not report.passed
+    details = " | ".join(o.detail for r in report.results for o in r.outcomes if not o.passed)
+    assert phrase in details, details
+
+
+def test_a_numeric_miss_says_expected_got_and_the_ratio(tmp_path):
+    source = exercises.solution_source("02").replace("/ 1e9", "/ 2**30")
+    path = tmp_path / "mine.py"
+    path.write_text(source)
+    detail = exercises.check_file("02", path, only=["kv_gb_70b_128k"]).results[0].outcomes[0].detail
+    assert detail.startswith("expected 42.9497 GB, got 40 GB (got/expected = 0.9313: GiB instead of GB")
+
+
+def test_a_file_that_does_not_import_is_reported(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("def ridge_point(:\n")
+    report = exercises.check_file("00", path)
+    assert not report.passed and "does not import (line 1)" in report.load_error
+
+
+def test_a_check_in_a_cell():
+    report = exercises.check("13", kv_copies=lambda kv_heads, tp, mla: 1.0)
+    assert [r.exercise.name for r in report.results] == ["kv_copies"] and not report.passed
+    assert "✘" in report.markdown()
+
+
+def test_cli_init_check_solution(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "07"]) == 2  # no file yet: says how to make one
+    assert "--init" in capsys.readouterr().err
+    assert main(["check", "07", "--init"]) == 0
+    mine = tmp_path / "exercises" / exercises.file_name("07")
+    assert mine.read_text() == exercises.starter_path("07").read_text()
+    mine.write_text(mine.read_text() + "\n# my work\n")
+    assert main(["check", "07", "--init"]) == 0 and mine.read_text().endswith("# my work\n")  # never overwritten
+    capsys.readouterr()
+    assert main(["check", "07"]) == 1
+    assert "TODO" in capsys.readouterr().out
+    assert main(["check", "07", "--solution"]) == 0
+    assert "3 of 3 exercises pass" in capsys.readouterr().out
+    assert main(["check", "07", "--show-solution"]) == 0
+    assert "def slots(" in capsys.readouterr().out
+
+
+def test_the_notebook_section_lists_every_exercise_and_hides_solutions():
+    for n in NUMBERS:
+        text = exercises.exercises_markdown(n)
+        assert f"infer-lab check {n} --init" in text
+        for ex in exercises.exercises(n):
+            assert ex.title in text and f"`{ex.name}()`" in text
+        assert "raise NotImplementedError" not in exercises.solution_markdown(n)
+
+
+def test_package_data_ships_starters_and_solutions():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["infer_lab"]
+    package = root / "src" / "infer_lab"
+    shipped = {p for g in globs for p in package.glob(g)}
+    for n in NUMBERS:
+        assert exercises.starter_path(n) in shipped and exercises.solution_path(n) in shipped
+
+
+def test_self_paced_guide_is_what_the_script_writes():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("build_self_paced", root / "scripts" / "build_self_paced.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    committed = (root / "workshop" / "SELF_PACED.md").read_text()
+    assert committed == script.render(), "workshop/SELF_PACED.md is stale: run python scripts/build_self_paced.py"
+    for n in NUMBERS:
+        assert f"infer-lab check {n} --init" in committed
+
+
+def test_the_notebook_cell_shows_the_list_and_a_closed_accordion():
+    from infer_lab import nb
+
+    html = nb.exercises_section("07").text
+    assert "Exercises" in html and "infer-lab check 07 --init" in html
+    assert "<marimo-accordion" in html and "data-expanded='[]'" in html  # closed until the learner opens it
+    assert "reference solutions" in html.split("<marimo-accordion", 1)[1]  # the solution is inside it
+
+
+def test_a_loop_that_never_ends_is_reported(tmp_path):
+    source = exercises.solution_source("07").replace("return max(0, math.ceil(", "while True:\n        pass\n    return max(0, math.ceil(")
+    path = tmp_path / "mine.py"
+    path.write_text(source)
+    ex = next(e for e in exercises.exercises("07") if e.name == "blocks_needed")
+    result = exercises.run_exercise(ex, exercises.load_file(path), timeout_s=0.5)
+    assert result.status == "fail" and "did not finish within 0.5 s" in result.outcomes[-1].detail
