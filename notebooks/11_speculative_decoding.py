@@ -249,5 +249,11 @@ def _(ch11, nb):
     return
 
 
+@app.cell(hide_code=True)
+def _(nb):
+    nb.exercises_section("11")
+    return
+
+
 if __name__ == "__main__":
     app.run()

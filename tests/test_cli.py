@@ -23,6 +23,20 @@ def test_help_lists_commands(capsys):
         assert cmd in out
 
 
+def test_every_command_has_a_help_that_parses(capsys):
+    """One parser for all commands: a clashing option (two --workload) would break them all."""
+    from infer_lab.cli import _command_modules
+
+    names = [m.NAME for m in _command_modules()]
+    for cmd in ("bench", "check", "cluster", "tp", "slides", "serve", "loadgen", "engines"):
+        assert cmd in names
+    for name in names:
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"])
+        assert exc.value.code == 0, name
+        assert "usage" in capsys.readouterr().out
+
+
 def test_env_json(capsys):
     data = _json(capsys, ["env", "--json"])
     assert data["ceilings"]["bandwidth_Bps"] > 0 and data["versions"]["torch"]

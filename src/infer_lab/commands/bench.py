@@ -133,9 +133,12 @@ def add_arguments(p) -> None:
         action="store_true",
         help="also time HF sequential, HF padded batch and HF continuous batching (interleaved)",
     )
-    p.add_argument("--workload", choices=["uniform", "mixed"], default="uniform",
-                   help="uniform lengths, or seeded mixed prompt and output lengths")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds with --compare-hf (default 3)")
+    p.add_argument("--workload", choices=["uniform", "mixed", "grounded", "chat"], default=None,
+                   help="engine: uniform (default) or mixed (seeded prompt and output lengths); "
+                        "spec: grounded (default: copy or edit the given text) or chat (open-ended)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="engine --compare-hf: interleaved rounds (default 3); spec: repeats of every prompt "
+                        "(default 1)")
     p.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
                    help="KV cache storage: the model's dtype (auto), int8 with per-token scales, or fp8 e4m3")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -146,13 +149,10 @@ def add_arguments(p) -> None:
     spec = p.add_argument_group("bench spec")
     spec.add_argument("--proposer", default="ngram", help="spec: ngram, ngram:N or self:L (default ngram)")
     spec.add_argument("--k", default="1,2,4,8", help="spec: guesses per pass, comma-separated (default 1,2,4,8)")
-    spec.add_argument("--workload", choices=["grounded", "chat"], default="grounded",
-                      help="spec: grounded (copy/edit the given text) or chat (open-ended); default grounded")
     spec.add_argument("--batch", type=int, default=1, help="spec: concurrent requests (default 1)")
     spec.add_argument("--max-new-tokens", type=int, default=64,
                       help="spec: most new tokens per request, stopping at EOS (default 64)")
     spec.add_argument("--prompts", type=int, default=None, help="spec: use the first N prompts (default all)")
-    spec.add_argument("--rounds", type=int, default=1, help="spec: repeat every prompt this many times (default 1)")
 
 
 def parse_ks(text: str) -> list[int]:
@@ -166,7 +166,16 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
+WORKLOADS = {"engine": ("uniform", "mixed"), "spec": ("grounded", "chat")}
+ROUNDS = {"engine": 3, "spec": 1}
+
+
 def run(args) -> int:
+    known = WORKLOADS[args.target]
+    args.workload = args.workload or known[0]
+    if args.workload not in known:
+        raise ValueError(f"bench {args.target} --workload takes {' or '.join(known)}, got {args.workload!r}")
+    args.rounds = ROUNDS[args.target] if args.rounds is None else args.rounds
     if args.target == "spec":
         return run_spec(args)
     return run_engine(args)

@@ -46,6 +46,9 @@ def add_arguments(p) -> None:
                    help="speculative decoding with our engine: ngram, ngram:N or self:L (default off)")
     p.add_argument("--num-speculative-tokens", type=int, default=4, metavar="K",
                    help="with --speculative: most tokens guessed per target pass (default 4)")
+    p.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
+                   help="our engine's KV cache storage (--engine paged): int8 or fp8 with per-token per-head "
+                        "scales; close to, not equal to, full-precision greedy output")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
@@ -66,14 +69,18 @@ def run(args) -> int:
         ids = lm.tokenizer(args.prompt, return_tensors="pt")["input_ids"].to(lm.device)
     else:
         ids = lm.chat_ids(args.prompt)
+    kv_dtype = None if args.kv_dtype == "auto" else args.kv_dtype
+    if kv_dtype is not None and args.engine != "paged":
+        raise ValueError(f"--kv-dtype quantizes our engine's paged KV pool: use --engine paged (got {args.engine})")
     out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine, ignore_eos=args.ignore_eos,
-                        speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
+                        speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                        kv_dtype=kv_dtype)
     token_ids, ttft_s, itl_s = out["token_ids"], out["ttft_s"], out["itl_s"]
     eos = lm.eos_token_ids
     shown = token_ids[:-1] if token_ids and token_ids[-1] in eos else token_ids
     text = lm.tokenizer.decode(shown, skip_special_tokens=True) if lm.tokenizer is not None else ""
     itl = summarize(itl_s) if itl_s else None
-    result = {"model": lm.name, "weights": lm.source, "device": str(lm.device),
+    result = {"model": lm.name, "weights": lm.source, "device": str(lm.device), "kv_dtype": kv_dtype or "auto",
               "dtype": str(lm.dtype).replace("torch.", ""), "engine": args.engine, "prompt_tokens": ids.shape[1],
               "text": text, "token_ids": token_ids, "ttft_ms": ttft_s * 1e3, "itl_ms": [t * 1e3 for t in itl_s],
               "itl_ms_p50": itl.p50 * 1e3 if itl else None, "itl_ms_p90": itl.p90 * 1e3 if itl else None}
@@ -109,6 +116,7 @@ def _check_speculative(mode: str, speculative: str, k: int) -> None:
 def generate_text(
     lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged",
     ignore_eos: bool = False, speculative: str | None = None, num_speculative_tokens: int = 4,
+    kv_dtype: str | None = None,
 ) -> dict[str, Any]:
     """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
 
@@ -119,6 +127,7 @@ def generate_text(
         mode: ``"hf"`` (transformers with its DynamicCache), ``"nocache"``, ``"contiguous"`` or ``"paged"``.
         speculative: a proposer for our engine (``"ngram"``, ``"ngram:N"``, ``"self:L"``) or None.
         num_speculative_tokens: most guesses per target pass (``k``) with ``speculative``.
+        kv_dtype: ``None``, ``"int8"`` or ``"fp8"``: how the paged pool stores K/V.
     Returns:
         ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds); our
         engine adds ``target_passes``, ``proposed_tokens`` and ``accepted_tokens``.
@@ -143,7 +152,7 @@ def generate_text(
         _check_speculative(mode, speculative, num_speculative_tokens)
     config = EngineConfig(
         kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1,
-        speculative=speculative, num_speculative_tokens=num_speculative_tokens,
+        speculative=speculative, num_speculative_tokens=num_speculative_tokens, kv_dtype=kv_dtype,
     )
     Engine.from_loaded(lm, config).generate(
         [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)
