@@ -232,3 +232,15 @@ def test_a_loop_that_never_ends_is_reported(tmp_path):
     ex = next(e for e in exercises.exercises("07") if e.name == "blocks_needed")
     result = exercises.run_exercise(ex, exercises.load_file(path), timeout_s=0.5)
     assert result.status == "fail" and "did not finish within 0.5 s" in result.outcomes[-1].detail
+
+
+def test_the_workshop_agenda_and_button_times_are_current():
+    """workshop/README.md's agenda and button table are generated (scripts/build_workshop.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "build_workshop.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
