@@ -17,7 +17,7 @@ def test_variants_become_typed_rows_with_reasons_for_what_they_lack(monkeypatch)
     rows = [_row(ch12.HF_VARIANT, "hf", {}, 2.0, 900.0, 0.0, 0.0),
             _row("ours: paged + continuous", "ours", {"kv_mode": "paged"}, 4.0, 800.0, 0.0, 20.0),
             _row("+ prefix cache (radix)", "ours", {"prefix_cache": "radix"}, 6.0, 400.0, 0.5, 18.0)]
-    monkeypatch.setattr(ch12.engines, "compare_local_engines", lambda *a, **k: rows)
+    monkeypatch.setattr(ch12, "compare_local_engines", lambda *a, **k: rows)
 
     class FakeLM:
         tokenizer, name = object(), "fake"

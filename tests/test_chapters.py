@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 
 from infer_lab.course import chapter, chapter_names, chapters
@@ -58,6 +59,12 @@ def test_chapter_runs_on_the_cpu_at_quick_sizes(name, embedded, tmp_path):
         for raw in ("nan", "None", "NaN"):
             assert raw not in text.split(), f"{title} shows {raw}"
     assert mod.summary(result).strip()
+    for key, fig in mod.figures(result).items():  # every axis in plain numbers: no mathtext
+        fig.canvas.draw()
+        labels = [t.get_text() for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                  for t in axis.get_ticklabels(which="both")]
+        assert not [text for text in labels if "$" in text], (key, labels)
+        plt.close(fig)
 
 
 def test_parts_can_be_run_one_at_a_time(embedded):

@@ -1,5 +1,5 @@
 """The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, and every
-notebook executed headless with its panels auto-running their parts (INFER_LAB_AUTORUN=1)."""
+notebook executed headless, the panels of a covering set auto-running their parts (INFER_LAB_AUTORUN=1)."""
 
 from __future__ import annotations
 
@@ -123,12 +123,22 @@ def _outputs(nb) -> list[tuple[str, dict]]:
     return [(_source(c), o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
 
 
+# Every notebook executes; in these its panels also press every part. The panel is one generic
+# widget over the chapter module, and test_chapters already measures every chapter: pressing every
+# part of every notebook here would measure it all a third time (about 4 CI minutes). These cover
+# each kind of output (figures, tables, markdown), the model, and the load generator run off the
+# kernel's event loop (12).
+PRESSED = {"00_setup", "03_prefill_decode_roofline", "04_capacity_planner", "07_kv_cache_paged",
+           "12_engines", "14_where_next"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes_headless_with_every_part(path, monkeypatch):
+def test_notebook_executes_headless(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("INFER_LAB_AUTORUN", "1")
+    pressed = path.stem in PRESSED
+    monkeypatch.setenv("INFER_LAB_AUTORUN", "1" if pressed else "0")
     monkeypatch.setenv("INFER_LAB_QUICK", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("MPLBACKEND", raising=False)
@@ -141,10 +151,12 @@ def test_notebook_executes_headless_with_every_part(path, monkeypatch):
     outputs = _outputs(nb)
     assert not [o for _, o in outputs if o.output_type == "error"]
     parts = [s for s in (_source(c) for c in nb.cells if c.cell_type == "code") if s.startswith("panel.part(")]
-    for part in parts:  # each part's cell shows its button and then what it measured
+    assert parts, f"{path.name} has no panel parts"
+    for part in parts:  # each part's cell shows its button and, pressed, then what it measured
         shown = [o for s, o in outputs if s == part]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown), part
-        assert any(k in o.get("data", {}) for o in shown for k in ("image/png", "text/html", "text/markdown")), part
+        if pressed:
+            assert any(k in o.get("data", {}) for o in shown for k in ("image/png", "text/html", "text/markdown")), part
     words = " ".join(o.get("data", {}).get("text/markdown", "") + o.get("data", {}).get("text/html", "")
                      for _, o in outputs).replace("<", " <").replace(">", "> ").split()
     for raw in ("nan", "NaN", "None"):

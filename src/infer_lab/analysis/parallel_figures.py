@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..figures import finish
+
 
 def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
     """ITL vs TP size per GPU type (rows of :func:`~infer_lab.analysis.parallel.scaling_table`),
@@ -38,7 +40,7 @@ def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
     ax.set_ylabel("predicted ITL (ms)")
     ax.set_title(title or f"batch {first[0]['batch']} x {first[0]['context']} tokens: N GPUs are not N x faster")
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -82,7 +84,7 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     ax.set_yscale("log")
     ax.set_title(title or "speed vs throughput: more GPUs per user buy speed at a higher cost per token")
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -104,5 +106,5 @@ def plot_itl_cdf(results: dict[str, Any], title: str = ""):
     ax.axhline(0.99, color="gray", lw=0.6, ls=":")
     ax.set_title(title or "ITL distribution: colocated vs disaggregated")
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    finish(fig)
     return fig

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..figures import finish
 from ..harness import (
     cache_kwarg,
     cache_tensor_bytes,
@@ -424,7 +425,7 @@ def memory_figure(memory: MemoryResult, source: str):
     axes[0].set_ylabel("GB (1e9 bytes), log scale")
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Memory grows with tokens and users: {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -443,7 +444,7 @@ def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] 
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
     ax.set_title(f"TTFT grows with context\n{source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -468,7 +469,7 @@ def serving_figure(serving: ServingResult, source: str):
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(f"Naive serving is sequential ({serving.n_requests} requests, {serving.prompt_len} in / "
                  f"{serving.new_tokens} out): {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -488,7 +489,7 @@ def itl_figure(itl: list[ITLPoint], source: str):
     axes[1].set(xlabel="tokens/s per user", ylabel="tokens/s total", title="throughput vs per-user speed",
                 xlim=(0, None), ylim=(0, None))
     fig.suptitle(f"Inter-token latency vs context and batch: {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

@@ -18,6 +18,7 @@ from ..analysis import memory
 from ..analysis.memory import ModelLike, as_shape
 from ..analysis.params import param_counts
 from ..attention.kv_sizing import mla_ratio_explained
+from ..figures import finish
 from ..units import GB, KiB, fmt_bytes
 from .calculator import DEFAULTS_KV, KVCurves, kv_curves, kv_visualizer_figure
 from .chapter import ChapterResult, choose_size, run_parts
@@ -509,7 +510,7 @@ def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int,
                  fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -653,5 +654,5 @@ def flop_share_figure(rows: list[FlopShare]):
                  fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
+    finish(fig)
     return fig

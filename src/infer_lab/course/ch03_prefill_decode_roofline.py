@@ -18,6 +18,7 @@ import torch
 
 from ..analysis import roofline
 from ..analysis.roofline import Prediction, Roof, StepPrediction
+from ..figures import finish
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -324,7 +325,7 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     ax.set_title(title or f"Roofline: {roof.name}", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -356,7 +357,7 @@ def ratio_figure(rows: list[ComparisonRow], title: str):
     ax.set_title(title, fontsize=9)
     ax.tick_params(axis="x", rotation=45, labelsize=7)
     ax.grid(alpha=0.3, axis="y", which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -558,7 +559,7 @@ def hierarchy_figure(rows: list[HierarchyRow]):
                  fontsize=9)
     ax.legend(fontsize=6, ncol=2, loc="lower right")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -576,5 +577,5 @@ def decode_wait_figure(curves: dict[str, list[DecodeWait]]):
                  "analytic: roofline, no hardware", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig

@@ -19,6 +19,7 @@ import torch
 
 from ..analysis import capacity, memory
 from ..analysis.capacity import GPU_COUNTS, CapacityPlan, Workload
+from ..figures import finish
 from ..units import GB
 from .calculator import DEFAULTS_CAPACITY, CalculatorResult, capacity_plans, plans_table
 from .chapter import ChapterResult, choose_size, run_parts
@@ -269,7 +270,7 @@ def cost_figure(plans: list[CapacityPlan], title: str):
     ax.set_title(f"{title}\ngreen: meets the SLOs, red: misses" + (f"; {missing} do not fit" if missing else ""),
                  fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -306,7 +307,7 @@ def tradeoff_figure(result: TradeoffResult):
                  f"{result.memory_fraction:.0%} usable), bf16: analytic", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

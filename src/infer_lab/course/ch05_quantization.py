@@ -23,6 +23,7 @@ import torch
 from ..analysis import memory as kv_memory
 from ..attention.quality import VariantQuality, measure_variant_quality
 from ..catalog import get_gpu, list_gpus
+from ..figures import finish
 from ..models import EMBEDDED_GGUF
 from ..quant import compare_methods, layer_error_stats, linear_input_outliers, parse_method
 from ..units import MB, fmt_bytes
@@ -444,7 +445,7 @@ def formats_figure(formats: FormatsResult, source: str):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(f"Per-layer error of each format\n{source}", fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -467,7 +468,7 @@ def compare_figure(comparison: Comparison, source: str):
     twin.set_ylim(0, None)
     ax.tick_params(axis="x", labelrotation=30)
     ax.set_title(f"Weight memory vs quality\n{source}", fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -484,7 +485,7 @@ def outliers_figure(outliers: list[OutlierRow], source: str):
         ax.set_ylim(0, None)
     ax.set(xlabel="decoder block (q projection input)", ylabel="largest / median feature (×)")
     ax.set_title(f"Outlier features in the activations\n{source}", fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

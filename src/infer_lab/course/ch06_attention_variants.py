@@ -49,6 +49,7 @@ from ..bench.attention import (
     decode_attention_vs_kv_heads,
     sdpa_backend_times,
 )
+from ..figures import finish
 from ..hardware import device_label, measure_bandwidth
 from ..units import fmt_bytes
 from .ch05_quantization import baseline_note
@@ -503,7 +504,7 @@ def kv_figure(rows: list[VariantMemory], title: str):
         k = next(iter(mla_ratio_explained().values()))
         ax.set_xlabel(ax.get_xlabel() + f"\nMLA models' MHA and MQA rows give K the value head dim ({k.v_head_dim})")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -518,7 +519,7 @@ def hbm_figure(rows: list[HBMRow], title: str):
     ax.set(xlabel="sequence length (tokens)", ylabel="HBM bytes, one layer (log)")
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -536,7 +537,7 @@ def scorecard_figure(rows: list[ScorecardRow], title: str):
     right.set_xlim(0, None)
     left.invert_yaxis()
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -554,7 +555,7 @@ def quality_figure(quality: QualityResult, source: str):
     ax.invert_yaxis()
     ax.set_xlabel("perplexity / perplexity as trained (log; 1 = no change)")
     ax.set_title(f"The quality price of cheaper attention\n{source}", fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -586,7 +587,7 @@ def timing_figure(timing: TimingResult):
     right.xaxis.set_minor_formatter(NullFormatter())
     right.legend(fontsize=8)
     fig.suptitle(f"Attention measured on {timing.device}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

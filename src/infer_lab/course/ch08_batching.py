@@ -37,6 +37,7 @@ from ..bench.engine import (
     workload,
 )
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
+from ..figures import finish
 from ..harness import progress
 from ..units import GB
 from .chapter import ChapterResult, choose_size, run_parts
@@ -585,7 +586,7 @@ def batching_figure(batching: BatchingResult, source: str):
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(_wrap(f"Contenders on one workload ({workload_text(batching.workload)}): {source}", 150),
                  fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -612,7 +613,7 @@ def sweep_figure(sweep: list[SweepPoint], source: str):
     ax.set(xlabel="tokens/s per user (1 / mean ITL)", ylabel="total output tokens/s")
     ax.grid(alpha=0.3)
     ax.set_title(f"Concurrency sweep (labels: concurrent requests)\n{_wrap(source, 70)}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -640,7 +641,7 @@ def predicted_figure(predicted: PredictedResult, source: str):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     ax.set_title(f"Decode step: predicted vs measured\n{_wrap(source, 70)}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -656,7 +657,7 @@ def paths_figure(paths: list[PathRow], source: str):
     ax.set(xlabel="tokens/s per user (1 / ITL p50)", xlim=(0, max(r.tokens_per_s_per_user for r in paths) * 1.25))
     ax.grid(alpha=0.3, axis="x")
     ax.set_title(f"Decode paths, batch {paths[0].batch}\n{_wrap(source, 70)}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -740,7 +741,7 @@ def _anchor_figure(rows: list[AnchorRow], device: str, model: str):
     ax.legend(fontsize=8)
     ax.set_title(f"Saved, not measured here: decode step on {device}\n{model} shape, random bf16 weights",
                  fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..engine import Engine, EngineConfig, SamplingParams
+from ..figures import finish
 from ..progress import progress
 from ..timing import summarize
 from .chapter import ChapterResult, choose_size, run_parts
@@ -240,7 +241,7 @@ def chunking_figure(c: ChunkingResult, source: str):
     right.legend(fontsize=8)
     fig.suptitle(f"A {c.sizes.long_prompt:,}-token prompt arrives while {c.sizes.decoders} requests decode\n{source}",
                  fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

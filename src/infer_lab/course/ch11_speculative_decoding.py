@@ -49,6 +49,7 @@ from ..bench.speculative import (
     verify_cost,
 )
 from ..engine.acceptance import expected_tokens_per_pass, predicted_speedup
+from ..figures import finish
 from ..harness import progress
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
@@ -617,7 +618,7 @@ def formula_figure(alpha: float, cost_ratio: float, verify_ratio: float = 1.0):
     for ax in axes:
         ax.legend(fontsize=7)
     fig.suptitle("The textbook model of speculative decoding (analytic)", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -789,7 +790,7 @@ def sweep_figure(sweep: SweepResult, source: str):
                    title="correlated acceptance in copy spans")
     axes[1, 1].legend(fontsize=7)
     fig.suptitle(f"Speculative decoding, grounded prompts, batch 1 ({sweep.threads} threads): {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -812,7 +813,7 @@ def workloads_figure(result: WorkloadResult, source: str):
     axes[0].invert_yaxis()
     fig.suptitle(f"Grounded (green) vs open-ended chat (grey), {', '.join(f'{p} k={k}' for p, k in configs)}, "
                  f"batch 1 ({result.threads} threads): {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -839,7 +840,7 @@ def batch_figure(result: BatchResult, source: str):
                 title=f"analytic: {result.curves[0].tokens_per_pass:.2f} tokens per pass, draft cost ignored")
     axes[1].legend(fontsize=7)
     fig.suptitle(f"Where the gain vanishes ({result.threads} threads): {source}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -898,7 +899,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     axes[1].legend(fontsize=7)
     where = f"stars measured on {source}" if sweep is not None and source else "no measurement in this figure"
     fig.suptitle(f"EAGLE, Medusa, MTP: cited speedups, computed costs; {where}", fontsize=9)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

@@ -33,6 +33,7 @@ from ..cluster.attention_ffn import AFDPoint
 from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
 from ..cluster.report import SLO, ClusterReport
+from ..figures import finish
 from ..parallel.bench import AllReduceSweep
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
@@ -459,7 +460,7 @@ def tp_figure(tp: TPResult):
     bx.set_title(f"Decode step: compute vs all-reduces (load average {tp.load_average:.1f})", fontsize=9)
     bx.legend(fontsize=7)
     fig.suptitle(f"Tensor parallelism on this machine: {tp.model}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -835,7 +836,7 @@ def cluster_figure(c: ClusterResult):
                title=f"{w.workload}: {w.mean_prompt_tokens:,.0f} in / {w.mean_output_tokens:,.0f} out")
         ax.legend(fontsize=7)
     fig.suptitle(f"Simulated (roofline costs): {c.model} on {c.n_gpus} x {c.gpu}", fontsize=10)
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

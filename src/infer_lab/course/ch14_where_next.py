@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..analysis import memory, roofline
+from ..figures import finish
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -394,7 +395,7 @@ def tiers_figure(result: TiersResult):
                  "analytic: roofline prefill vs catalog link bandwidths, no hardware", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -411,7 +412,7 @@ def sol_figure(rows: list[SolRow]):
     ax.set_title(f"{rows[0].model} decode on {rows[0].device}, saved {rows[0].date}: measured vs roofline", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 

@@ -26,6 +26,7 @@ from datetime import date
 from importlib import resources
 from typing import Any
 
+from ..figures import finish
 from .tables import Column, people_table
 
 TITLE = "Why inference cost matters"
@@ -369,7 +370,7 @@ def volumes_figure(result: OpenerResult):
     ax.set_title("Tokens per month across Google's products and APIs\n"
                  "cited: Sundar Pichai's Google I/O 2025 and 2026 keynotes (data/token_volumes.json)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
@@ -390,7 +391,7 @@ def batch_figure(result: OpenerResult):
     lines = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
     ax.legend(lines, [h.get_label() for h in lines], fontsize=8, loc="upper center")
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
+    finish(fig)
     return fig
 
 
