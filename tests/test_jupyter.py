@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import in_lanes, selected
 
 ROOT = Path(__file__).resolve().parents[1]
 JUPYTER = ROOT / "jupyter"
@@ -132,22 +133,42 @@ PRESSED = {"00_setup", "03_prefill_decode_roofline", "04_capacity_planner", "07_
            "12_engines", "14_where_next"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes_headless(path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pressed = path.stem in PRESSED
-    monkeypatch.setenv("INFER_LAB_AUTORUN", "1" if pressed else "0")
-    monkeypatch.setenv("INFER_LAB_QUICK", "1")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    src = str(ROOT / "src")  # the kernel imports this checkout's infer_lab, installed or not
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
+def _execute(path: Path):
+    """Execute one notebook in a fresh kernel; returns the executed notebook, or the exception."""
+    import nbclient
+    import nbformat
+
     nb = nbformat.read(path, as_version=4)
+    # the kernel inherits this process's environment, so it is passed per kernel, not set globally
+    src = str(ROOT / "src")  # the kernel imports this checkout's infer_lab, installed or not
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env.update(INFER_LAB_AUTORUN="1" if path.stem in PRESSED else "0", INFER_LAB_QUICK="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(JUPYTER)}})
-    client.execute()  # raises CellExecutionError on the first failing cell
+    try:
+        client.execute(env=env)  # raises CellExecutionError on the first failing cell
+    except Exception as exc:  # reported by the notebook's own test
+        return exc
+    return nb
+
+
+@pytest.fixture(scope="module")
+def executed(request) -> dict:
+    """The selected notebooks, executed two at a time, the pressed ones first."""
+    pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    return in_lanes(_execute, selected(request, "test_notebook_executes_headless", "path"),
+                    name=lambda p: p.name, first=sorted(f"{stem}.ipynb" for stem in PRESSED))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes_headless(path, executed):
+    nb = executed[path.name]
+    if isinstance(nb, Exception):
+        raise nb
+    pressed = path.stem in PRESSED
     outputs = _outputs(nb)
     assert not [o for _, o in outputs if o.output_type == "error"]
     parts = [s for s in (_source(c) for c in nb.cells if c.cell_type == "code") if s.startswith("panel.part(")]
