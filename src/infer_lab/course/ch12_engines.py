@@ -503,6 +503,49 @@ OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# The chapter's shared-prefix workload; ``output_tokens`` and the caller's options go on top.
+WORKLOAD_DEFAULTS = {"input_words": 32, "prefix_words": 128, "turns": 2, "branches": 2}
+
+
+def _serve_and_load(
+    lm: Any,
+    engine: str,
+    options: dict[str, Any],
+    workload: str,
+    points: list[Any],
+    *,
+    requests: int,
+    output_tokens: int,
+    repeats: int,
+    max_model_len: int,
+    max_num_seqs: int,
+    timeout_s: float,
+    workload_options: dict[str, Any] | None,
+    slo_ttft_ms: float | None = None,
+) -> dict[str, Any]:
+    """Serve ``lm`` with one engine over HTTP and run the load generator at ``points`` against it
+    (one warm-up request first); returns loadgen's results dict."""
+    from ..loadgen import SLO, ClientConfig, RunConfig, run_benchmark_sync
+    from ..server import ServerThread, build_app
+
+    engine_options = dict(options)
+    if engine == "ours":
+        engine_options.setdefault("max_num_seqs", max_num_seqs)
+    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+    with ServerThread(app) as srv:
+        cfg = RunConfig(
+            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
+            workload,
+            points,
+            requests=requests,
+            warmup=1,
+            repeats=repeats,
+            slo=SLO(ttft_ms=slo_ttft_ms),
+            workload_options={**WORKLOAD_DEFAULTS, "output_tokens": output_tokens, **(workload_options or {})},
+        )
+        return run_benchmark_sync(cfg, quiet=True)
+
+
 def compare_local_engines(
     lm: Any,
     variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
@@ -522,34 +565,14 @@ def compare_local_engines(
     warm-up and repeats. Returns one pooled loadgen row per variant with ``variant``, ``engine``
     and the scraped server metrics (KV blocks, prefix hit rate).
     """
-    from ..loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-    from ..server import ServerThread, build_app
+    from ..loadgen import LoadPoint
 
     rows = []
-    opts = {
-        "input_words": 32,
-        "output_tokens": output_tokens,
-        "prefix_words": 128,
-        "turns": 2,
-        "branches": 2,
-    }
-    opts.update(workload_options or {})
     for name, (engine, options) in (variants or OUR_VARIANTS).items():
-        engine_options = dict(options)
-        if engine == "ours":
-            engine_options.setdefault("max_num_seqs", max_num_seqs)
-        app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
-        with ServerThread(app) as srv:
-            cfg = RunConfig(
-                ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
-                workload,
-                [LoadPoint(concurrency=concurrency)],
-                requests=requests,
-                warmup=1,
-                repeats=repeats,
-                workload_options=opts,
-            )
-            res = run_benchmark_sync(cfg, quiet=True)
+        res = _serve_and_load(
+            lm, engine, options, workload, [LoadPoint(concurrency=concurrency)], requests=requests,
+            output_tokens=output_tokens, repeats=repeats, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, timeout_s=timeout_s, workload_options=workload_options)
         row = dict(res["pooled"][0])
         scraped = [r["server_metrics"] for r in res["rows"]]
         row.update(
@@ -583,33 +606,14 @@ def sweep_local_engine(
 
     Returns the full loadgen results dict (for the latency/throughput/Pareto plots).
     """
-    from ..loadgen import SLO, ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-    from ..server import ServerThread, build_app
+    from ..loadgen import LoadPoint
 
     engine, options = OUR_VARIANTS[variant]
-    engine_options = dict(options)
-    if engine == "ours":
-        engine_options.setdefault("max_num_seqs", max_num_seqs)
-    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
-    with ServerThread(app) as srv:
-        cfg = RunConfig(
-            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
-            workload,
-            [LoadPoint(concurrency=c) for c in concurrencies],
-            requests=requests,
-            warmup=1,
-            repeats=repeats,
-            slo=SLO(ttft_ms=slo_ttft_ms),
-            workload_options={
-                "input_words": 32,
-                "output_tokens": output_tokens,
-                "prefix_words": 128,
-                "turns": 2,
-                "branches": 2,
-                **(workload_options or {}),
-            },
-        )
-        results = run_benchmark_sync(cfg, quiet=True)
+    results = _serve_and_load(
+        lm, engine, options, workload, [LoadPoint(concurrency=c) for c in concurrencies],
+        requests=requests, output_tokens=output_tokens, repeats=repeats, max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs, timeout_s=timeout_s, workload_options=workload_options,
+        slo_ttft_ms=slo_ttft_ms)
     results["variant"] = variant
     return results
 
