@@ -75,7 +75,9 @@ def _(ch08, mo, nb):
     ## 1 · Contenders on one workload
 
     Every contender serves the same requests, with varied output lengths, all arriving at
-    once. The engine rows run the same engine and differ only in the scheduler's policy.
+    once. The engine rows run the same engine and differ only in the scheduler's policy. On a
+    CPU one HF row borrows the engine's prepacked GEMM weights, so the engine's lead splits into
+    what the GEMM backend buys and what scheduling buys.
     """),
         mo.md(ch08.contenders_text()),
         mo.md(f"{batching_button} {nb.button_time(ch08, 'batching')}"),

@@ -5,6 +5,10 @@
   padded, each group running until its longest request is done.
 * **HF continuous batching**: transformers' own continuous-batching manager (the engine behind
   ``generate_batch``): paged KV, requests join and leave every step.
+* **HF padded batch, prepacked GEMMs** (CPU only): the padded batch with every ``nn.Linear``
+  multiplying by the same oneDNN-prepacked weights the engine uses on a CPU
+  (:mod:`infer_lab.engine.prepack`). Not something transformers offers; it is here so the
+  engine's lead can be split into what the GEMM backend buys and what scheduling buys.
 
 Every contender generates exactly each request's output length (EOS ignored) from the same
 prompts, greedy, so their outputs can be compared with the engine's token for token.
@@ -12,10 +16,12 @@ prompts, greedy, so their outputs can be compared with the engine's token for to
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +133,37 @@ def hf_padded(lm: Any, workload: Workload, group: int) -> ContenderRun:
     return _timed("hf-padded", lm, workload, run)
 
 
+@contextlib.contextmanager
+def prepacked_linears(model: torch.nn.Module) -> Iterator[int]:
+    """Inside the block, every ``nn.Linear`` of ``model`` multiplies by a oneDNN-prepacked copy
+    of its weight; yields how many were swapped. Outside, the model is exactly as before."""
+    from ..engine import prepack
+
+    swapped = []
+    try:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                packed, bias = prepack.prepack(module.weight), module.bias
+                module.forward = lambda x, packed=packed, bias=bias: prepack.linear(x, packed, bias)
+                swapped.append(module)
+        yield len(swapped)
+    finally:
+        for module in swapped:
+            del module.forward  # back to nn.Linear.forward
+
+
+def hf_padded_prepacked(lm: Any, workload: Workload, group: int) -> ContenderRun:
+    """:func:`hf_padded` with every linear layer on prepacked weights (a CPU with oneDNN only)."""
+    from ..engine import prepack
+
+    if not prepack.supported(lm.device, lm.dtype):
+        raise ValueError(f"hf-padded-prepacked needs fp32/bf16 weights on a CPU with oneDNN; "
+                         f"this model is {lm.dtype} on {lm.device}")
+    with prepacked_linears(lm.model):
+        run = hf_padded(lm, workload, group)
+    return dataclasses.replace(run, name="hf-padded-prepacked")
+
+
 def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: int = 16) -> ContenderRun:
     """transformers' continuous-batching manager: every request submitted at t = 0."""
     from transformers import GenerationConfig
@@ -165,6 +202,15 @@ def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: in
 
 
 CONTENDERS = ("hf-sequential", "hf-padded", "hf-continuous")
+EXTRA_CONTENDERS = ("hf-padded-prepacked",)
+
+
+def default_contenders(lm: Any) -> tuple[str, ...]:
+    """The contenders a comparison runs on ``lm``'s device: the three HF ones, and on a CPU
+    (where the engine prepacks its weights) HF padded with the same prepacked GEMMs."""
+    from ..engine import prepack
+
+    return CONTENDERS + (EXTRA_CONTENDERS if prepack.supported(lm.device, lm.dtype) else ())
 
 
 def run_contender(name: str, lm: Any, workload: Workload, max_num_seqs: int) -> ContenderRun:
@@ -175,4 +221,6 @@ def run_contender(name: str, lm: Any, workload: Workload, max_num_seqs: int) -> 
         return hf_padded(lm, workload, max_num_seqs)
     if name == "hf-continuous":
         return hf_continuous(lm, workload, max_num_seqs)
-    raise ValueError(f"unknown contender {name!r}; known: {', '.join(CONTENDERS)}")
+    if name == "hf-padded-prepacked":
+        return hf_padded_prepacked(lm, workload, max_num_seqs)
+    raise ValueError(f"unknown contender {name!r}; known: {', '.join(CONTENDERS + EXTRA_CONTENDERS)}")

@@ -96,8 +96,9 @@ def engine_config(
     fuse_projections: bool = True,
     compile_layers: bool = False,
     kv_dtype: str | None = None,
+    prepack_weights: bool | None = None,
 ) -> EngineConfig:
-    """The :class:`EngineConfig` a benchmark's switches name."""
+    """The :class:`EngineConfig` a benchmark's switches name (``prepack_weights`` None: the engine decides)."""
     extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
     return EngineConfig(
         kv_mode=kv_mode,
@@ -111,6 +112,7 @@ def engine_config(
         max_model_len=max_model_len,
         fuse_projections=fuse_projections,
         compile_layers=compile_layers,
+        prepack_weights=prepack_weights,
         **decode_path_config(decode_path),
         **extra,
     )
@@ -141,6 +143,7 @@ def timed_engine_run(
         "static_decode": runner is not None,
         "cuda_graphs": bool(runner and runner.use_cuda_graphs),
         "fused_projections": config.fuse_projections,
+        "prepacked_weights": engine.prepacked_weights,
         "compiled": config.compile_layers,
         "static_steps": runner.steps if runner else 0,
         "graphs_captured": len(runner.graphs) if runner else 0,
@@ -171,6 +174,7 @@ def run_engine_benchmark(
     compile_layers: bool = False,
     kv_dtype: str | None = None,
     workload_kind: str = "uniform",
+    prepack_weights: bool | None = None,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -185,6 +189,7 @@ def run_engine_benchmark(
         fuse_projections: one GEMM for q|k|v and one for gate|up (off: five GEMMs).
         compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
         kv_dtype: the KV cache's storage (``None``: the model's dtype; ``int8``, ``fp8``).
+        prepack_weights: GEMMs on oneDNN-prepacked weights (``None``: on a CPU when possible).
         workload_kind: ``uniform`` or ``mixed`` (seeded prompt and output lengths; see
             :func:`~infer_lab.bench.baselines.make_workload`).
     Returns:
@@ -208,7 +213,7 @@ def run_engine_benchmark(
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(lens) + 1, mode, prefix_cache, chunk_tokens,
                            kv_mode, block_size, num_blocks, decode_path, fuse_projections,
-                           compile_layers, kv_dtype)
+                           compile_layers, kv_dtype, prepack_weights)
     if warmup:
         warm_up_engine(lm, config, seed + 1)
     result, _ = timed_engine_run(lm, config, wl.prompts, lens)
@@ -250,9 +255,9 @@ def compare_with_hf(
     throughput is the median over rounds; ``identical_to_*`` says whether the engine's tokens
     equal that contender's, request by request.
     """
-    from .baselines import CONTENDERS, make_workload, run_contender
+    from .baselines import default_contenders, make_workload, run_contender
 
-    names = ("engine", *(contenders or CONTENDERS))
+    names = ("engine", *(contenders or default_contenders(lm)))
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(wl.output_lens) + 1, **engine_switches)
@@ -291,7 +296,7 @@ def compare_with_hf(
         result["roofline_bound"] = bound
         result["fraction_of_roofline_bound"] = median["engine"] / bound["output_tokens_per_s"]
     for name in names[1:]:
-        key = name.replace("hf-", "hf_")
+        key = name.replace("-", "_")
         result[f"baseline_{key}_tokens_per_s"] = median[name]
         result[f"speedup_vs_{key}"] = median["engine"] / median[name]
         result[f"identical_to_{key}"] = outputs["engine"] == outputs[name]

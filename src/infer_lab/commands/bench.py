@@ -1,4 +1,4 @@
-"""infer-lab bench engine | spec: the from-scratch serving engine, and its speculative decoding."""
+"""infer-lab bench engine | spec | gemm: the from-scratch serving engine, its speculative decoding, its GEMMs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from ._args import add_model_arguments
 
 NAME = "bench"
 ORDER = 60
-HELP = "benchmark the from-scratch serving engine (engine: throughput, TTFT/ITL, KV; spec: speculative decoding)"
+HELP = ("benchmark the from-scratch serving engine (engine: throughput, TTFT/ITL, KV; spec: speculative "
+        "decoding; gemm: plain vs prepacked weights)")
 DESCRIPTION = """\
-Two benchmarks: `bench engine` (below first) and `bench spec` (speculative decoding, after it).
+Three benchmarks: `bench engine` (below first), `bench spec` (speculative decoding) and
+`bench gemm` (the GEMMs of one step, plain against prepacked weights, at the end).
 
 bench engine: run N random-prompt requests (EOS ignored, exact lengths) through the engine of modules 07-10
 and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
@@ -37,7 +39,12 @@ with the engine over --rounds rounds after a warm-up: HF sequential (generate, o
 time), HF padded batch (generate on left-padded groups of --concurrency) and HF continuous
 batching (transformers' own manager). It reports each one's tok/s (median over rounds), the
 engine's ratio to each, and whether the outputs were token-identical. The strongest of the
-three is the fair baseline; one-at-a-time HF alone flatters any engine.
+three is the fair baseline; one-at-a-time HF alone flatters any engine. On a CPU a fourth runs:
+HF padded batch with every nn.Linear on the same prepacked weights as the engine (not an HF
+feature), which splits the engine's lead into the GEMM backend's share and the scheduler's.
+
+--prepack: on a CPU the engine multiplies by weights reordered once for oneDNN (auto = on when
+the copy fits in half the free memory); off is F.linear, as transformers does.
 
 --workload uniform: every request --prompt-len in / --output-len out. mixed: seeded lengths,
 prompts in [prompt-len/4, 2*prompt-len], outputs in [output-len/4, output-len].
@@ -77,12 +84,21 @@ Each row:
                   over a 1-token decode step, which on a CPU is well above 1.
 
 --json prints one JSON object (rows, the plain baseline, the environment); --save also writes it.
+
+bench gemm: every weight multiplication of one engine step (q|k|v, o, gate|up, down in every
+layer, then the LM head), over the model's real weights in layer order, at each --batches size
+(rows = tokens in the step), through F.linear (PyTorch's BLAS on a plain matrix) and through
+oneDNN on weights reordered once at load ("prepacked", what the engine does on a CPU). Prints
+ms per step for each, the speedup, and the weight bytes streamed per second. CPU only.
+
+  infer-lab bench gemm --batches 1,4,16,64,256 --threads 2
 """
 
 
 def add_arguments(p) -> None:
-    p.add_argument("target", choices=["engine", "spec"],
-                   help="engine: the serving engine; spec: speculative decoding vs plain decoding")
+    p.add_argument("target", choices=["engine", "spec", "gemm"],
+                   help="engine: the serving engine; spec: speculative decoding vs plain decoding; "
+                        "gemm: one step's GEMMs, plain vs prepacked weights")
     add_model_arguments(p)
     p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     p.add_argument(
@@ -124,6 +140,13 @@ def add_arguments(p) -> None:
         help="one GEMM for q|k|v and one for gate|up (default on; off runs five GEMMs)",
     )
     p.add_argument(
+        "--prepack",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="GEMMs on weights reordered once for oneDNN (default auto: on a CPU; 2-3x faster small-batch "
+             "GEMMs, one more copy of the weights; see `bench gemm`)",
+    )
+    p.add_argument(
         "--compile",
         action="store_true",
         help="torch.compile both halves of every layer (fuses norms, RoPE, SiLU; compiles in the warm-up)",
@@ -137,7 +160,8 @@ def add_arguments(p) -> None:
                    help="engine: uniform (default) or mixed (seeded prompt and output lengths); "
                         "spec: grounded (default: copy or edit the given text) or chat (open-ended)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="engine --compare-hf: interleaved rounds (default 3); spec: repeats of every prompt "
+                   help="engine --compare-hf: interleaved rounds (default 3); gemm: interleaved rounds (default 5); "
+                        "spec: repeats of every prompt "
                         "(default 1)")
     p.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
                    help="KV cache storage: the model's dtype (auto), int8 with per-token scales, or fp8 e4m3")
@@ -146,6 +170,9 @@ def add_arguments(p) -> None:
         "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
     )
     p.add_argument("--json", action="store_true", help="print JSON only")
+    gemm = p.add_argument_group("bench gemm")
+    gemm.add_argument("--batches", default="1,4,16,64,256",
+                      help="gemm: rows (tokens) per step, comma-separated (default 1,4,16,64,256)")
     spec = p.add_argument_group("bench spec")
     spec.add_argument("--proposer", default="ngram", help="spec: ngram, ngram:N or self:L (default ngram)")
     spec.add_argument("--k", default="1,2,4,8", help="spec: guesses per pass, comma-separated (default 1,2,4,8)")
@@ -155,19 +182,19 @@ def add_arguments(p) -> None:
     spec.add_argument("--prompts", type=int, default=None, help="spec: use the first N prompts (default all)")
 
 
-def parse_ks(text: str) -> list[int]:
+def parse_ks(text: str, flag: str = "--k") -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``; a clear error for anything else."""
     try:
         ks = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--k takes comma-separated integers like 1,2,4,8, got {text!r}") from None
+        raise ValueError(f"{flag} takes comma-separated integers like 1,2,4,8, got {text!r}") from None
     if not ks or min(ks) < 1:
-        raise ValueError(f"--k needs integers >= 1, got {text!r}")
+        raise ValueError(f"{flag} needs integers >= 1, got {text!r}")
     return ks
 
 
-WORKLOADS = {"engine": ("uniform", "mixed"), "spec": ("grounded", "chat")}
-ROUNDS = {"engine": 3, "spec": 1}
+WORKLOADS = {"engine": ("uniform", "mixed"), "spec": ("grounded", "chat"), "gemm": ("uniform",)}
+ROUNDS = {"engine": 3, "spec": 1, "gemm": 5}
 
 
 def run(args) -> int:
@@ -178,6 +205,8 @@ def run(args) -> int:
     args.rounds = ROUNDS[args.target] if args.rounds is None else args.rounds
     if args.target == "spec":
         return run_spec(args)
+    if args.target == "gemm":
+        return run_gemm(args)
     return run_engine(args)
 
 
@@ -189,11 +218,55 @@ def _command_line(kind: str) -> str:
     return f"infer-lab bench {kind} (via python)"
 
 
+def _save_or_print_json(args, result: dict, kind: str) -> bool:
+    """Stamp the command line, write ``--save``, print ``--json``; True when the JSON was all the output."""
+    import json
+    from pathlib import Path
+
+    result["command"] = _command_line(kind)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result))
+    return bool(args.json)
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def run_gemm(args) -> int:
+    """``bench gemm``: one step's GEMMs through F.linear and through prepacked oneDNN weights."""
+
+    from ..bench.gemm import gemm_benchmark
+    from ..models import load_model
+
+    batches = tuple(parse_ks(args.batches, "--batches"))
+    _set_threads(args.threads)
+    lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    result = gemm_benchmark(lm, batches, repeats=args.rounds)
+    if _save_or_print_json(args, result, "gemm"):
+        return 0
+    print(f"GEMMs of one step of {lm.describe()}, median of {args.rounds} rounds")
+    print(f"{'batch':>5} {'F.linear ms':>11} {'prepacked ms':>12} {'speedup':>7} {'GB/s plain':>10} {'GB/s packed':>11}")
+    for r in result["rows"]:
+        print(f"{r['batch']:>5} {r['plain_ms']:>11.1f} {r['prepacked_ms']:>12.1f} {r['speedup']:>6.2f}x "
+              f"{r['plain_gb_per_s']:>10.1f} {r['prepacked_gb_per_s']:>11.1f}")
+    print(f"[{result['environment']['hardware']}, {result['threads']} torch threads; weights "
+          f"{result['rows'][0]['weight_bytes'] / 1e9:.2f} GB per step; largest LM-head difference "
+          f"{max(r['max_abs_diff'] for r in result['rows']):.1e}]")
+    return 0
+
+
 def run_spec(args) -> int:
     """``bench spec``: one proposer at several k against plain decoding."""
-    import json
     import sys
-    from pathlib import Path
 
     from ..bench.speculative import bench_spec, parse_proposer
     from ..models import load_model
@@ -209,12 +282,7 @@ def run_spec(args) -> int:
           f"up to {args.max_new_tokens} new tokens", file=sys.stderr)
     result = bench_spec(lm, proposer, ks, workload=args.workload, batch=args.batch,
                         max_new_tokens=args.max_new_tokens, prompts=args.prompts, rounds=args.rounds)
-    result["command"] = _command_line("spec")
-    if args.save:
-        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(result))
+    if _save_or_print_json(args, result, "spec"):
         return 0
     env, plain = result["environment"], result["plain"]
     print(f"plain decoding: {plain['tokens_per_s']:.1f} tok/s ({plain['decode_step_ms']:.1f} ms per decode step) "
@@ -232,21 +300,14 @@ def run_spec(args) -> int:
 
 
 def run_engine(args) -> int:
-    import json
     import sys
-    from pathlib import Path
 
     from ..bench.engine import benchmark_with_metadata
     from ..models import load_model
 
     if args.chunk_tokens is not None and args.chunk_tokens < 1:
         raise ValueError(f"--chunk-tokens must be >= 1, got {args.chunk_tokens}")
-    if args.threads is not None:
-        import torch
-
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
@@ -272,17 +333,12 @@ def run_engine(args) -> int:
         decode_path=args.decode_path,
         fuse_projections=args.fuse == "on",
         compile_layers=args.compile,
+        prepack_weights={"auto": None, "on": True, "off": False}[args.prepack],
         kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
         workload_kind=args.workload,
         rounds=args.rounds,
     )
-    result["command"] = _command_line("engine")
-    text = json.dumps(result, indent=None if args.json else 2)
-    if args.save:
-        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
-    if args.json:
-        print(text)
+    if _save_or_print_json(args, result, "engine"):
         return 0
     ttft, itl = result["ttft_ms"], result["itl_ms"]
     print(
@@ -304,10 +360,12 @@ def run_engine(args) -> int:
         f"decode: batched attention {path['batched_decode']}, static {path['static_decode']}, "
         f"CUDA graphs {path['cuda_graphs']} ({path['graphs_captured']} captured"
         + (f" in {result['graph_capture_s']:.1f} s" if "graph_capture_s" in result else "")
-        + f"), fused projections {path['fused_projections']}, compiled {path['compiled']}"
+        + f"), fused projections {path['fused_projections']}, prepacked weights "
+        f"{path['prepacked_weights']}, compiled {path['compiled']}"
     )
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
-                       ("hf_continuous", "HF continuous batching")):
+                       ("hf_continuous", "HF continuous batching"),
+                       ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)")):
         if f"baseline_{key}_tokens_per_s" in result:
             same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
             print(f"{label}: {result[f'baseline_{key}_tokens_per_s']:.1f} tok/s -> engine is "

@@ -174,6 +174,7 @@ class Contender:
     name: str
     description: str
     run: Callable[[Any, BatchingWorkload], ContenderRow]
+    applies: Callable[[Any], bool] = lambda lm: True  # whether it can run on this model and device
 
 
 def engine_contender(policy: str) -> Contender:
@@ -182,6 +183,7 @@ def engine_contender(policy: str) -> Contender:
         "static": "forms a batch, runs it until its longest request finishes, then forms the next",
         "continuous": "decides at every step who runs: a finished request leaves, a waiting one joins",
     }
+    note = "; on a CPU the engine, in both rows, multiplies by weights prepacked once for oneDNN (`engine/prepack.py`)"
     name = f"{policy} batching (engine)"
 
     def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
@@ -191,7 +193,7 @@ def engine_contender(policy: str) -> Contender:
         summary, outputs = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
         return ContenderRow.from_benchmark(name, summary, outputs)
 
-    return Contender(name, descriptions[policy], run)
+    return Contender(name, descriptions[policy] + (note if policy == "continuous" else ""), run)
 
 
 HF_DESCRIPTIONS = {
@@ -199,13 +201,16 @@ HF_DESCRIPTIONS = {
     "hf-padded": "transformers `generate` on left-padded groups of all batch slots, each group until its "
                  "longest request is done",
     "hf-continuous": "transformers' own continuous-batching manager (paged KV; requests join and leave)",
+    "hf-padded-prepacked": "the HF padded batch with every linear layer on the engine's prepacked weights (CPU "
+                           "only, not a transformers feature): the gap between it and the engine is scheduling "
+                           "alone, the gap between it and HF padded batch is the GEMM backend",
 }
 
 
 def hf_contender(kind: str) -> Contender:
     """A transformers baseline of :mod:`infer_lab.bench.baselines` on the same requests (throughput only)."""
     name = {"hf-sequential": "HF one at a time", "hf-padded": "HF padded batch",
-            "hf-continuous": "HF continuous batching"}[kind]
+            "hf-continuous": "HF continuous batching", "hf-padded-prepacked": "HF padded batch, prepacked GEMMs"}[kind]
 
     def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
         requests = w.requests_for(lm)
@@ -215,6 +220,10 @@ def hf_contender(kind: str) -> Contender:
         return ContenderRow(name, done.tokens_per_s, len(requests.prompts) / done.elapsed_s,
                             outputs=tuple(tuple(o) for o in done.outputs))
 
+    if kind == "hf-padded-prepacked":
+        from ..engine import prepack
+
+        return Contender(name, HF_DESCRIPTIONS[kind], run, lambda lm: prepack.supported(lm.device, lm.dtype))
     return Contender(name, HF_DESCRIPTIONS[kind], run)
 
 
@@ -224,6 +233,7 @@ CONTENDERS: list[Contender] = [
     hf_contender("hf-sequential"),
     hf_contender("hf-padded"),
     hf_contender("hf-continuous"),
+    hf_contender("hf-padded-prepacked"),
     engine_contender("static"),
     engine_contender("continuous"),
 ]
@@ -241,7 +251,7 @@ class BatchingResult:
 def measure_batching(lm: Any, sizes: Sizes, contenders: Sequence[Contender] | None = None) -> BatchingResult:
     """Every contender (default :data:`CONTENDERS`) on the same :func:`batching_workload`."""
     workload = batching_workload(sizes)
-    chosen = list(contenders) if contenders is not None else CONTENDERS
+    chosen = [c for c in (contenders if contenders is not None else CONTENDERS) if c.applies(lm)]
     rows = [c.run(lm, workload) for c in progress(chosen, desc="contenders")]
     reference = next((r.outputs for r in rows if r.name == "continuous batching (engine)"), None)
     if reference is not None:

@@ -10,6 +10,7 @@ Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in 
 ``kv_cache``       where K/V lives: none, contiguous regions, or paged blocks
 ``prefix_cache``   reusing computed prefixes: hashed blocks or a radix tree
 ``layers``         RMSNorm, RoPE, attention, SwiGLU: the decoder layer, written once
+``prepack``        GEMM weights reordered once for oneDNN (CPU): the fast small-batch path
 ``model``          the decoder over a flat ragged batch of tokens
 ``graph_runner``   fixed-shape decode steps, replayed from CUDA graphs
 ``engine``         the step loop that ties them together
@@ -19,6 +20,7 @@ Nothing here plots, benchmarks or demonstrates: the course chapters (:mod:`infer
 and :mod:`infer_lab.bench` do that on top of this package.
 """
 
+from . import prepack
 from .config import EngineConfig
 from .engine import Engine, RequestRejected, StepRecord
 from .graph_runner import DecodeBatch, StaticDecodeRunner
@@ -63,4 +65,5 @@ __all__ = [
     "StepRecord",
     "TokenEvent",
     "fuse_projections",
+    "prepack",
 ]

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from . import prepack
 from .acceptance import Verdict, verify_greedy, verify_sampling
 from .config import EngineConfig
 from .graph_runner import DecodeBatch, StaticDecodeRunner
@@ -47,6 +48,21 @@ from .proposers import Proposer, check_same_tokenizer, make_proposer
 from .sampling import filter_logits, make_generator, sample_token
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
+
+
+def use_prepacked_weights(config: EngineConfig, model: EngineModel) -> bool:
+    """Whether an engine with ``config`` multiplies by prepacked weights (see ``prepack_weights``)."""
+    wanted = config.prepack_weights
+    ok = prepack.supported(model.device, model.dtype)
+    if wanted and not ok:
+        raise ValueError(
+            f"prepack_weights is a CPU optimization for fp32/bf16 weights with oneDNN; this model is "
+            f"{model.dtype} on {model.device}" + ("" if prepack.available() else " (no oneDNN in this torch)")
+        )
+    if wanted is None:
+        return (ok and config.fuse_projections and not config.compile_layers
+                and (model.is_prepacked or prepack.fits(model.gemm_weight_bytes())))
+    return wanted
 
 
 class RequestRejected(ValueError):
@@ -88,6 +104,11 @@ class Engine:
     ):
         config = config or EngineConfig()
         config.validate()
+        self.prepacked_weights = use_prepacked_weights(config, model)
+        model = model.prepacked() if self.prepacked_weights else model.plain
+        if draft_model is not None:
+            pack_draft = self.prepacked_weights and prepack.supported(draft_model.device, draft_model.dtype)
+            draft_model = draft_model.prepacked() if pack_draft else draft_model.plain
         self.model = model
         self.config = config
         shape = model.shape

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..shape import ModelShape
+from .prepack import linear
 
 # ---------------------------------------------------------------------------------------------
 # Normalization and rotary position embeddings
@@ -194,7 +195,7 @@ def attention_inputs(
     x = rms_norm(h, input_norm, eps)
     sizes = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
     if fused:
-        q, k, v = F.linear(x, qkv_proj, qkv_bias).split(sizes, dim=-1)
+        q, k, v = linear(x, qkv_proj, qkv_bias).split(sizes, dim=-1)
     else:
         biases = qkv_bias.split(sizes) if qkv_bias is not None else (None, None, None)
         q, k, v = (F.linear(x, w, b) for w, b in zip(qkv_proj.split(sizes), biases, strict=True))
@@ -214,14 +215,14 @@ def layer_output(
     fused: bool = True,
 ) -> torch.Tensor:
     """The second half: output projection and residual, then the SwiGLU MLP and its residual."""
-    h = h + F.linear(attn, o_proj)
+    h = h + linear(attn, o_proj)
     x = rms_norm(h, post_attention_norm, eps)
     if fused:
-        gate, up = F.linear(x, gate_up_proj).chunk(2, dim=-1)
+        gate, up = linear(x, gate_up_proj).chunk(2, dim=-1)
     else:
         gate_w, up_w = gate_up_proj.chunk(2, dim=0)
         gate, up = F.linear(x, gate_w), F.linear(x, up_w)
-    return h + F.linear(F.silu(gate) * up, down_proj)
+    return h + linear(F.silu(gate) * up, down_proj)
 
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -20,13 +20,14 @@ Attention has two paths inside :meth:`EngineModel.forward`:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from ..shape import ModelShape
+from . import prepack
 from .kv_cache import AttentionMetadata, block_table_slots
 from .layers import (
     LayerFunctions,
@@ -101,11 +102,23 @@ def fuse_projections(hf_model: Any) -> list[FusedProjections]:
     return fused
 
 
+# transformers model -> (its weights' key, the EngineModel over them); weak, so a model can go.
+_FROM_HF: weakref.WeakKeyDictionary[Any, tuple[tuple[tuple[int, int], ...], EngineModel]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _weights_key(hf_model: Any) -> tuple[tuple[int, int], ...]:
+    """Where every parameter lives and how often it was changed in place: equal keys, equal weights."""
+    return tuple((p.data_ptr(), p._version) for p in hf_model.parameters())
+
+
 class EngineModel:
     """A Llama-family decoder over flat ragged batches, reading K/V through a :class:`KVStore`.
 
     Build it from a transformers model with :meth:`from_hf`; the tensors are shared, not copied.
-    :meth:`first_layers` gives the same model cut short (a self-speculative draft).
+    :meth:`first_layers` gives the same model cut short (a self-speculative draft);
+    :meth:`prepacked` the same model with its GEMM weights in oneDNN's layout (CPU).
     """
 
     def __init__(
@@ -130,6 +143,8 @@ class EngineModel:
             inv_freq = rope_inverse_frequencies(shape.head_dim, shape.rope_theta, self.device)
         self.inv_freq = inv_freq.float()
         self.scale = shape.head_dim**-0.5
+        self.plain: EngineModel = self  # the same model with plain weights (itself unless prepacked)
+        self._packed: tuple[tuple[int, ...], EngineModel] | None = None
 
     @classmethod
     def from_hf(cls, hf_model: Any) -> EngineModel:
@@ -138,6 +153,9 @@ class EngineModel:
         Tied embeddings work: ``lm_head`` then is the embedding matrix itself. A model whose RoPE
         uses a scaling rule keeps transformers' own inverse frequencies so positions match.
         """
+        cached = _FROM_HF.get(hf_model)
+        if cached is not None and cached[0] == _weights_key(hf_model):
+            return cached[1]  # the same weights as last time: keep its prepacked twin too
         shape = ModelShape.from_hf_config(hf_model.config)
         if shape.has_sliding_window and any(
             w is not None and w < shape.max_position_embeddings for w in shape.layer_windows
@@ -158,7 +176,7 @@ class EngineModel:
             )
             for block, f in zip(decoder.layers, fused, strict=True)
         ]
-        return cls(
+        model = cls(
             shape,
             decoder.embed_tokens.weight.detach(),
             layers,
@@ -166,6 +184,43 @@ class EngineModel:
             hf_model.lm_head.weight.detach(),
             inv_freq=inv_freq,
         )
+        _FROM_HF[hf_model] = (_weights_key(hf_model), model)
+        return model
+
+    @property
+    def is_prepacked(self) -> bool:
+        return self.plain is not self
+
+    def gemm_weights(self) -> list[torch.Tensor]:
+        """The weights every step multiplies by: four per layer (q|k|v, o, gate|up, down), the LM head."""
+        per_layer = [t for w in self.layers for t in (w.qkv_proj, w.o_proj, w.gate_up_proj, w.down_proj)]
+        return [*per_layer, self.lm_head]
+
+    def gemm_weight_bytes(self) -> int:
+        """Bytes of :meth:`gemm_weights` (what a prepacked copy adds)."""
+        return sum(t.numel() * t.element_size() for t in self.plain.gemm_weights())
+
+    def prepacked(self) -> EngineModel:
+        """The same model with its GEMM weights reordered for oneDNN (:mod:`.prepack`); CPU only.
+
+        Made once and kept while the plain weights are unchanged, so building many engines over
+        one model packs once. Norms, embeddings and RoPE tables stay shared with this model.
+        """
+        if self.is_prepacked:
+            return self
+        key = tuple(t._version for t in self.gemm_weights())
+        if self._packed is not None and self._packed[0] == key:
+            return self._packed[1]
+        layers = [
+            replace(w, qkv_proj=prepack.prepack(w.qkv_proj), o_proj=prepack.prepack(w.o_proj),
+                    gate_up_proj=prepack.prepack(w.gate_up_proj), down_proj=prepack.prepack(w.down_proj))
+            for w in self.layers
+        ]
+        packed = EngineModel(self.shape, self.embed, layers, self.final_norm,
+                             prepack.prepack(self.lm_head), inv_freq=self.inv_freq)
+        packed.plain = self
+        self._packed = (key, packed)
+        return packed
 
     def first_layers(self, n: int) -> EngineModel:
         """The same model cut after ``n`` layers, with the same final norm and LM head.
@@ -174,15 +229,18 @@ class EngineModel:
         """
         if not 1 <= n <= self.shape.layers:
             raise ValueError(f"n must be in 1..{self.shape.layers}, got {n}")
-        return EngineModel(self.shape.with_layers(n), self.embed, self.layers[:n], self.final_norm,
-                           self.lm_head, inv_freq=self.inv_freq)
+        cut = EngineModel(self.shape.with_layers(n), self.embed, self.layers[:n], self.final_norm,
+                          self.lm_head, inv_freq=self.inv_freq)
+        if self.is_prepacked:
+            cut.plain = self.plain.first_layers(n)
+        return cut
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = rope_cos_sin(positions, self.inv_freq, self.dtype)
         return cos[:, None, :], sin[:, None, :]  # broadcast over heads
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(rms_norm(h, self.final_norm, self.shape.rms_norm_eps), self.lm_head).float()
+        return prepack.linear(rms_norm(h, self.final_norm, self.shape.rms_norm_eps), self.lm_head).float()
 
     @torch.inference_mode()
     def forward(

@@ -1,0 +1,110 @@
+"""The GEMMs of one engine step, plain (``F.linear``) against prepacked (oneDNN), by batch size.
+
+A decode step multiplies every token's hidden state by every weight matrix of the model: four
+per layer (q|k|v, o, gate|up, down) and the LM head. This times exactly those multiplications,
+over the model's real weights in layer order (so, as in a real step, a weight has left the
+cache by the time it is used again), for a few batch sizes, through both backends of
+:mod:`infer_lab.engine.prepack`. Median of ``repeats`` interleaved rounds after one warm-up pass.
+CPU only: a CPU op is finished when it returns, so no synchronization is needed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ..engine import prepack
+from ..engine.model import EngineModel
+from ..harness import env_metadata
+
+BATCHES = (1, 4, 16, 64, 256)
+
+
+@dataclass(frozen=True)
+class GemmPoint:
+    """One batch size: the step's GEMMs through each backend (ms) and the bytes they stream (GB/s)."""
+
+    batch: int
+    plain_ms: float
+    prepacked_ms: float
+    weight_bytes: int
+    max_abs_diff: float  # largest |plain - prepacked| over the LM head's outputs
+
+    @property
+    def speedup(self) -> float:
+        return self.plain_ms / self.prepacked_ms
+
+    @property
+    def plain_gb_per_s(self) -> float:
+        return self.weight_bytes / (self.plain_ms * 1e-3) / 1e9
+
+    @property
+    def prepacked_gb_per_s(self) -> float:
+        return self.weight_bytes / (self.prepacked_ms * 1e-3) / 1e9
+
+
+def _step_gemms(batch: int, model: EngineModel, dtype: torch.dtype) -> Callable[[], None]:
+    """A function that multiplies ``batch`` rows by every GEMM weight of ``model`` once, in order."""
+    shape = model.shape
+    generator = torch.Generator().manual_seed(batch)
+    hidden, attn, mid = (torch.randn(batch, n, generator=generator).to(dtype)
+                         for n in (shape.hidden, shape.heads * shape.head_dim, shape.intermediate))
+
+    def one_pass() -> None:
+        for w in model.layers:
+            prepack.linear(hidden, w.qkv_proj, w.qkv_bias)
+            prepack.linear(attn, w.o_proj)
+            prepack.linear(hidden, w.gate_up_proj)
+            prepack.linear(mid, w.down_proj)
+        prepack.linear(hidden, model.lm_head)
+
+    return one_pass
+
+
+def _median_ms_interleaved(passes: list[Callable[[], None]], repeats: int) -> list[float]:
+    """Each pass once to warm up, then ``repeats`` rounds of all of them in turn: medians in ms."""
+    for one_pass in passes:
+        one_pass()
+    times: list[list[float]] = [[] for _ in passes]
+    for _ in range(repeats):
+        for one_pass, ts in zip(passes, times, strict=True):
+            t0 = time.perf_counter()
+            one_pass()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) * 1e3 for ts in times]
+
+
+@torch.inference_mode()
+def measure_gemm_backends(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: int = 5) -> list[GemmPoint]:
+    """Plain against prepacked GEMMs of one step of ``lm`` at each batch size (rows = tokens)."""
+    if not prepack.supported(lm.device, lm.dtype):
+        raise ValueError(f"prepacking needs fp32/bf16 weights on a CPU with oneDNN; this model is "
+                         f"{lm.dtype} on {lm.device}")
+    if not batches or min(batches) < 1:
+        raise ValueError(f"batch sizes must be >= 1, got {batches}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    plain = EngineModel.from_hf(lm.model).plain
+    packed = plain.prepacked()
+    points = []
+    for batch in batches:
+        x = torch.randn(batch, plain.shape.hidden, generator=torch.Generator().manual_seed(0)).to(lm.dtype)
+        diff = (prepack.linear(x, plain.lm_head) - prepack.linear(x, packed.lm_head)).abs().max().item()
+        plain_ms, packed_ms = _median_ms_interleaved(
+            [_step_gemms(batch, plain, lm.dtype), _step_gemms(batch, packed, lm.dtype)], repeats)
+        points.append(GemmPoint(batch, plain_ms, packed_ms, plain.gemm_weight_bytes(), diff))
+    return points
+
+
+def gemm_benchmark(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: int = 5) -> dict[str, Any]:
+    """:func:`measure_gemm_backends` as JSON, with the environment and the thread count."""
+    points = measure_gemm_backends(lm, batches, repeats)
+    rows = [{**asdict(p), "speedup": p.speedup, "plain_gb_per_s": p.plain_gb_per_s,
+             "prepacked_gb_per_s": p.prepacked_gb_per_s} for p in points]
+    return {"rows": rows, "repeats": repeats, "threads": torch.get_num_threads(),
+            "environment": env_metadata(lm)}
