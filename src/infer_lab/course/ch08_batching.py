@@ -568,10 +568,11 @@ def batching_figure(batching: BatchingResult, source: str):
     import numpy as np
 
     rows = batching.rows
-    names = [textwrap.fill(r.name, 16) for r in rows]
+    names = [textwrap.fill(r.name, 24) for r in rows]
     colours = [plt.get_cmap("tab10")(i) for i in range(len(rows))]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.8))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    axes = axes.ravel()
     axes[0].bar(x, [r.output_tokens_per_s for r in rows], color=colours)
     axes[0].set(ylabel="output tokens/s")
     idle = [r.mean_idle_slots if r.mean_idle_slots is not None else 0.0 for r in rows]
@@ -591,7 +592,7 @@ def batching_figure(batching: BatchingResult, source: str):
         ax.set(ylabel=key.replace("_ms", "").upper() + " (ms)")
         ax.legend(fontsize=8)
     for ax in axes:
-        ax.set_xticks(x, names, fontsize=8)
+        ax.set_xticks(x, names, fontsize=8, rotation=30, ha="right", rotation_mode="anchor")
         ax.set_ylim(0, None)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(_wrap(f"Contenders on one workload ({workload_text(batching.workload)}): {source}", 150),
