@@ -189,7 +189,7 @@ def test_notebook_executes_headless(path, executed):
 def test_parts_run_off_a_running_event_loop():
     import asyncio
 
-    from infer_lab.course.jupyter import off_the_event_loop
+    from infer_lab.loadgen.runner import off_the_event_loop
 
     def nested():  # what the load generator does inside a part
         return asyncio.run(asyncio.sleep(0, result="ran"))

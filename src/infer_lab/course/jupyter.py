@@ -122,23 +122,6 @@ def show_saved(chapter: ModuleType, only_without_gpu: bool = True) -> None:
         say("\n".join(f"- {n}" for n in view.notes))
 
 
-def off_the_event_loop(fn: Callable[[], Any]) -> Any:
-    """``fn()``, in a worker thread when this thread runs an event loop (a Jupyter kernel does).
-
-    A part that drives the load generator calls ``asyncio.run``, which refuses to start inside
-    a running loop; in its own thread it gets a loop of its own. Exceptions propagate.
-    """
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer-lab-part") as pool:
-        return pool.submit(fn).result()
-
-
 # ---------------------------------------------------------------------------------------------
 # The chapter panel
 
@@ -189,7 +172,7 @@ class ChapterPanel:
         lm = self.lm()
         device = lm.device if lm is not None else None
         sizes = self.chapter.sizes(device, self.size.value)
-        return off_the_event_loop(lambda: self.chapter.measure(lm, sizes, parts=[part]))
+        return self.chapter.measure(lm, sizes, parts=[part])
 
     def part(self, key: str) -> None:
         """Display the part's run button and output area; with autorun, also run it now, in the cell."""

@@ -19,6 +19,8 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -266,8 +268,24 @@ async def run_benchmark(
     return results
 
 
+def off_the_event_loop(fn: Callable[[], Any]) -> Any:
+    """``fn()``, in a worker thread when this thread runs an event loop (a marimo or Jupyter kernel does).
+
+    ``asyncio.run`` refuses to start inside a running loop; in its own thread ``fn`` gets a loop
+    of its own. Exceptions propagate.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="infer-lab-loadgen") as pool:
+        return pool.submit(fn).result()
+
+
 def run_benchmark_sync(
     cfg: RunConfig, quiet: bool = False, sessions_for_repeat=None
 ) -> dict[str, Any]:
-    """:func:`run_benchmark` from synchronous code (CLI, notebooks, tests)."""
-    return asyncio.run(run_benchmark(cfg, sessions_for_repeat=sessions_for_repeat, quiet=quiet))
+    """:func:`run_benchmark` from synchronous code (CLI, notebook cells, tests), inside a kernel's
+    running event loop too."""
+    return off_the_event_loop(
+        lambda: asyncio.run(run_benchmark(cfg, sessions_for_repeat=sessions_for_repeat, quiet=quiet)))
