@@ -15,9 +15,25 @@ One client must never stall the others, so nothing slow runs on the event loop:
 - text is decoded and stop strings matched incrementally (:class:`.text.TextStream`);
 - cancelling or submitting only queues a command for the backend's own thread.
 
-With an API key, ``/v1/*`` and ``/version`` (it shows versions, config and device) need
-``Authorization: Bearer <key>``; ``/health`` is always open, and ``/metrics`` is open unless
-``protect_metrics`` (as in vLLM: a Prometheus scraper usually sends no key).
+A client must not hold what others need, so the work a request may cost is bounded:
+
+- connections that never finish their headers or body are closed (:mod:`.guard`);
+- a prompt whose byte length already proves it cannot fit is refused before tokenizing
+  (no token of the vocabulary is longer than its longest piece, :func:`longest_token_bytes`),
+  and at most ``tokenizer_queue`` prompts wait for the tokenizer (503 past that);
+- at most ``max_queued`` requests wait for an engine slot (503 with ``Retry-After`` past
+  that), and a request that gets no first token within ``queue_timeout_s`` gets a 503 too;
+- a streaming client that stops reading is cancelled once ``stream_buffer_tokens`` tokens wait
+  for it on top of what the sockets hold, and its KV blocks go back to the pool;
+- past the shutdown timeout, streams end with an error event and the others get a 503 body.
+
+Parameters the server does not implement (``tools``, ``response_format``, ``echo``, ...) and
+unknown ones are refused with a 400 that names them, never accepted and ignored.
+
+With an API key, ``/v1/*``, ``/version`` and ``/openapi.json`` (it names the model, maybe a
+local path) need ``Authorization: Bearer <key>``; ``/health`` is always open, and
+``/metrics`` is open unless ``protect_metrics`` (as in vLLM: a Prometheus scraper usually
+sends no key).
 """
 
 import asyncio
@@ -26,11 +42,14 @@ import hmac
 import json
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import math
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,6 +57,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
 from .metrics import ServerMetrics
@@ -62,7 +82,12 @@ class ServerConfig:
     ``vocab_size``: token ids in a prompt must be in ``[0, vocab_size)`` (default: the
     tokenizer's size). ``max_body_bytes``: larger request bodies get a 413.
     ``protect_metrics``: ``/metrics`` needs the API key too. ``tokenizer_threads``: threads
-    that tokenize and apply the chat template, off the event loop.
+    that tokenize and apply the chat template, off the event loop; ``tokenizer_queue``: prompts
+    that may wait for them (more get a 503). ``max_queued``: requests that may wait for an
+    engine slot (more get a 503 with ``Retry-After``); ``queue_timeout_s``: seconds a request
+    may wait for its first token. ``stream_buffer_tokens``: tokens a stream may hold for a
+    client that does not read, beyond the sockets' buffers, before it is cancelled.
+    ``header_timeout_s``, ``body_timeout_s``, ``max_connections``: see :mod:`.guard`.
     """
 
     model_name: str
@@ -74,7 +99,25 @@ class ServerConfig:
     protect_metrics: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     tokenizer_threads: int = 2
+    tokenizer_queue: int = 256
     vocab_size: int | None = None
+    max_queued: int = 512
+    queue_timeout_s: float = 300.0
+    stream_buffer_tokens: int = 256
+    retry_after_s: int = 1
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tokenizer_threads", "tokenizer_queue", "stream_buffer_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_queued < 0:
+            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+        for name in ("queue_timeout_s", "header_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
 
 
 class APIError(Exception):
@@ -90,13 +133,8 @@ class APIError(Exception):
         headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = (
-            status,
-            message,
-            type_,
-            param,
-            code,
-        )
+        self.status, self.message, self.type, self.param = status, message, type_, param
+        self.code = code or _DEFAULT_CODES.get(status, "error")
         self.headers = headers
 
     def response(self) -> JSONResponse:
@@ -117,6 +155,20 @@ class APIError(Exception):
         )
 
 
+# error.code is always a string, as OpenAI's (clients switch on it).
+_DEFAULT_CODES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    500: "internal_error",
+    503: "server_overloaded",
+}
+OVERLOADED = 503
+
 _ERRORS = {
     status: {"model": ErrorResponse, "description": why}
     for status, why in (
@@ -126,6 +178,8 @@ _ERRORS = {
         (413, "request body over the server's limit"),
         (415, "Content-Type is not application/json"),
         (500, "generation failed"),
+        (503, "overloaded (queue full, tokenizer busy, no slot in time) or shutting down; "
+         "see Retry-After"),
     )
 }
 # With stream=true: Server-Sent Events (before OpenAPI 3.2, "schema" describes each event).
@@ -145,12 +199,35 @@ _SSE = {
 }
 
 
+def longest_token_bytes(tokenizer: Any) -> int | None:
+    """Bytes of the vocabulary's longest piece, as UTF-8: no token covers more text than that.
+
+    So a text of ``b`` bytes is at least ``ceil(b / longest)`` tokens, and a prompt too long
+    for the context can be refused from its length alone, before tokenizing. The pieces'
+    UTF-8 length is an upper bound of the bytes they decode to (byte-level BPE writes a byte
+    as a 1-2 byte character, SentencePiece a space as U+2581, 3 bytes). None when the
+    tokenizer has no vocabulary to read, or normalizes text (a normalizer may shorten it).
+    """
+    try:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is not None and backend.normalizer is not None:
+            return None
+        vocab = tokenizer.get_vocab()
+        added = getattr(tokenizer, "get_added_vocab", dict)()
+        return max(len(piece.encode("utf-8")) for piece in [*vocab, *added]) or None
+    except Exception:  # no vocabulary to read: tokenize everything (still off the loop)
+        return None
+
+
 def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAPI:
     """An OpenAI-compatible app serving ``backend``; the backend starts and stops with the app."""
     metrics = ServerMetrics(backend.stats)
     CompletionRequest, ChatCompletionRequest = request_models(
         config.model_name, config.max_model_len, config.vocab_size or len(tokenizer)
     )
+    longest = longest_token_bytes(tokenizer)
+    runs: set[_Run] = set()  # in flight, so a shutdown past its timeout can end them
+    tokenizing = [0]  # prompts in or waiting for the tokenizer pool
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -170,17 +247,74 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         redoc_url=None,
     )
     app.state.backend, app.state.metrics, app.state.config = backend, metrics, config
+    app.state.draining = False
+    metrics.add_live(
+        lambda: {
+            "queue_limit": float(config.max_queued),
+            "tokenizer_queue": float(tokenizing[0]),
+            "tokenizer_queue_limit": float(config.tokenizer_queue),
+        }
+    )
     _install_error_handlers(app, metrics)
     app.add_middleware(_Gate, config=config, metrics=metrics)
     app.openapi = functools.partial(_openapi, app, config)
 
-    async def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        pool = app.state.tokenizer_pool
-        return await asyncio.get_running_loop().run_in_executor(
-            pool, functools.partial(fn, *args, **kwargs)
+    def begin_shutdown(timeout_s: float) -> None:
+        """Called on the event loop when the server starts stopping: in ``timeout_s`` seconds,
+        whatever still runs is ended with an error the client can read (not a bare 500)."""
+        if app.state.draining:
+            return
+        app.state.draining = True
+
+        def stop_the_rest() -> None:
+            for run in list(runs):
+                run.stop_for_shutdown()
+
+        asyncio.get_running_loop().call_later(max(0.0, timeout_s), stop_the_rest)
+
+    app.state.begin_shutdown = begin_shutdown
+
+    def overloaded(reason: str, message: str) -> APIError:
+        metrics.rejected.labels(reason=reason).inc()
+        return APIError(
+            OVERLOADED,
+            message,
+            "server_error",
+            code=reason,
+            headers={"Retry-After": str(config.retry_after_s)},
         )
 
-    @app.get("/health")
+    async def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if tokenizing[0] >= config.tokenizer_queue:
+            raise overloaded(
+                "tokenizer_busy",
+                f"{tokenizing[0]} prompts are already waiting for the tokenizer "
+                f"(limit {config.tokenizer_queue}); retry later",
+            )
+        tokenizing[0] += 1
+        try:
+            pool = app.state.tokenizer_pool
+            return await asyncio.get_running_loop().run_in_executor(
+                pool, functools.partial(fn, *args, **kwargs)
+            )
+        finally:
+            tokenizing[0] -= 1
+
+    def refuse_if_it_cannot_fit(n_bytes: int, param: str) -> None:
+        if longest is None:
+            return
+        at_least = math.ceil(n_bytes / longest)
+        if at_least >= config.max_model_len:
+            raise APIError(
+                400,
+                f"the prompt is {n_bytes} bytes, so at least {at_least} tokens (no token of "
+                f"this model covers more than {longest} bytes), over this model's context "
+                f"limit of {config.max_model_len} tokens (prompt + answer)",
+                param=param,
+                code="context_length_exceeded",
+            )
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         return {"status": "ok"}
 
@@ -222,6 +356,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         if text is None:
             ids = list(body.prompt)
         else:
+            refuse_if_it_cannot_fit(len(text.encode("utf-8")), "prompt")
             ids = await off_loop(_encode, tokenizer, text)
         return await _serve(request, body, ids, chat=False)
 
@@ -233,8 +368,11 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
     async def chat_completions(request: Request, body: ChatCompletionRequest):  # type: ignore[valid-type]
         _check_model(body, config)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        refuse_if_it_cannot_fit(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
         try:
             ids = await off_loop(_apply_chat_template, tokenizer, messages)
+        except APIError:
+            raise
         except Exception as exc:  # the template itself rejected the conversation
             raise APIError(
                 400, f"chat template failed on these messages: {exc}", param="messages"
@@ -266,6 +404,18 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 param="max_tokens",
                 code="context_length_exceeded",
             )
+        if app.state.draining:
+            raise APIError(
+                OVERLOADED, "the server is shutting down", "server_error",
+                code="server_shutting_down",
+            )
+        waiting = backend.stats().get("waiting", 0.0)
+        if waiting >= config.max_queued:
+            raise overloaded(
+                "queue_full",
+                f"{int(waiting)} requests already wait for a slot (limit {config.max_queued}); "
+                f"retry in {config.retry_after_s} s",
+            )
         temperature, top_p = body.sampling()
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -275,21 +425,50 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
             ignore_eos=body.ignore_eos,
         )
         received_s = getattr(request.state, "received_s", None) or time.perf_counter()
-        run = _Run(backend, metrics, tokenizer, prompt_ids, params, body.stop_strings(), received_s)
+        run = _Run(
+            backend, metrics, tokenizer, prompt_ids, params, body.stop_strings(), received_s,
+            stream_buffer=config.stream_buffer_tokens if body.stream else None,
+        )
         run.submit()
+        runs.add(run)
+        try:
+            return await _respond(request, body, run, chat)
+        except BaseException:
+            runs.discard(run)
+            raise
+
+    async def _respond(request: Request, body: Any, run: "_Run", chat: bool):
         meta = {
             "id": ("chatcmpl-" if chat else "cmpl-") + run.request.request_id,
             "created": int(time.time()),
             "model": config.model_name,
         }
+        watcher = asyncio.create_task(_cancel_when_disconnected(request, run))
+        try:
+            started = await run.wait_for_first_event(config.queue_timeout_s)
+        finally:
+            watcher.cancel()
+        if not started:
+            run.abandon("queue_timeout")
+            runs.discard(run)
+            raise overloaded(
+                "queue_timeout",
+                f"no engine slot freed within {config.queue_timeout_s:g} s "
+                "(infer-lab serve --queue-timeout); retry later",
+            )
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+            def finished() -> None:
+                run.abandon()
+                runs.discard(run)
+
             return StreamingResponse(
                 _sse(run, meta, chat, include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 # Runs after the stream ends or the client leaves, even before the first chunk.
-                background=BackgroundTask(run.abandon),
+                background=BackgroundTask(finished),
             )
         parts = []
         watcher = asyncio.create_task(_cancel_when_disconnected(request, run))
@@ -300,6 +479,15 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                     break
         finally:
             watcher.cancel()
+            runs.discard(run)
+        if run.shut_down:
+            raise APIError(
+                OVERLOADED,
+                "the server shut down before this answer was finished "
+                "(infer-lab serve --shutdown-timeout)",
+                "server_error",
+                code="server_shutting_down",
+            )
         if run.error:
             raise APIError(500, f"generation failed: {run.error}", "server_error")
         text = "".join(parts)
@@ -373,6 +561,11 @@ def _install_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if isinstance(exc.__cause__, ClientDisconnect):
+            # The client hung up (or was timed out) before its body was in: no client error
+            # to count, and nobody to answer.
+            metrics.client_gone.labels(stage="body").inc()
+            return JSONResponse(status_code=400, content={})
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return counted(
             APIError(
@@ -396,13 +589,16 @@ def _openapi(app: FastAPI, config: ServerConfig) -> dict[str, Any]:
     """FastAPI's schema, less its 422 (we answer 400), plus the bearer scheme when a key is set."""
     if app.openapi_schema:
         return app.openapi_schema
-    schema = get_openapi(
-        title=app.title,
-        version=app.version,
-        description=__doc__.split("\n\n")[0],
-        routes=app.routes,
-    )
+    with warnings.catch_warnings():  # GET and HEAD /health share one function, so one id
+        warnings.filterwarnings("ignore", message="Duplicate Operation ID")
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=__doc__.split("\n\n")[0],
+            routes=app.routes,
+        )
     for path, item in schema.get("paths", {}).items():
+        item.pop("head", None)  # HEAD is GET without a body: nothing more to document
         for operation in item.values():
             operation.get("responses", {}).pop("422", None)
             if config.api_key and _needs_key(path, config):
@@ -424,7 +620,7 @@ def _openapi(app: FastAPI, config: ServerConfig) -> dict[str, Any]:
 def _needs_key(path: str, config: ServerConfig) -> bool:
     return (
         path.startswith("/v1/")
-        or path == "/version"
+        or path in ("/version", "/openapi.json")
         or (config.protect_metrics and path == "/metrics")
     )
 
@@ -523,25 +719,40 @@ async def _sse(
             payload["usage"] = None
         return f"data: {json.dumps(payload)}\n\n"
 
+    def error_event(message: str, code: str) -> str:
+        err = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+        return f"data: {json.dumps(err)}\n\n"
+
     if chat:
         yield chunk("", None, first=True)
+    failed = False
     async for delta, finish in run.events():
-        if run.error:
-            err = {
-                "error": {
-                    "message": f"generation failed: {run.error}",
-                    "type": "server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
-            yield f"data: {json.dumps(err)}\n\n"
+        problem = None
+        if run.shut_down:
+            problem = (
+                "the server shut down before this answer was finished "
+                "(infer-lab serve --shutdown-timeout)",
+                "server_shutting_down",
+            )
+        elif run.stalled:
+            problem = (
+                "this stream was cancelled: the client read nothing while "
+                f"{run.stream_buffer} tokens waited to be sent",
+                "client_too_slow",
+            )
+        elif run.error:
+            problem = (f"generation failed: {run.error}", "internal_error")
+        if problem is not None:
+            if delta:
+                yield chunk(delta, None)
+            yield error_event(*problem)
+            failed = True
             break
         if delta or finish:
             yield chunk(delta, finish)
         if finish:
             break
-    if include_usage and not run.error:
+    if include_usage and not failed:
         last = {**meta, "object": obj, "choices": [], "usage": run.usage()}
         last["server_timing"] = run.timing()
         yield f"data: {json.dumps(last)}\n\n"
@@ -549,7 +760,7 @@ async def _sse(
 
 
 async def _cancel_when_disconnected(request: Request, run: "_Run", poll_s: float = 0.25) -> None:
-    """A non-streaming client that hangs up gets its request cancelled instead of computed in vain."""
+    """A client that hangs up before its answer gets its request cancelled, not computed in vain."""
     while run.finish_reason is None:
         if await request.is_disconnected():
             run.abandon()
@@ -558,7 +769,11 @@ async def _cancel_when_disconnected(request: Request, run: "_Run", poll_s: float
 
 
 class _Run:
-    """One request in flight: submits to the backend and turns its callbacks into (text, finish) events."""
+    """One request in flight: submits to the backend and turns its callbacks into (text, finish) events.
+
+    ``stream_buffer``: for a stream, the tokens that may wait for a client that is not reading
+    (its sockets full, so the response cannot be written) before the request is cancelled.
+    """
 
     def __init__(
         self,
@@ -569,18 +784,23 @@ class _Run:
         params: SamplingParams,
         stop: list[str],
         received_s: float,
+        stream_buffer: int | None = None,
     ):
         self.backend, self.metrics = backend, metrics
         self.request = GenerationRequest(uuid.uuid4().hex[:24], prompt_ids, params)
         self.received_s = received_s
         self.text = TextStream(tokenizer, stop)
+        self.stream_buffer = stream_buffer
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self.stalled = False  # cancelled: its client read nothing for too long
+        self.shut_down = False  # ended by a shutdown past its timeout
         self._first_token_s: float | None = None
         self._last_token_s: float | None = None
         self._finished_s: float | None = None
         self._abandoned = False
+        self._pending: list[tuple[str, tuple[Any, float]]] = []
 
     def usage(self) -> dict[str, int]:
         n_prompt = len(self.request.prompt_ids)
@@ -607,31 +827,63 @@ class _Run:
         """Hand the request to the backend; its callbacks land in this run's queue (thread-safe)."""
         loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        inbox = self._inbox
+        put = self._put
 
         def on_token(token_id: int) -> None:
-            loop.call_soon_threadsafe(inbox.put_nowait, ("token", (token_id, time.perf_counter())))
+            loop.call_soon_threadsafe(put, ("token", (token_id, time.perf_counter())))
 
         def on_finish(reason: str) -> None:
-            loop.call_soon_threadsafe(inbox.put_nowait, ("finish", (reason, time.perf_counter())))
+            loop.call_soon_threadsafe(put, ("finish", (reason, time.perf_counter())))
 
         self.backend.submit(self.request, on_token, on_finish)
         self.metrics.prompt_tokens.inc(len(self.request.prompt_ids))
         self.metrics.preprocess.observe(self.request.arrival_s - self.received_s)
 
-    def abandon(self) -> None:
-        """Cancel the backend request if it has not finished (the client is gone); else do nothing."""
+    def _put(self, item: tuple[str, Any]) -> None:
+        """On the event loop: queue an event; cancel a stream whose client stopped reading."""
+        self._inbox.put_nowait(item)
+        if (
+            self.stream_buffer is not None
+            and not self._abandoned
+            and self._inbox.qsize() > self.stream_buffer
+        ):
+            # Nobody takes the tokens out: the response cannot be written because the
+            # client's socket is full. Generating on only holds a slot and KV blocks.
+            self.stalled = True
+            self.abandon("client_too_slow")
+
+    def abandon(self, reason: str = FINISH_CANCELLED) -> None:
+        """Cancel the backend request if it has not finished (the client is gone, too slow,
+        or waited too long); else do nothing. Counted once, under ``reason``."""
         if self.finish_reason is None and not self._abandoned:
             self._abandoned = True
             self.backend.cancel(self.request.request_id)  # only queues a command: never blocks
-            self.metrics.requests.labels(finished_reason=FINISH_CANCELLED).inc()
+            self.metrics.requests.labels(finished_reason=reason).inc()
+
+    def stop_for_shutdown(self) -> None:
+        """The shutdown timeout has passed: cancel, and end the response with an error."""
+        if self.finish_reason is None:
+            self.shut_down = True
+            self.abandon("shutdown")
+            self._inbox.put_nowait(("shutdown", (None, time.perf_counter())))
+
+    async def wait_for_first_event(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the first token (or the end); False if none came."""
+        if self._pending:
+            return True
+        try:
+            item = await asyncio.wait_for(self._inbox.get(), timeout_s)
+        except TimeoutError:
+            return False
+        self._pending.append(item)
+        return True
 
     async def events(self) -> AsyncIterator[tuple[str, str | None]]:
         """(new text, finish reason or None) pairs until the request ends; cancels it if abandoned."""
         inbox = self._inbox
+        pending = self._pending
         done = False
         try:
-            pending: list[tuple[str, tuple[Any, float]]] = []
             while True:
                 kind, (value, at) = pending.pop(0) if pending else await inbox.get()
                 if kind == "token":
@@ -656,12 +908,16 @@ class _Run:
                         yield delta, None
                     continue
                 done = True
+                if kind == "shutdown" or self.shut_down:
+                    self._finish("shutdown", at, count=False)
+                    yield "", "error"
+                    return
                 if value.startswith("error"):
                     self.error = value
                     self._finish("error", at)
                     yield "", "error"
                     return
-                self._finish(value, at)
+                self._finish(value, at, count=not self._abandoned)
                 yield self.text.flush(), value
                 return
         finally:
@@ -680,8 +936,9 @@ class _Run:
             self.metrics.itl.observe(at - self._last_token_s)
         self._last_token_s = at
 
-    def _finish(self, reason: str, at: float) -> None:
+    def _finish(self, reason: str, at: float, count: bool = True) -> None:
         self.finish_reason = reason
         self._finished_s = at
         self.metrics.e2e.observe(at - self.request.arrival_s)
-        self.metrics.requests.labels(finished_reason=reason).inc()
+        if count:  # an abandoned request was counted when it was abandoned
+            self.metrics.requests.labels(finished_reason=reason).inc()

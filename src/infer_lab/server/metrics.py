@@ -76,13 +76,15 @@ _E2E_BUCKETS = (
 
 
 class _EngineCollector:
-    """Reads the backend's live numbers when Prometheus scrapes."""
+    """Reads the backend's (and the server's) live numbers when Prometheus scrapes."""
 
     def __init__(self, stats: Callable[[], dict[str, float]]):
-        self._stats = stats
+        self._sources = [stats]
 
     def collect(self):
-        s = self._stats()
+        s: dict[str, float] = {}
+        for source in self._sources:
+            s.update(source())
         yield GaugeMetricFamily(
             PREFIX + "num_requests_running",
             "Requests being generated now.",
@@ -93,6 +95,28 @@ class _EngineCollector:
             "Requests queued, not started.",
             value=s.get("waiting", 0.0),
         )
+        for key, name, doc in (
+            ("queue_limit", "num_requests_waiting_limit",
+             "Requests that may wait for a slot; more get a 503."),
+            ("tokenizer_queue", "num_prompts_tokenizing", "Prompts in or waiting for the tokenizer."),
+            ("tokenizer_queue_limit", "num_prompts_tokenizing_limit",
+             "Prompts that may wait for the tokenizer; more get a 503."),
+            ("connections_open", "connections_open", "Open HTTP connections."),
+            ("connections_limit", "connections_limit",
+             "Open connections allowed; past it the oldest idle or slow one is closed."),
+        ):
+            if key in s:
+                yield GaugeMetricFamily(PREFIX + name, doc, value=s[key])
+        if "connections_closed_header_timeout" in s:
+            closed = CounterMetricFamily(
+                PREFIX + "connections_closed",
+                "Connections the server closed: headers or body not sent in time, "
+                "or the oldest idle/slow one closed to stay under the cap.",
+                labels=["reason"],
+            )
+            for reason in ("header_timeout", "body_timeout", "evicted", "refused"):
+                closed.add_metric([reason], s.get(f"connections_closed_{reason}", 0.0))
+            yield closed
         if "kv_blocks_total" in s:
             used, total = s.get("kv_blocks_used", 0.0), s["kv_blocks_total"]
             yield GaugeMetricFamily(
@@ -140,7 +164,8 @@ class ServerMetrics:
 
     def __init__(self, stats: Callable[[], dict[str, float]]):
         self.registry = CollectorRegistry()
-        self.registry.register(_EngineCollector(stats))
+        self._live = _EngineCollector(stats)
+        self.registry.register(self._live)
         r = self.registry
         self.ttft = Histogram(
             PREFIX + "time_to_first_token_seconds",
@@ -175,13 +200,32 @@ class ServerMetrics:
         )
         self.requests = Counter(
             PREFIX + "request_success",
-            "Finished requests by finish reason.",
+            "Finished requests by finish reason: stop, length, error, or ended early: cancelled "
+            "(client gone), client_too_slow (stopped reading), queue_timeout, shutdown.",
             ["finished_reason"],
             registry=r,
         )
         self.errors = Counter(
             PREFIX + "request_errors", "Rejected requests by HTTP status.", ["status"], registry=r
         )
+
+        self.rejected = Counter(
+            PREFIX + "request_rejected",
+            "Requests refused with a 503 because the server was full: queue_full, "
+            "queue_timeout, tokenizer_busy.",
+            ["reason"],
+            registry=r,
+        )
+        self.client_gone = Counter(
+            PREFIX + "client_disconnects",
+            "Clients that hung up before their request was read (stage=body); not errors.",
+            ["stage"],
+            registry=r,
+        )
+
+    def add_live(self, stats: Callable[[], dict[str, float]]) -> None:
+        """Another source of live numbers read at scrape time (queue sizes, connections)."""
+        self._live._sources.append(stats)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

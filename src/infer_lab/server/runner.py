@@ -10,6 +10,17 @@ from typing import Any
 
 from .app import DEFAULT_MAX_BODY_BYTES, ServerConfig, create_app
 
+# ServerConfig fields build_app passes through (limits of the server, not of the engine).
+SERVER_LIMITS = (
+    "tokenizer_queue",
+    "max_queued",
+    "queue_timeout_s",
+    "stream_buffer_tokens",
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_connections",
+)
+
 ENGINES = ("ours", "hf")
 
 
@@ -50,13 +61,17 @@ def build_app(
     default_max_tokens: int = 256,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     protect_metrics: bool = False,
-    **engine_options: Any,
+    **options: Any,
 ):
     """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`).
 
     ``max_body_bytes``: larger request bodies get a 413. ``protect_metrics``: ``/metrics``
     needs the API key too (by default it is open, as in vLLM, for Prometheus scrapers).
+    ``options`` named in :data:`SERVER_LIMITS` are :class:`.app.ServerConfig` fields (queue
+    and connection limits, timeouts in seconds); the others go to the engine.
     """
+    limits = {k: options.pop(k) for k in SERVER_LIMITS if k in options}
+    engine_options = options
     if lm.tokenizer is None:
         raise ValueError(
             f"{lm.name} has no tokenizer, so it cannot serve text; use a model with one"
@@ -79,8 +94,52 @@ def build_app(
         vocab_size=int(getattr(lm.config, "vocab_size", 0)) or None,
         max_body_bytes=max_body_bytes,
         protect_metrics=protect_metrics,
+        **limits,
     )
     return create_app(backend, lm.tokenizer, cfg)
+
+
+def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, log_level: str):
+    """A uvicorn server for an app of :func:`create_app`, with its connection guard.
+
+    Past ``shutdown_timeout_s`` the app itself ends what still runs (error events, 503
+    bodies); uvicorn gets two more seconds before it cancels the tasks, so its bare 500s and
+    cut streams are not what a client sees.
+    """
+    import uvicorn
+
+    from .guard import GuardStats, guarded_h11
+
+    cfg = app.state.config
+    stats = GuardStats()
+    protocol = guarded_h11(cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections, stats)
+    app.state.metrics.add_live(
+        lambda: {
+            "connections_open": float(stats.open),
+            "connections_limit": float(protocol.max_open),
+            "connections_closed_header_timeout": float(stats.header_timeouts),
+            "connections_closed_body_timeout": float(stats.body_timeouts),
+            "connections_closed_evicted": float(stats.evicted),
+            "connections_closed_refused": float(stats.refused),
+        }
+    )
+    app.state.guard_stats = stats
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            app.state.begin_shutdown(shutdown_timeout_s)
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        http=protocol,
+        timeout_graceful_shutdown=shutdown_timeout_s + 2.0,
+    )
+    return Server(config)
 
 
 class ServerThread:
@@ -93,18 +152,8 @@ class ServerThread:
         port: int | None = None,
         shutdown_timeout_s: float = 5.0,
     ):
-        import uvicorn
-
         self.host, self.port = host, port or free_port(host)
-        config = uvicorn.Config(
-            app,
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=shutdown_timeout_s,
-        )
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn_server(app, self.host, self.port, shutdown_timeout_s, "warning")
         self.thread = threading.Thread(
             target=self.server.run, name=f"uvicorn-{self.port}", daemon=True
         )
@@ -154,8 +203,6 @@ def serve(
     **engine_options: Any,
 ) -> None:
     """Serve in the foreground until Ctrl-C / SIGTERM; in-flight requests get ``shutdown_timeout_s`` to finish."""
-    import uvicorn
-
     app = build_app(
         lm,
         engine,
@@ -166,6 +213,4 @@ def serve(
         protect_metrics=protect_metrics,
         **engine_options,
     )
-    uvicorn.run(
-        app, host=host, port=port, log_level="info", timeout_graceful_shutdown=shutdown_timeout_s
-    )
+    uvicorn_server(app, host, port, shutdown_timeout_s, "info").run()

@@ -1,0 +1,181 @@
+"""Connections that never finish sending are closed, and open connections are capped.
+
+Uvicorn's own timeout (``timeout_keep_alive``) only starts after a response: a client that
+connects and sends nothing, or sends its headers one byte every few seconds (slowloris),
+holds a socket and a file descriptor forever, before any route or API key is checked. A
+thousand such sockets exhaust the descriptors and every client then fails.
+
+:func:`guarded_h11` is uvicorn's h11 protocol with three additions, all at the connection level:
+
+- **a header deadline**: the request line and headers must all arrive within
+  ``header_timeout_s`` of the connection (or of its first byte after a keep-alive pause).
+  The deadline is absolute: trickling one byte at a time does not extend it;
+- **a body deadline**: the whole body must arrive within ``body_timeout_s`` of the headers;
+- **a cap on open connections**: past ``max_connections``, a new connection closes the oldest
+  one that is not in the middle of a request (idle, or still sending its headers), so slow
+  sockets are the ones that go, never a request being served. If every connection is serving
+  a request, the new one is closed instead.
+
+A connection past a deadline gets ``408 Request Timeout`` and is closed. Its handler, if one
+started, sees the client as gone, as for any disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# Written raw: before the headers are complete, h11 cannot send a response yet.
+_TIMEOUT_BODY = b"the request was not sent in time\n"
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+)
+# Asyncio's default pauses a response only past 64 KiB of unsent bytes; a smaller mark
+# makes a client that stops reading visible sooner (see app.py: slow readers).
+WRITE_HIGH_WATER_BYTES = 16 * 1024
+
+
+def default_max_connections(reserve: int = 48, ceiling: int = 1024) -> int:
+    """Open connections to allow: the soft file-descriptor limit less ``reserve`` for the
+    model files, logs and the engine, at most ``ceiling`` and at least 8."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return ceiling
+    return max(8, min(ceiling, int(soft) - reserve))
+
+
+class GuardStats:
+    """Counts of what the guard did, for ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.header_timeouts = 0
+        self.body_timeouts = 0
+        self.evicted = 0
+        self.refused = 0
+        self.open = 0
+
+
+def guarded_h11(
+    header_timeout_s: float = 10.0,
+    body_timeout_s: float = 30.0,
+    max_connections: int | None = None,
+    stats: GuardStats | None = None,
+) -> type[H11Protocol]:
+    """Uvicorn's h11 protocol with header/body deadlines (seconds) and a connection cap.
+
+    Pass the result as ``uvicorn.Config(http=...)``. ``max_connections`` defaults to
+    :func:`default_max_connections`.
+    """
+    if header_timeout_s <= 0 or body_timeout_s <= 0:
+        raise ValueError(
+            f"timeouts must be > 0 s, got header {header_timeout_s}, body {body_timeout_s}"
+        )
+    cap = max_connections if max_connections is not None else default_max_connections()
+    if cap < 1:
+        raise ValueError(f"max_connections must be >= 1, got {cap}")
+    counts = stats or GuardStats()
+
+    class GuardedH11Protocol(H11Protocol):
+        guard_stats = counts
+        max_open = cap
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._deadline: asyncio.TimerHandle | None = None
+            self._reading_body = False
+            self._waiting_since = 0.0
+
+        # --- connection life ----------------------------------------------------------------
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+            self._waiting_since = self.loop.time()
+            self._arm(header_timeout_s, body=False)
+            if len(self.connections) > self.max_open:
+                self._make_room()
+            counts.open = len(self.connections)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+            counts.open = len(self.connections)
+
+        def _between_requests(self) -> bool:
+            """Idle or still sending headers: closing it loses no work."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def _make_room(self) -> None:
+            candidates = [
+                c
+                for c in self.connections
+                if c is not self
+                and isinstance(c, GuardedH11Protocol)
+                and c._between_requests()
+                and not c.transport.is_closing()
+            ]
+            if not candidates:
+                counts.refused += 1
+                self.transport.close()
+                return
+            oldest = min(candidates, key=lambda c: c._waiting_since)
+            counts.evicted += 1
+            oldest._close(timed_out=False)
+
+        # --- deadlines ----------------------------------------------------------------------
+        def _arm(self, seconds: float, body: bool) -> None:
+            self._disarm()
+            self._reading_body = body
+            self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self._between_requests():
+                # The first byte of a new request on a kept-alive connection.
+                self._waiting_since = self.loop.time()
+                self._arm(header_timeout_s, body=False)
+            cycle_before = self.cycle
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                if cycle is not cycle_before and cycle.more_body:
+                    self._arm(body_timeout_s, body=True)  # headers in: now the body's turn
+                elif not cycle.more_body:
+                    self._disarm()  # the whole request is in
+
+        def on_response_complete(self) -> None:
+            self._waiting_since = self.loop.time()
+            super().on_response_complete()
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            if self._reading_body:
+                if self.cycle is None or not self.cycle.more_body:
+                    return
+                counts.body_timeouts += 1
+            elif not self._between_requests():
+                return
+            else:
+                counts.header_timeouts += 1
+            self._close(timed_out=True)
+
+        def _close(self, timed_out: bool) -> None:
+            self._disarm()
+            cycle = self.cycle
+            if timed_out and (cycle is None or cycle.response_complete or not cycle.response_started):
+                try:
+                    self.transport.write(_TIMEOUT_RESPONSE)
+                except Exception:  # the socket may already be broken: closing is what matters
+                    pass
+            self.transport.close()
+
+    return GuardedH11Protocol
