@@ -26,18 +26,34 @@ Then, from another terminal:
        -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
 
 or the official client:  openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none").
-It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set --api-key). With --api-key,
-/v1/* and /version need 'Authorization: Bearer KEY'; /health stays open, and so does /metrics
-(as in vLLM, for Prometheus scrapers) unless you add --protect-metrics.
+It binds 127.0.0.1 only unless you pass --host 0.0.0.0 (then set a key). Give the key in the
+environment variable INFER_LAB_API_KEY or in a file (--api-key-file PATH): --api-key KEY works
+too, but every local user can read a command line (ps, /proc/PID/cmdline). With a key,
+/v1/*, /version and /openapi.json need 'Authorization: Bearer KEY'; /health stays open, and so
+does /metrics (as in vLLM, for Prometheus scrapers) unless you add --protect-metrics.
+
+Hostile or broken clients cannot hold the server:
+  a connection must send its headers within --header-timeout s and its body within
+  --body-timeout s (408, closed); at most --max-connections stay open (past that the oldest
+  idle or slow one is closed); at most --max-queued requests wait for an engine slot and
+  none longer than --queue-timeout s (503 with Retry-After); a stream whose client stops
+  reading is cancelled once --stream-buffer-tokens tokens wait for it, and its KV freed.
+  A prompt longer than the context, judged from its byte length, is refused before it is
+  tokenized. /metrics shows the queues, the open connections and what was refused.
 
 Bodies must be JSON with 'Content-Type: application/json' (anything else gets a 415) and at
 most --max-body-bytes long (413). Token ids must be in the model's vocabulary, a seed a
-signed 64-bit integer, and stop at most 4 strings of at most 256 characters (400).
-The OpenAPI description of every route and body is at GET /openapi.json.
+signed 64-bit integer, stop at most 4 strings of at most 256 characters, messages at most
+2048 (400). Parameters the server does not implement (tools, response_format, echo, best_of,
+suffix, logprobs, n > 1, penalties) and unknown ones get a 400 that names them: never a 200
+that silently ignores them. The OpenAPI description of every route and body is at
+GET /openapi.json.
 
 Ctrl-C stops accepting requests and lets in-flight ones finish for up to --shutdown-timeout
-seconds, then cancels them.
+seconds; then streams end with an error event and other requests get a 503 error body.
 """
+
+API_KEY_ENV = "INFER_LAB_API_KEY"
 
 
 def add_arguments(p) -> None:
@@ -57,7 +73,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--api-key",
         default=None,
-        help="require 'Authorization: Bearer KEY' on /v1/ endpoints and /version",
+        help="require 'Authorization: Bearer KEY' on /v1/*, /version and /openapi.json; "
+        f"prefer ${API_KEY_ENV} or --api-key-file (a command line is visible to local users)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="PATH",
+        help="read the API key from this file (its first line)",
     )
     p.add_argument(
         "--protect-metrics",
@@ -79,11 +102,27 @@ def add_arguments(p) -> None:
         default=None,
         help="prompt + answer limit in tokens (default: the model's max_position_embeddings)",
     )
+    lim = p.add_argument_group("limits against slow, silent or greedy clients")
+    lim.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                     help="seconds a connection has to send its request line and headers (default 10)")
+    lim.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                     help="seconds a request has to send its whole body after its headers (default 30)")
+    lim.add_argument("--max-connections", type=int, default=None, metavar="N",
+                     help="open connections allowed; past it the oldest idle or slow one is closed "
+                          "(default: the file-descriptor limit less 48, at most 1024)")
+    lim.add_argument("--max-queued", type=int, default=512, metavar="N",
+                     help="requests that may wait for an engine slot; more get a 503 (default 512)")
+    lim.add_argument("--queue-timeout", type=float, default=300.0, metavar="S",
+                     help="seconds a request may wait for its first token before a 503 (default 300)")
+    lim.add_argument("--stream-buffer-tokens", type=int, default=256, metavar="N",
+                     help="tokens a stream may hold for a client that stopped reading, beyond the "
+                          "socket buffers, before it is cancelled (default 256)")
     p.add_argument(
         "--shutdown-timeout",
         type=float,
         default=30.0,
-        help="seconds in-flight requests get to finish on Ctrl-C before they are cancelled",
+        help="seconds in-flight requests get to finish on Ctrl-C; then they are cancelled, "
+        "streams with an error event, the others with a 503 error body",
     )
     g = p.add_argument_group("engine flags (--engine ours)")
     g.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
@@ -124,6 +163,29 @@ def _parse_options(items: list[str]) -> dict:
     return out
 
 
+def resolve_api_key(args, environ=None) -> str | None:
+    """The key from --api-key, --api-key-file or $INFER_LAB_API_KEY (at most one of them)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    given = {
+        "--api-key": args.api_key,
+        "--api-key-file": args.api_key_file,
+        f"${API_KEY_ENV}": environ.get(API_KEY_ENV) or None,
+    }
+    chosen = [name for name, value in given.items() if value]
+    if len(chosen) > 1:
+        raise ValueError(f"give the API key one way only, got {' and '.join(chosen)}")
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
+        return key
+    return args.api_key or environ.get(API_KEY_ENV) or None
+
+
 def run(args) -> int:
     import sys
 
@@ -136,8 +198,9 @@ def run(args) -> int:
     max_body = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
     if max_body < 1:
         raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
-    if args.protect_metrics and not args.api_key:
-        raise ValueError("--protect-metrics needs --api-key")
+    api_key = resolve_api_key(args)
+    if args.protect_metrics and not api_key:
+        raise ValueError(f"--protect-metrics needs an API key (--api-key-file, ${API_KEY_ENV})")
     options = _parse_options(args.engine_option)
     if args.kv_dtype != "auto":
         options["kv_dtype"] = args.kv_dtype
@@ -145,7 +208,7 @@ def run(args) -> int:
         options.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
     if options and args.engine == "hf":
         raise ValueError("--engine-option, --kv-dtype and --speculative apply to --engine ours only")
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
@@ -157,12 +220,18 @@ def run(args) -> int:
         engine=args.engine,
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_key=api_key,
         served_model_name=args.served_model_name,
         max_model_len=args.max_model_len,
         shutdown_timeout_s=args.shutdown_timeout,
         max_body_bytes=max_body,
         protect_metrics=args.protect_metrics,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
+        max_queued=args.max_queued,
+        queue_timeout_s=args.queue_timeout,
+        stream_buffer_tokens=args.stream_buffer_tokens,
         **options,
     )
     return 0

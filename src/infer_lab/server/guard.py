@@ -12,9 +12,9 @@ thousand such sockets exhaust the descriptors and every client then fails.
   The deadline is absolute: trickling one byte at a time does not extend it;
 - **a body deadline**: the whole body must arrive within ``body_timeout_s`` of the headers;
 - **a cap on open connections**: past ``max_connections``, a new connection closes the oldest
-  one that is not in the middle of a request (idle, or still sending its headers), so slow
-  sockets are the ones that go, never a request being served. If every connection is serving
-  a request, the new one is closed instead.
+  one that is idle or still sending its headers, else the oldest still sending its body, so
+  slow sockets are the ones that go, never a request being answered. If every connection is
+  being answered, the new one is closed instead.
 
 A connection past a deadline gets ``408 Request Timeout`` and is closed. Its handler, if one
 started, sees the client as gone, as for any disconnect.
@@ -108,22 +108,30 @@ def guarded_h11(
             """Idle or still sending headers: closing it loses no work."""
             return self.cycle is None or self.cycle.response_complete
 
+        def _still_uploading(self) -> bool:
+            """Its body is still arriving: closing it loses only the upload."""
+            cycle = self.cycle
+            return cycle is not None and cycle.more_body and not cycle.response_started
+
         def _make_room(self) -> None:
-            candidates = [
+            others = [
                 c
                 for c in self.connections
                 if c is not self
                 and isinstance(c, GuardedH11Protocol)
-                and c._between_requests()
                 and not c.transport.is_closing()
             ]
-            if not candidates:
-                counts.refused += 1
-                self.transport.close()
-                return
-            oldest = min(candidates, key=lambda c: c._waiting_since)
-            counts.evicted += 1
-            oldest._close(timed_out=False)
+            for may_go in (GuardedH11Protocol._between_requests, GuardedH11Protocol._still_uploading):
+                candidates = [c for c in others if may_go(c)]
+                if candidates:
+                    oldest = min(candidates, key=lambda c: c._waiting_since)
+                    counts.evicted += 1
+                    oldest._close(timed_out=False)
+                    return
+            # Every other connection is being answered: this one waits for nothing but a slot.
+            counts.refused += 1
+            self._disarm()
+            self.transport.close()
 
         # --- deadlines ----------------------------------------------------------------------
         def _arm(self, seconds: float, body: bool) -> None:
