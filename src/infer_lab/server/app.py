@@ -40,6 +40,7 @@ import asyncio
 import functools
 import hmac
 import json
+import logging
 import time
 import uuid
 import warnings
@@ -51,10 +52,13 @@ from typing import Any
 
 import math
 
+import pydantic_core
+
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -72,6 +76,7 @@ from .schemas import (
 )
 from .text import TextStream
 
+logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 2 * 2**20  # 2 MiB: far more text than any context holds
 
 
@@ -246,6 +251,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         docs_url=None,
         redoc_url=None,
     )
+    app.router.route_class = _FastJSONRoute
     app.state.backend, app.state.metrics, app.state.config = backend, metrics, config
     app.state.draining = False
     metrics.add_live(
@@ -505,6 +511,32 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         }
 
     return app
+
+
+class _FastJSONRequest(Request):
+    """A request whose JSON body is parsed by pydantic's Rust parser (jiter): about half the
+    time of ``json.loads`` on a 1.8 MB body, time during which the event loop serves nobody.
+    A body it refuses (invalid JSON, lone surrogates, UTF-16) goes to ``json.loads``, so the
+    errors and the accepted inputs stay exactly what they were."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = pydantic_core.from_json(body, cache_strings="keys")
+            except ValueError:
+                self._json = json.loads(body)
+        return self._json
+
+
+class _FastJSONRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def with_fast_json(request: Request) -> Any:
+            return await handler(_FastJSONRequest(request.scope, request.receive))
+
+        return with_fast_json
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -851,6 +883,11 @@ class _Run:
             # client's socket is full. Generating on only holds a slot and KV blocks.
             self.stalled = True
             self.abandon("client_too_slow")
+            logger.info(
+                "request %s cancelled: its client read nothing while %d tokens waited "
+                "(%d generated)", self.request.request_id, self._inbox.qsize(),
+                self.completion_tokens + self._inbox.qsize(),
+            )
 
     def abandon(self, reason: str = FINISH_CANCELLED) -> None:
         """Cancel the backend request if it has not finished (the client is gone, too slow,
