@@ -372,7 +372,10 @@ def run_engine(args) -> int:
                   f"{result[f'speedup_vs_{key}']:.2f}x ({same})")
     if "fraction_of_roofline_bound" in result:
         b = result["roofline_bound"]
-        print(f"roofline bound on this machine's measured ceilings ({b['roof']}): "
-              f"{b['output_tokens_per_s']:.1f} tok/s -> engine at {result['fraction_of_roofline_bound']:.0%}")
+        print(f"roofline bound on this machine's measured ceilings ({b['roof']}), {b['requests']} requests "
+              f"at concurrency {b['concurrency']}: {b['output_tokens_per_s']:.1f} tok/s -> engine at "
+              f"{result['fraction_of_roofline_bound']:.0%} (bound one at a time: "
+              f"{result['roofline_bound_batch_1']['output_tokens_per_s']:.1f} tok/s; all in one batch: "
+              f"{result['roofline_bound_batch_n']['output_tokens_per_s']:.1f} tok/s)")
     print(f"[{result['environment']['hardware']}, {result['threads']} torch threads]")
     return 0
