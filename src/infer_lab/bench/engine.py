@@ -144,6 +144,7 @@ def timed_engine_run(
         "cuda_graphs": bool(runner and runner.use_cuda_graphs),
         "fused_projections": config.fuse_projections,
         "prepacked_weights": engine.prepacked_weights,
+        "gemm_plan": engine.gemm_plan.as_dict(),
         "compiled": config.compile_layers,
         "static_steps": runner.steps if runner else 0,
         "graphs_captured": len(runner.graphs) if runner else 0,

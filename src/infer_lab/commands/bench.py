@@ -363,6 +363,7 @@ def run_engine(args) -> int:
         + f"), fused projections {path['fused_projections']}, prepacked weights "
         f"{path['prepacked_weights']}, compiled {path['compiled']}"
     )
+    print(f"GEMM path: {path['gemm_plan']['summary']} ({path['gemm_plan']['source']})")
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
                        ("hf_continuous", "HF continuous batching"),
                        ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)")):
