@@ -49,7 +49,9 @@ def test_prepacking_refuses_what_it_cannot_pack():
 @pytest.mark.parametrize("setting", [None, True, False], ids=["auto", "on", "off"])
 def test_engine_matches_transformers_prepacked_or_not(model, prompts, reference, setting):
     engine = Engine(model, EngineConfig(max_num_seqs=20, prepack_weights=setting))
-    assert engine.prepacked_weights is (setting is not False)  # auto: on, on a CPU with room
+    plan = engine.gemm_plan
+    assert plan.source == {None: "measured", True: "forced on", False: "forced off"}[setting]
+    assert engine.prepacked_weights is plan.any_prepacked  # auto: wherever it measured faster
     assert engine.model.is_prepacked is engine.prepacked_weights
     outs = engine.generate(prompts, SamplingParams(max_tokens=NEW_TOKENS))
     assert [o.token_ids for o in outs] == reference
@@ -129,3 +131,56 @@ def test_bench_gemm_command_prints_json_and_refuses_bad_batches(capsys, tmp_path
     assert [r["batch"] for r in printed["rows"]] == [2] and printed["threads"] >= 1
     assert printed["command"].startswith("infer-lab bench gemm")
     assert main(["bench", "gemm", "--batches", "0"]) == 2
+
+
+def test_a_gemm_plan_is_chosen_from_timings():
+    from infer_lab.engine.gemm_choice import GemmPlan, choose
+
+    # Slower prepacked at one row (as on a Sapphire Rapids), faster from 4 rows on.
+    plan = choose([1, 4, 16], plain_ms=[10.0, 20.0, 30.0], prepacked_ms=[12.0, 10.0, 15.0])
+    assert plan.prepacked == (False, True, True) and plan.any_prepacked
+    assert [plan.use_prepacked(n) for n in (1, 2, 3, 4, 15, 16, 5000)] == [False] * 3 + [True] * 4
+    assert plan.describe() == "plain from 1 row, prepacked from 4 rows"
+    assert plan.as_dict()["buckets"][0] == {"rows": 1, "prepacked": False, "plain_ms": 10.0, "prepacked_ms": 12.0}
+    # Within the margin (5%) the plain path wins: no second copy of the weights for nothing.
+    assert choose([1], [10.0], [9.6]).prepacked == (False,)
+    assert choose([1], [10.0], [9.4]).prepacked == (True,)
+    assert choose([1], [10.0], [9.6], margin=0.0).prepacked == (True,)
+    assert GemmPlan.always(True).use_prepacked(1) and not GemmPlan.always(False).use_prepacked(999)
+    with pytest.raises(ValueError, match="one entry"):
+        choose([1, 4], [1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="> 0"):
+        choose([1], [0.0], [1.0])
+    with pytest.raises(ValueError, match="ascending"):
+        GemmPlan((4, 1), (True, False))
+
+
+def test_measured_plan_times_both_paths_on_a_model(model):
+    from infer_lab.engine import gemm_choice
+
+    plan = gemm_choice.measure_plan(model.gemm_weights(), model.prepacked().gemm_weights(), rows=(1, 8),
+                                    rounds=1)
+    assert plan.rows == (1, 8) and plan.source == "measured" and plan.threads == torch.get_num_threads()
+    assert all(t > 0 for t in plan.plain_ms + plan.prepacked_ms)
+    # a pass over all the weights at small batches (they must stream from memory), fewer above
+    weights = model.gemm_weights()
+    assert gemm_choice._count_for(1, weights) == len(weights)
+    assert 8 <= gemm_choice._count_for(256, weights) < len(weights)
+
+
+def test_engine_follows_its_plan_per_step_and_stays_token_identical(model, prompts, reference, monkeypatch):
+    from infer_lab.engine import gemm_choice
+    from infer_lab.engine.gemm_choice import choose
+
+    # Plain at one row (a lone decode), prepacked from 2 rows: both paths run in one generation.
+    fake = choose([1, 2], plain_ms=[1.0, 2.0], prepacked_ms=[2.0, 1.0])
+    monkeypatch.setattr(gemm_choice, "plan_for", lambda *a, **k: fake)
+    engine = Engine(model, EngineConfig(max_num_seqs=1))
+    assert engine.gemm_plan is fake and engine.model.is_prepacked
+    used = []
+    for m in (engine.model, engine.model.plain):
+        monkeypatch.setattr(m, "forward", lambda *a, _m=m, _f=m.forward, **k: used.append(_m) or _f(*a, **k))
+    outs = engine.generate(prompts[:3], SamplingParams(max_tokens=NEW_TOKENS))
+    assert [o.token_ids for o in outs] == reference[:3]
+    assert {m.is_prepacked for m in used} == {True, False}  # prefills packed, lone decodes plain
+    assert_pool_clean(engine)

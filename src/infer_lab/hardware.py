@@ -50,6 +50,39 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+cpu_model = _cpu_model  # the public name: the CPU's model string, e.g. "AMD EPYC"
+
+# The CPU features that decide which kernels PyTorch can use for the course's GEMMs.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+             "amx_int8")
+
+
+@lru_cache(maxsize=1)
+def cpu_features() -> dict[str, Any]:
+    """The CPU's model, the :data:`CPU_FLAGS` it has (from /proc/cpuinfo) and PyTorch's CPU capability.
+
+    ``capability`` is what PyTorch's own kernels dispatch to (``AVX512``, ``AVX2``, ...);
+    ``amx`` is True when the CPU has AMX tiles for bf16 (``amx_bf16``), which oneDNN uses for
+    bf16 matmuls.
+    """
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # an old or unusual build: say so rather than fail
+        capability = None
+    return {"model": _cpu_model(), "flags": [f for f in CPU_FLAGS if f in flags],
+            "amx": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
+            "capability": capability}
+
+
 def _ram_bytes() -> tuple[int, int]:
     total = free = 0
     try:

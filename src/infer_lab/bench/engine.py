@@ -144,6 +144,7 @@ def timed_engine_run(
         "cuda_graphs": bool(runner and runner.use_cuda_graphs),
         "fused_projections": config.fuse_projections,
         "prepacked_weights": engine.prepacked_weights,
+        "gemm_plan": engine.gemm_plan.as_dict(),
         "compiled": config.compile_layers,
         "static_steps": runner.steps if runner else 0,
         "graphs_captured": len(runner.graphs) if runner else 0,
@@ -292,15 +293,36 @@ def compare_with_hf(
         from .predicted import throughput_bound
 
         roof = measured_roof(measure_ceilings(lm.device, quick=False))
-        bound = throughput_bound(shape_of(lm), roof, requests, prompt_len, output_len, dtype_name(lm))
-        result["roofline_bound"] = bound
-        result["fraction_of_roofline_bound"] = median["engine"] / bound["output_tokens_per_s"]
+        bounds = roofline_bounds(shape_of(lm), roof, requests, concurrency, prompt_len, output_len,
+                                 dtype_name(lm))
+        result.update(bounds)
+        result["fraction_of_roofline_bound"] = (
+            median["engine"] / bounds["roofline_bound"]["output_tokens_per_s"])
     for name in names[1:]:
         key = name.replace("-", "_")
         result[f"baseline_{key}_tokens_per_s"] = median[name]
         result[f"speedup_vs_{key}"] = median["engine"] / median[name]
         result[f"identical_to_{key}"] = outputs["engine"] == outputs[name]
     return result
+
+
+def roofline_bounds(shape: Any, roof: Any, requests: int, concurrency: int, prompt_len: int,
+                    output_len: int, dtype: str) -> dict[str, dict[str, Any]]:
+    """Three throughput bounds (:func:`~.predicted.throughput_bound`) for a uniform workload.
+
+    ``roofline_bound``: the workload actually run, ``concurrency`` requests at a time;
+    ``roofline_bound_batch_1``: one request at a time; ``roofline_bound_batch_n``: all
+    ``requests`` in one batch. A fraction of the first one is what the engine reached.
+    """
+    from .predicted import throughput_bound
+
+    def bound(c: int) -> dict[str, Any]:
+        return throughput_bound(shape, roof, requests, prompt_len, output_len, dtype, concurrency=c)
+
+    run = bound(concurrency)
+    one = run if concurrency == 1 else bound(1)
+    everyone = run if concurrency >= requests else bound(requests)
+    return {"roofline_bound": run, "roofline_bound_batch_1": one, "roofline_bound_batch_n": everyone}
 
 
 def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) -> dict[str, Any]:

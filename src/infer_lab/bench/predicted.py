@@ -132,37 +132,51 @@ def throughput_bound(
     prompt_len: int,
     output_len: int,
     dtype: str = "bf16",
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
-    """The most output tokens/s any engine could reach on ``roof`` for one batch workload.
+    """The most output tokens/s any engine could reach on ``roof`` for one uniform workload.
 
     ``requests`` prompts of ``prompt_len`` tokens arrive together and each generates
-    ``output_len`` tokens: one prefill of all prompts (its last position gives the first token)
-    and ``output_len - 1`` decode steps of the whole batch, each at its growing context. Every
-    op runs exactly at the roof (no launch gaps, perfect kernels), so a measured run can only be
-    slower. Useful next to a target: a target close to this bound needs near-peak kernels.
+    ``output_len`` tokens, at most ``concurrency`` of them at a time (default: all of them).
+    They run in waves of ``min(concurrency, left)`` requests: one prefill of the wave's prompts
+    (its last position gives the first token), then ``output_len - 1`` decode steps of the whole
+    wave, each at its growing context. With ``concurrency=1`` that is one user at a time, the
+    batch-1 bound; with ``concurrency >= requests``, one batch of all. Every op runs exactly at
+    the roof (no launch gaps, perfect kernels), so a measured run can only be slower.
 
-    Returns seconds for ``prefill_s``, ``decode_s``, ``total_s`` and ``output_tokens_per_s``.
+    Returns seconds for ``prefill_s``, ``decode_s``, ``total_s`` (all waves together),
+    ``output_tokens_per_s``, and ``concurrency`` and ``waves``.
     """
+    concurrency = requests if concurrency is None else concurrency
     for name, value in (
         ("requests", requests),
         ("prompt_len", prompt_len),
         ("output_len", output_len),
+        ("concurrency", concurrency),
     ):
         require_positive(name, value)
     kw = {"weight_dtype": dtype, "kv_dtype": dtype, "act_dtype": dtype, "logits": "last"}
-    prefill = predict_prefill(model, roof, requests, prompt_len, **kw)
-    decode_s = sum(
-        predict_decode(model, roof, requests, prompt_len + i + 1, **kw).time_s
-        for i in range(output_len - 1)
-    )
-    total = prefill.time_s + decode_s
+    waves = [min(concurrency, requests - start) for start in range(0, requests, concurrency)]
+    prefill_s = prefill_flops = decode_s = 0.0
+    for batch in sorted(set(waves)):  # equal waves cost the same: predict each size once
+        count = waves.count(batch)
+        prefill = predict_prefill(model, roof, batch, prompt_len, **kw)
+        prefill_s += count * prefill.time_s
+        prefill_flops += count * prefill.flops
+        decode_s += count * sum(
+            predict_decode(model, roof, batch, prompt_len + i + 1, **kw).time_s
+            for i in range(output_len - 1)
+        )
+    total = prefill_s + decode_s
     return {
         "requests": requests,
+        "concurrency": min(concurrency, requests),
+        "waves": len(waves),
         "prompt_len": prompt_len,
         "output_len": output_len,
         "roof": roof.name,
-        "prefill_s": prefill.time_s,
-        "prefill_flops": prefill.flops,
+        "prefill_s": prefill_s,
+        "prefill_flops": prefill_flops,
         "decode_s": decode_s,
         "total_s": total,
         "output_tokens_per_s": requests * output_len / total,

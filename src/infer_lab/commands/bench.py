@@ -363,6 +363,7 @@ def run_engine(args) -> int:
         + f"), fused projections {path['fused_projections']}, prepacked weights "
         f"{path['prepacked_weights']}, compiled {path['compiled']}"
     )
+    print(f"GEMM path: {path['gemm_plan']['summary']} ({path['gemm_plan']['source']})")
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
                        ("hf_continuous", "HF continuous batching"),
                        ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)")):
@@ -372,7 +373,10 @@ def run_engine(args) -> int:
                   f"{result[f'speedup_vs_{key}']:.2f}x ({same})")
     if "fraction_of_roofline_bound" in result:
         b = result["roofline_bound"]
-        print(f"roofline bound on this machine's measured ceilings ({b['roof']}): "
-              f"{b['output_tokens_per_s']:.1f} tok/s -> engine at {result['fraction_of_roofline_bound']:.0%}")
+        print(f"roofline bound on this machine's measured ceilings ({b['roof']}), {b['requests']} requests "
+              f"at concurrency {b['concurrency']}: {b['output_tokens_per_s']:.1f} tok/s -> engine at "
+              f"{result['fraction_of_roofline_bound']:.0%} (bound one at a time: "
+              f"{result['roofline_bound_batch_1']['output_tokens_per_s']:.1f} tok/s; all in one batch: "
+              f"{result['roofline_bound_batch_n']['output_tokens_per_s']:.1f} tok/s)")
     print(f"[{result['environment']['hardware']}, {result['threads']} torch threads]")
     return 0

@@ -13,6 +13,10 @@ entry from the GPU catalog when there is one, and the *measured* ceilings: the c
   infer-lab env            a readable summary
   infer-lab env --json     the same as JSON (device, ceilings, versions)
   infer-lab env --full     bigger micro-benchmarks (slower, steadier)
+
+On a CPU it also names the CPU's AVX-512 / AMX flags and the GEMM path the engine would
+choose on this machine for the course model's shapes (prepacked oneDNN or plain F.linear, per
+number of rows in a step; measured in under a second, see infer_lab.engine.gemm_choice).
 """
 
 
@@ -35,6 +39,22 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def gemm_plan(model: str = "smollm2-135m") -> dict:
+    """The engine's GEMM plan on this CPU for ``model``'s layer shapes (fp32), as JSON."""
+    import torch
+
+    from ..engine import gemm_choice, prepack
+    from ..shape import model_shape
+
+    if not prepack.available():
+        return {"source": "no oneDNN in this torch", "summary": "plain F.linear at every batch size"}
+    s = model_shape(model)
+    weights = gemm_choice.shape_weights(s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate,
+                                        s.layers, s.vocab)
+    plan = gemm_choice.plan_for(weights).as_dict()
+    return {**plan, "model": model, "dtype": str(torch.float32).replace("torch.", "")}
+
+
 def run(args) -> int:
     import json
 
@@ -46,6 +66,11 @@ def run(args) -> int:
     rows = hardware.ceilings_vs_spec(ceilings, spec)
     data = {"device": info.as_dict(), "catalog": spec.name if spec else None, "ceilings": ceilings.as_dict(),
             "vs_datasheet": rows, "versions": _versions()}
+    if info.kind == "cpu":
+        import torch
+
+        data["cpu"] = {**hardware.cpu_features(), "threads": torch.get_num_threads()}
+        data["gemm_plan"] = gemm_plan()
     if args.json:
         print(json.dumps(data, indent=1))
         return 0
@@ -56,5 +81,14 @@ def run(args) -> int:
         ds = f"{r['datasheet']:.4g}" if r["datasheet"] else "-"
         ratio = f"{r['measured/datasheet']:.0%}" if r["measured/datasheet"] else ""
         print(f"{r['what']:<22}{r['measured']:>10.4g} {r['unit']:<8} datasheet {ds:>8} {ratio}")
+    if info.kind == "cpu":
+        cpu, plan = data["cpu"], data["gemm_plan"]
+        print(f"cpu         {cpu['model']}: {', '.join(cpu['flags']) or 'no AVX2/AVX-512/AMX flags'}; "
+              f"PyTorch kernels {cpu['capability']}; {cpu['threads']} torch threads")
+        print(f"engine GEMM {plan['summary']} ({plan['model']} shapes, {plan['dtype']}, {plan['source']})")
+        for b in plan.get("buckets", []):
+            if b["plain_ms"] is not None:
+                print(f"  {b['rows']:>4} rows: plain {b['plain_ms']:.2f} ms, prepacked {b['prepacked_ms']:.2f} ms"
+                      f" -> {'prepacked' if b['prepacked'] else 'plain'}")
     print("versions    " + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if v))
     return 0

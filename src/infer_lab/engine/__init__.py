@@ -11,6 +11,7 @@ Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in 
 ``prefix_cache``   reusing computed prefixes: hashed blocks or a radix tree
 ``layers``         RMSNorm, RoPE, attention, SwiGLU: the decoder layer, written once
 ``prepack``        GEMM weights reordered once for oneDNN (CPU): the fast small-batch path
+``gemm_choice``    prepacked or plain GEMMs, chosen by timing both on this machine per batch size
 ``model``          the decoder over a flat ragged batch of tokens
 ``graph_runner``   fixed-shape decode steps, replayed from CUDA graphs
 ``engine``         the step loop that ties them together
@@ -20,7 +21,7 @@ Nothing here plots, benchmarks or demonstrates: the course chapters (:mod:`infer
 and :mod:`infer_lab.bench` do that on top of this package.
 """
 
-from . import prepack
+from . import gemm_choice, prepack
 from .config import EngineConfig
 from .engine import Engine, RequestRejected, StepRecord
 from .graph_runner import DecodeBatch, StaticDecodeRunner
@@ -65,5 +66,6 @@ __all__ = [
     "StepRecord",
     "TokenEvent",
     "fuse_projections",
+    "gemm_choice",
     "prepack",
 ]

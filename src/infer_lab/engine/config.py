@@ -33,7 +33,9 @@ class EngineConfig:
         prepack_weights: multiply by copies of the weights reordered once for oneDNN's GEMM
             (:mod:`~.prepack`): on a CPU, 2-3x faster GEMMs at decode's small batches, for one
             more copy of the weights in memory. ``None``: on a CPU, with fused projections, not
-            compiled, fp32 or bf16 weights, when the copy takes at most half the free memory.
+            compiled, fp32 or bf16 weights, when the copy takes at most half the free memory,
+            at the step sizes where it measured faster on this machine (:mod:`~.gemm_choice`,
+            timed once per process); ``True``: at every step size; ``False``: never.
         static_decode: run pure-decode steps through :class:`~.graph_runner.StaticDecodeRunner`
             (fixed padded shapes; paged only; ``None``: on a CUDA device with paged KV).
         cuda_graphs: capture those steps in CUDA graphs (``None``: whenever ``static_decode``

@@ -36,9 +36,10 @@ from typing import Any
 
 import torch
 
-from . import prepack
+from . import gemm_choice, prepack
 from .acceptance import Verdict, verify_greedy, verify_sampling
 from .config import EngineConfig
+from .gemm_choice import GemmPlan
 from .graph_runner import DecodeBatch, StaticDecodeRunner
 from .kv_cache import AttentionMetadata, ContiguousKVCache, NoKVCache, PagedKVCache
 from .layers import LayerFunctions
@@ -50,8 +51,14 @@ from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
 
 
-def use_prepacked_weights(config: EngineConfig, model: EngineModel) -> bool:
-    """Whether an engine with ``config`` multiplies by prepacked weights (see ``prepack_weights``)."""
+def gemm_plan(config: EngineConfig, model: EngineModel) -> GemmPlan:
+    """Which GEMM path an engine with ``config`` takes at each step size (see ``prepack_weights``).
+
+    ``True``: prepacked at every size; ``False`` (or a model that cannot be packed): plain.
+    ``None`` (auto): where prepacking applies (a CPU, fused projections, not compiled, fp32/bf16,
+    a copy that fits in half the free memory), the plan measured on this machine
+    (:func:`~.gemm_choice.plan_for`), else plain.
+    """
     wanted = config.prepack_weights
     ok = prepack.supported(model.device, model.dtype)
     if wanted and not ok:
@@ -60,9 +67,16 @@ def use_prepacked_weights(config: EngineConfig, model: EngineModel) -> bool:
             f"{model.dtype} on {model.device}" + ("" if prepack.available() else " (no oneDNN in this torch)")
         )
     if wanted is None:
-        return (ok and config.fuse_projections and not config.compile_layers
-                and (model.is_prepacked or prepack.fits(model.gemm_weight_bytes())))
-    return wanted
+        if not (ok and config.fuse_projections and not config.compile_layers
+                and (model.is_prepacked or prepack.fits(model.gemm_weight_bytes()))):
+            return GemmPlan.always(False)
+        return gemm_choice.plan_for(model.plain.gemm_weights(), model.prepacked().gemm_weights())
+    return GemmPlan.always(bool(wanted))
+
+
+def use_prepacked_weights(config: EngineConfig, model: EngineModel) -> bool:
+    """Whether an engine with ``config`` multiplies by prepacked weights at any step size."""
+    return gemm_plan(config, model).any_prepacked
 
 
 class RequestRejected(ValueError):
@@ -104,7 +118,8 @@ class Engine:
     ):
         config = config or EngineConfig()
         config.validate()
-        self.prepacked_weights = use_prepacked_weights(config, model)
+        self.gemm_plan = gemm_plan(config, model)
+        self.prepacked_weights = self.gemm_plan.any_prepacked
         model = model.prepacked() if self.prepacked_weights else model.plain
         if draft_model is not None:
             pack_draft = self.prepacked_weights and prepack.supported(draft_model.device, draft_model.dtype)
@@ -362,6 +377,7 @@ class Engine:
             if item.completes_context:  # one row per real last token and per guess
                 sample_rows += range(len(ids) - 1 - len(item.drafts), len(ids))
         device = self.model.device
+        model = self.model if self.gemm_plan.use_prepacked(len(ids)) else self.model.plain
         meta = AttentionMetadata(
             query_lens=[s.num_new_tokens for s in sched.scheduled],
             context_lens=[s.start + s.num_new_tokens for s in sched.scheduled],
@@ -373,7 +389,7 @@ class Engine:
         self.kv.fill_metadata(
             meta, [s.seq for s in sched.scheduled], batched_decode=self.config.batched_decode
         )
-        return self.model.forward(
+        return model.forward(
             torch.tensor(ids, dtype=torch.long, device=device),
             torch.tensor(positions, dtype=torch.long, device=device),
             meta,
