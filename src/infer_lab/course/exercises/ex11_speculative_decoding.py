@@ -9,6 +9,7 @@ import torch
 from ...engine.acceptance import expected_tokens_per_pass, verify_greedy, verify_sampling
 from ...engine.proposers import NgramProposer
 from . import Exercise
+from .checking import plain
 
 NUMBER = "11"
 SLUG = "speculative_decoding"
@@ -51,6 +52,7 @@ def _pairs():
 FIRST_PAIR = "a random draft q vs target p"
 ENGINE_RUNS = 2000
 ENGINE_TOL = 0.04  # about 3.5 standard deviations of a frequency over 2000 runs
+EXACT_TOL = 1e-6  # "exactly p" in float32 arithmetic (torch's default dtype): a few ulp of 6e-8
 
 
 def _engine_first_token_frequencies(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -84,19 +86,19 @@ def check_sampling_rule(fns, r) -> None:
         if rejected > 1e-12:
             residual = r.call(fns.residual_distribution, p.clone(), q.clone(), case=case)
             residual = torch.as_tensor(residual, dtype=torch.float64)
-            if abs(float(residual.sum()) - 1) > 1e-9:
+            if abs(float(residual.sum()) - 1) > EXACT_TOL:
                 r.record(case, False, f"the residual sums to {float(residual.sum()):.6g}: it is sampled from, "
                                       "so normalize it to sum 1")
                 continue
             emitted = emitted + rejected * residual
         worst = int((emitted - p).abs().argmax())
         err = float((emitted - p).abs().max())
-        r.record(case, err < 1e-9,
-                 f"equals the target p exactly (max |difference| {err:.1e})" if err < 1e-9 else
+        r.record(case, err < EXACT_TOL,
+                 f"equals the target p exactly (max |difference| {err:.1e})" if err < EXACT_TOL else
                  f"P(token {worst}) is {float(emitted[worst]):.5f} but the target gives {float(p[worst]):.5f} "
                  f"(max |difference| {err:.3g}): the output must follow p whatever the draft; keep a draft with "
                  f"min(1, p/q) and on rejection sample from max(p - q, 0), normalized")
-        if err < 1e-9 and name == FIRST_PAIR:
+        if err < EXACT_TOL and name == FIRST_PAIR:
             gap = float((_engine_first_token_frequencies(p, q) - emitted).abs().max())
             r.record(f"{name}: the engine's verify_sampling, {ENGINE_RUNS} seeded runs", gap < ENGINE_TOL,
                      f"emits your distribution to within {gap:.3f} (sampling noise; allowed {ENGINE_TOL})")
@@ -126,16 +128,38 @@ def _ngram_cases():
     yield [1, 2, 1, 3, 1, 4, 1], 5, 3, 2
     yield [1, 2, 1, 3, 1, 4, 1], 5, 3, 1
     yield noise, 4, 3, 1
+    yield [5, 1, 2, 1, 1], 3, 1, 1  # the latest occurrence of [1] ends right where the suffix starts
+    yield [3, 1, 2, 1, 2], 2, 3, 2  # [1, 2] occurs at 1..2, just before the suffix at 3..4
+
+
+def _lookup_variant(tokens: list[int], k: int, max_n: int, min_n: int, *, skip_adjacent: bool = False,
+                    oldest: bool = False, shortest: bool = False) -> list[int]:
+    """NgramProposer.lookup with one known mistake, to name it when the learner's answer equals it."""
+    length = len(tokens)
+    sizes = list(range(min(max_n, length - 1), min_n - 1, -1))
+    for n in (reversed(sizes) if shortest else sizes):
+        suffix = tokens[length - n:]
+        starts = list(range(length - n - (2 if skip_adjacent else 1), -1, -1))
+        for start in (reversed(starts) if oldest else starts):
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:start + n + k]
+    return []
 
 
 def check_ngram(fns, r) -> None:
     for tokens, k, max_n, min_n in _ngram_cases():
         case = f"tokens {tokens if len(tokens) < 16 else str(tokens[:12])[:-1] + ', ...]'}, k={k}, n from {max_n} down to {min_n}"
-        got = r.call(fns.ngram_lookup, list(tokens), k, max_n, min_n, case=case)
-        got = list(got) if isinstance(got, (list, tuple)) else got
-        r.equal(case, got, NgramProposer(max_n, min_n).lookup(tokens, k),
-                hint="try the longest suffix first; the most recent earlier occurrence wins; propose the (at "
-                     "most k) tokens that followed it; nothing when no n-gram matches")
+        got = plain(r.call(fns.ngram_lookup, list(tokens), k, max_n, min_n, case=case))
+        expected = NgramProposer(max_n, min_n).lookup(tokens, k)
+        hints = [("skip_adjacent", "the occurrence that ends right where the suffix starts counts too: scan "
+                                   "starts from len(tokens) - n - 1"),
+                 ("oldest", "the MOST RECENT earlier occurrence wins: scan from the end backwards"),
+                 ("shortest", "try the LONGEST suffix first (n from max_n down to min_n)")]
+        hint = next((text for flag, text in hints if got != expected
+                     and got == _lookup_variant(tokens, k, max_n, min_n, **{flag: True})), None)
+        r.equal(case, got, expected,
+                hint=hint or "try the longest suffix first; the most recent earlier occurrence wins; propose the "
+                             "(at most k) tokens that followed it; nothing when no n-gram matches")
 
 
 EXERCISES = [
