@@ -180,6 +180,7 @@ class Report:
     """The outcomes of one exercise, in order."""
 
     outcomes: list[Outcome] = field(default_factory=list)
+    engine_runs: list[bool] = field(default_factory=list)  # build tier: per engine run, tokens identical?
 
     # -- calling the learner ---------------------------------------------------------------
 
