@@ -244,3 +244,122 @@ def test_the_workshop_agenda_and_button_times_are_current():
     proc = subprocess.run([sys.executable, str(root / "scripts" / "build_workshop.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong answers that used to pass, right answers that used to be rejected, hints that misdiagnosed
+
+# (chapter, exercise, text in the solution, its wrong replacement, what the feedback must say)
+CAUGHT_NOW = [
+    ("02", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights // group_size)", "full groups only"),
+    ("02", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights / group_size)",
+     "a fractional number of groups"),
+    ("02", "quantized_bytes", "return math.ceil(total_bits / 8)", "return total_bits // 8", "rounded down"),
+    ("02", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded to whole GB"),
+    ("02", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
+     "rounded up"),
+    ("04", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "capped by memory_users"),
+    ("04", "users_at_context", "cached = context if window is None else min(context, window)",
+     "cached = context if window is None else window", "min(context, window)"),
+    ("04", "users_at_context", "return max(0, kv_budget_bytes // (kv_bytes_per_token * cached))",
+     "return kv_budget_bytes // (kv_bytes_per_token * cached)", "not a negative number"),
+    ("06", "mha_over_mla", "return mha / mla", "return mha / mha_layers / (mla / mla_layers)", "different depths"),
+    ("06", "mha_over_mla", "mha = mha_layers * heads", "mha = heads", "count MHA's layers"),
+    ("11", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(length - n - 2, -1, -1)",
+     "ends right where the suffix starts"),
+    ("11", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(0, length - n)", "MOST RECENT"),
+    ("13", "kv_copies", "return max(1.0, tp / kv_heads)", "return tp * -(-kv_heads // tp) / kv_heads",
+     "an uneven split copies nothing"),
+]
+
+
+@pytest.mark.parametrize("number, name, old, new, phrase", CAUGHT_NOW,
+                         ids=[f"{n}-{name}-{i}" for i, (n, name, *_) in enumerate(CAUGHT_NOW)])
+def test_a_wrong_answer_that_used_to_pass_is_caught(tmp_path, number, name, old, new, phrase):
+    test_a_near_miss_is_caught_and_named(tmp_path, number, name, old, new, phrase)
+
+
+# Each hint names the mistake made, not another: (chapter, exercise, old, new, must say, must not say)
+MISDIAGNOSED = [
+    ("02", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded", "128,000"),
+    ("02", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
+     "rounded up", "that is the budget without the overhead ("),
+    ("03", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "2 FLOP", "ridge point itself"),
+    ("04", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "memory_users",
+     "predict_decode's time_s is in seconds"),
+]
+
+
+@pytest.mark.parametrize("number, name, old, new, says, never", MISDIAGNOSED,
+                         ids=[f"{n}-{name}-{i}" for i, (n, name, *_) in enumerate(MISDIAGNOSED)])
+def test_a_hint_names_the_mistake_made(tmp_path, number, name, old, new, says, never):
+    source = exercises.solution_source(number)
+    assert source.count(old) == 1, old
+    path = tmp_path / exercises.file_name(number)
+    path.write_text(source.replace(old, new))
+    report = exercises.check_file(number, path, only=[name])
+    details = " | ".join(o.detail for r in report.results for o in r.outcomes if not o.passed)
+    assert not report.passed and says in details and never not in details, details
+
+
+# A right answer written differently: (chapter, exercise, old, new); it must pass
+DIFFERENT_BUT_RIGHT = [
+    ("09", "block_hashes", "    return hashes\n", "    return tuple(hashes)\n"),
+    ("07", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
+     "import numpy as np\n    table = np.asarray(block_table)\n    p = np.arange(start, start + count)\n"
+     "    return table[p // block_size] * block_size + p % block_size"),
+    ("07", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
+     "return (block_table[b] * block_size + o for b, o in (divmod(p, block_size) for p in range(start, start + count)))"),
+    ("07", "blocks_needed", "return max(0, math.ceil((num_computed + num_new_tokens) / block_size) - blocks_held)",
+     "import numpy as np\n    return np.int64(max(0, -(-(num_computed + num_new_tokens) // block_size) - blocks_held))"),
+    ("07", "wasted_slots", "return paged, contiguous", "return [paged, contiguous]"),
+    ("04", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
+     "import torch\n    t = torch.tensor(usd_per_hour)  # float32, torch's default\n"
+     "    return float(t / 3600 / tokens_per_s * 1e6)"),
+    ("04", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
+     "from fractions import Fraction\n    return Fraction(usd_per_hour) / 3600 / Fraction(tokens_per_s) * 10**6"),
+    ("11", "acceptance_probability", "return min(1.0, p_token / q_token)",
+     "import torch\n    return torch.clamp(torch.tensor(p_token) / torch.tensor(q_token), max=1.0)"),
+    ("11", "acceptance_probability", "return residual / residual.sum()", "return (residual / residual.sum()).float()"),
+    ("11", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+     "return tuple(drafts[:accepted]) + (target_argmax[accepted],), accepted"),
+    ("11", "ngram_lookup", "return tokens[start + n:start + n + k]", "return tuple(tokens[start + n:start + n + k])"),
+    ("13", "kv_copies", "return max(1.0, tp / kv_heads)",
+     "from fractions import Fraction\n    return max(Fraction(1), Fraction(tp, kv_heads))"),
+    ("13", "tp_decode_allreduces", "return 2 * layers, batch * hidden * bytes_per_value",
+     "import numpy as np\n    return [np.int64(2 * layers), np.int64(batch * hidden * bytes_per_value)]"),
+]
+
+
+@pytest.mark.parametrize("number, name, old, new", DIFFERENT_BUT_RIGHT,
+                         ids=[f"{n}-{name}-{i}" for i, (n, name, *_) in enumerate(DIFFERENT_BUT_RIGHT)])
+def test_a_right_answer_written_differently_passes(tmp_path, number, name, old, new):
+    source = exercises.solution_source(number)
+    assert source.count(old) == 1, old
+    path = tmp_path / exercises.file_name(number)
+    path.write_text(source.replace(old, new))
+    report = exercises.check_file(number, path, only=[name])
+    failures = [o for r in report.results for o in r.outcomes if not o.passed]
+    assert report.passed, failures
+
+
+def test_a_float_miss_prints_the_digits_that_differ():
+    from infer_lab.course.exercises.checking import Report, ratio_text
+
+    r = Report()
+    r.close("case", 10.2237 * (1 + 1e-5), 10.2237)
+    detail = r.outcomes[0].detail
+    assert not r.passed and "10.2237, got 10.2238" in detail or "10.22370" in detail, detail
+    assert "0.0%" not in detail and "0.001%" in detail, detail
+    assert "exactly" not in ratio_text(146.1, 1.0) and "about 146x" in ratio_text(146.1, 1.0)
+    assert "exactly 146x" in ratio_text(146.0, 1.0)
+
+
+def test_a_generator_or_array_answer_is_read_as_its_values():
+    import numpy as np
+
+    from infer_lab.course.exercises.checking import plain
+
+    assert plain((1, 2)) == [1, 2] and plain(x for x in (1, 2)) == [1, 2]
+    assert plain(np.array([3, 4])) == [3, 4] and type(plain(np.int64(3))) is int
+    assert plain(([1], 2)) == [[1], 2] and plain("ab") == "ab" and plain(None) is None

@@ -192,10 +192,13 @@ def tp_allreduces(shape: Any, tp: int, tokens: int, link: Any, act_dtype: str = 
 def kv_replication(shape: Any, tp: int) -> float:
     """How many copies of the K/V cache a TP group of ``tp`` holds in all (1 = no duplication).
 
-    Each rank holds ceil(kv_heads / tp) KV heads, so with fewer KV heads than ranks heads are
-    duplicated (Llama-3-70B: 8 KV heads, fine up to TP8; an MQA model duplicates its one head
-    on every rank). An MLA latent is not split by heads at all: every rank caches all of it,
-    which is why engines run MLA attention data-parallel instead.
+    A KV head cannot be split, so ranks take whole KV heads. Up to one rank per KV head the heads
+    are split among the ranks, unevenly if need be, and nothing is copied (SmolLM2-135M's 3 KV
+    heads on 2 ranks: 2 + 1, as :mod:`infer_lab.parallel.shard` splits them). With more ranks
+    than KV heads each rank holds one head, so ``tp / kv_heads`` copies in all (Qwen2.5-7B's 4
+    KV heads on 8 ranks: 2); this course's own TP engine refuses that split, vLLM copies the
+    heads. An MLA latent is not split by heads at all: every rank caches all of it, which is why
+    engines run MLA attention data-parallel instead.
     """
     from .memory import as_shape
 
@@ -204,7 +207,7 @@ def kv_replication(shape: Any, tp: int) -> float:
         return 1.0
     if shape.mla:
         return float(tp)
-    return tp * math.ceil(shape.kv_heads / tp) / shape.kv_heads
+    return max(1.0, tp / shape.kv_heads)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,6 +110,10 @@ class _Pending:
 class Engine:
     """A mini serving engine over an :class:`EngineModel` (see the module docstring for the API)."""
 
+    # Plug point (the course's build exercises swap in a learner's rule on one instance): greedy
+    # speculative verification, ``(drafts, target_argmax) -> Verdict``; the default is the engine's own.
+    verify_greedy: Callable[[list[int], list[int]], Verdict] = staticmethod(verify_greedy)
+
     def __init__(
         self,
         model: EngineModel,
@@ -458,7 +462,7 @@ class Engine:
         """The tokens this step appends to one sequence: its sample, or its verified guesses."""
         seq, p = item.seq, item.seq.params
         if p.greedy:
-            return verify_greedy(item.drafts, [greedy[r] for r in rows])
+            return self.verify_greedy(item.drafts, [greedy[r] for r in rows])
         if not item.drafts:
             return Verdict([sample_token(logits[rows[0]].cpu(), p, seq.generator)], 0, 0)
         target = torch.stack([

@@ -84,6 +84,23 @@ def block_table_slots(block_tables: torch.Tensor, block_size: int) -> torch.Tens
     return (block_tables[:, :, None] * block_size + offsets).flatten(1)
 
 
+def paged_slots(block_table: list[int], block_size: int, start: int, count: int) -> list[int]:
+    """Slot ids of positions ``start .. start+count-1``: ``block_table[p // B] * B + p % B``.
+
+    The engine's own block-table lookup, and the default of the plug point
+    :attr:`PagedKVCache.slot_lookup`.
+    """
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]
+
+
+def paged_blocks_needed(num_computed: int, num_new_tokens: int, blocks_held: int, block_size: int) -> int:
+    """New blocks a request holding ``blocks_held`` needs for ``num_new_tokens`` more tokens.
+
+    The engine's own rule, and the default of the plug point :attr:`PagedKVCache.block_count`.
+    """
+    return max(0, math.ceil((num_computed + num_new_tokens) / block_size) - blocks_held)
+
+
 class OutOfKVMemory(RuntimeError):
     """No free slots or blocks are left for this request right now (the scheduler queues or preempts)."""
 
@@ -365,6 +382,12 @@ class PagedKVCache:
 
     kind = "paged"
     stores_kv = True
+    # Plug points (the course's build exercises swap in a learner's functions on one instance;
+    # the defaults are the engine's own): the position -> slot lookup through a block table,
+    # used for every K/V write and, when swapped, for every read too; and the count of new
+    # blocks a request needs, used by every allocation.
+    slot_lookup: Callable[[list[int], int, int, int], list[int]] = staticmethod(paged_slots)
+    block_count: Callable[[int, int, int, int], int] = staticmethod(paged_blocks_needed)
 
     def __init__(
         self,
@@ -394,10 +417,7 @@ class PagedKVCache:
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         """Extra blocks ``seq`` needs to hold ``num_new_tokens`` more tokens."""
-        return max(
-            0,
-            math.ceil((seq.num_computed + num_new_tokens) / self.block_size) - len(seq.block_table),
-        )
+        return self.block_count(seq.num_computed, num_new_tokens, len(seq.block_table), self.block_size)
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         return self.blocks_needed(seq, num_new_tokens) <= self.pool.available()
@@ -441,8 +461,7 @@ class PagedKVCache:
 
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         """Slot ids of positions ``start .. start+count-1``: block_table[pos // B] * B + pos % B."""
-        bs, table = self.block_size, seq.block_table
-        return [table[p // bs] * bs + p % bs for p in range(start, start + count)]
+        return self.slot_lookup(seq.block_table, self.block_size, start, count)
 
     def fill_metadata(
         self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
@@ -455,6 +474,9 @@ class PagedKVCache:
         bs, device = self.block_size, self.k.device
         meta.block_tables = [list(s.block_table) for s in seqs]
         decode = _decode_indices(meta) if batched_decode else []
+        if self.slot_lookup is not paged_slots:  # a swapped-in lookup serves the reads as well
+            self._fill_with_lookup(meta, seqs, decode)
+            return
         meta.context_slots = [None] * len(seqs)
         batched = set(decode)
         for i, (s, n) in enumerate(zip(seqs, meta.context_lens, strict=False)):
@@ -472,6 +494,22 @@ class PagedKVCache:
                 [r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device
             )
             _set_decode(meta, decode, block_table_slots(table, bs))
+
+    def _fill_with_lookup(self, meta: AttentionMetadata, seqs: list[Sequence], decode: list[int]) -> None:
+        """:meth:`fill_metadata` through :attr:`slot_lookup` (one call per sequence and step)."""
+        device = self.k.device
+        rows = [
+            torch.as_tensor(list(self.slot_lookup(list(s.block_table), self.block_size, 0, n)),
+                            dtype=torch.long, device=device)
+            for s, n in zip(seqs, meta.context_lens, strict=False)
+        ]
+        batched = set(decode)
+        meta.context_slots = [None if i in batched else row for i, row in enumerate(rows)]
+        if decode:
+            width = max(meta.context_lens[i] for i in decode)
+            # Padded with the row's first slot (a valid slot: the length mask hides it).
+            table = torch.stack([torch.cat([rows[i], rows[i][:1].expand(width - len(rows[i]))]) for i in decode])
+            _set_decode(meta, decode, table)
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.store.write(layer, slots, k, v)

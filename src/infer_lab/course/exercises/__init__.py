@@ -34,7 +34,8 @@ from typing import Any
 
 from .checking import CaseAborted, NotDoneYet, Outcome, Report
 
-KINDS = {"predict": "predict, then measure", "implement": "implement it"}
+KINDS = {"predict": "predict, then measure", "implement": "implement it",
+         "build": "build it: runs inside the engine"}
 DEFAULT_DIR = "exercises"
 TIMEOUT_S = 60.0  # per exercise: every reference solution takes well under a second
 
@@ -49,6 +50,8 @@ class Exercise:
     task: str  # one sentence: what to write and what it is checked against
     check: Callable[[Any, Report], None]
     functions: tuple[str, ...] = ()
+    symbol: str = ""  # build tier: the engine's file::symbol the learner's code replaces
+    timeout_s: float | None = None  # None: TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -62,10 +65,28 @@ class ExerciseResult:
     exercise: Exercise
     status: str  # "pass", "fail", "todo" (still the starter) or "missing" (no such function)
     outcomes: list[Outcome] = field(default_factory=list)
+    engine_runs: list[bool] = field(default_factory=list)  # per engine run: tokens identical to HF greedy?
 
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    @property
+    def ran_engine(self) -> bool:
+        """True when the check ran the real engine with the learner's code plugged in."""
+        return bool(self.engine_runs)
+
+    @property
+    def tokens_identical(self) -> bool | None:
+        """Every engine run token-identical to transformers greedy (None: no engine run)."""
+        return all(self.engine_runs) if self.engine_runs else None
+
+    def as_dict(self) -> dict[str, Any]:
+        ex = self.exercise
+        return {"name": ex.name, "kind": ex.kind, "functions": list(ex.functions), "symbol": ex.symbol or None,
+                "status": self.status, "passed": self.passed, "ran_engine": self.ran_engine,
+                "tokens_identical": self.tokens_identical,
+                "cases": [{"case": o.case, "passed": o.passed, "detail": o.detail} for o in self.outcomes]}
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,11 @@ class ChapterReport:
     @property
     def passed(self) -> bool:
         return self.load_error is None and all(r.passed for r in self.results)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``infer-lab check NN --json`` prints."""
+        return {"chapter": self.number, "title": self.title, "source": self.source, "passed": self.passed,
+                "load_error": self.load_error, "exercises": [r.as_dict() for r in self.results]}
 
     @property
     def cases(self) -> tuple[int, int]:
@@ -242,6 +268,8 @@ def run_exercise(ex: Exercise, functions: Any, timeout_s: float = TIMEOUT_S) -> 
         return ExerciseResult(ex, "missing", [Outcome("setup", False, f"no function {names} found: keep "
                                                       "the starter's function names")])
     report = Report()
+    if timeout_s == TIMEOUT_S and ex.timeout_s is not None:
+        timeout_s = ex.timeout_s
     try:
         with _time_limit(timeout_s):
             ex.check(functions, report)
@@ -256,7 +284,7 @@ def run_exercise(ex: Exercise, functions: Any, timeout_s: float = TIMEOUT_S) -> 
     except Exception as exc:  # a result of the wrong type or shape reaches the check's own code
         report.record("result", False, f"your result could not be checked ({type(exc).__name__}: {exc}); "
                       "return what the docstring says")
-    return ExerciseResult(ex, "pass" if report.passed else "fail", report.outcomes)
+    return ExerciseResult(ex, "pass" if report.passed else "fail", report.outcomes, report.engine_runs)
 
 
 def check_functions(number: str | int, functions: Any, source: str, only: list[str] | None = None) -> ChapterReport:

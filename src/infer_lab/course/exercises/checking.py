@@ -11,6 +11,7 @@ a known one (a factor of 2, GiB for GB, the layer count...).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ from typing import Any
 from ...units import GB, GiB
 
 GIB_FOR_GB = GB / GiB  # a GB answer given in GiB comes out this many times too small (0.931)
+# float32 (torch's default dtype) keeps 24 bits: 1 ulp is 6e-8 relative. A few operations in float32
+# land within a few ulp, so a non-integer answer within this of the reference is the right formula.
+F32_REL_TOL = 2e-6
 
 
 @dataclass(frozen=True)
@@ -83,22 +87,54 @@ def short_repr(value: Any, limit: int = 90) -> str:
 
 
 def _as_float(value: Any) -> float | None:
-    """A plain float from an int, float, numpy or 0-d torch value; None when it is not a number."""
+    """A plain float from an int, float, Fraction, numpy scalar or 0-d array/tensor; None otherwise."""
     if isinstance(value, bool):
         return None
     try:
-        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-            value = value.item()
-        return float(value) if isinstance(value, (int, float)) else None
-    except (TypeError, ValueError):
+        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 and not isinstance(value, numbers.Number):
+            value = value.item()  # a 0-d numpy array or torch tensor
+        if isinstance(value, bool):
+            return None
+        return float(value) if isinstance(value, numbers.Real) else None
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
+def plain(value: Any) -> Any:
+    """numpy/torch scalars as Python ints/floats, sequences (tuples, arrays, generators) as lists of those.
+
+    So an answer is compared by its value, whatever container or number type it comes in.
+    Strings, dicts and None are returned unchanged.
+    """
+    if isinstance(value, (str, bytes, dict)) or value is None or isinstance(value, bool):
+        return value
+    if hasattr(value, "tolist") and not isinstance(value, numbers.Number):
+        return value.tolist()  # numpy arrays and torch tensors (any shape; 0-d gives a scalar)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, float):
+        f = float(value)
+        return int(f) if hasattr(value, "dtype") and f.is_integer() and "int" in str(value.dtype) else f
+    if isinstance(value, (list, tuple, range)) or (isinstance(value, Iterable) and not isinstance(value, numbers.Number)):
+        try:
+            return [plain(v) for v in value]
+        except TypeError:
+            return value
+    return value
+
+
 def _closest_wrong(value: float, wrong: dict[str, float], rel_tol: float) -> str | None:
-    """The known wrong formula whose value is nearest ``value`` (within ``rel_tol``), if any."""
-    near = [(abs(value - v) / abs(v) if v else abs(value), text) for text, v in wrong.items()
-            if math.isclose(value, v, rel_tol=rel_tol)]
-    return min(near)[1] if near else None
+    """The known wrong formula whose value is nearest ``value`` (within ``rel_tol``), if any.
+
+    Two wrong formulas that give the same value here cannot be told apart: both are named.
+    """
+    near = sorted((abs(value - v) / abs(v) if v else abs(value), v, text) for text, v in wrong.items()
+                  if math.isclose(value, v, rel_tol=rel_tol) or value == v)
+    if not near:
+        return None
+    best = near[0][1]
+    texts = [text for _, v, text in near if v == best or math.isclose(v, best, rel_tol=1e-12)]
+    return texts[0] if len(texts) == 1 else "either " + ", or ".join(texts) + " (both give this value here)"
 
 
 def _simple_factor(ratio: float) -> str | None:
@@ -107,8 +143,10 @@ def _simple_factor(ratio: float) -> str | None:
         return None
     for r, word in ((ratio, "too large"), (1 / ratio, "too small")):
         n = round(r)
-        if n >= 2 and abs(r - n) / n < 1e-3:
+        if n >= 2 and abs(r - n) / n < 1e-9:
             return f"exactly {n}x {word}"
+        if n >= 2 and abs(r - n) / n < 1e-3:
+            return f"about {n}x {word} ({r:.4g}x)"
     return None
 
 
@@ -131,7 +169,9 @@ def ratio_text(got: float, expected: float, mistakes: Iterable[Mistake] = (), sl
         parts.append(named)
     else:
         simple = _simple_factor(ratio)
-        parts.append(simple or f"{abs(ratio - 1):.1%} too {'large' if ratio > 1 else 'small'}")
+        off = abs(ratio - 1)
+        pct = f"{off:.1%}" if off >= 1e-3 else f"{off * 100:.3g}%"
+        parts.append(simple or f"{pct} too {'large' if ratio > 1 else 'small'}")
     return ": ".join(parts)
 
 
@@ -140,6 +180,7 @@ class Report:
     """The outcomes of one exercise, in order."""
 
     outcomes: list[Outcome] = field(default_factory=list)
+    engine_runs: list[bool] = field(default_factory=list)  # build tier: per engine run, tokens identical?
 
     # -- calling the learner ---------------------------------------------------------------
 
@@ -183,20 +224,26 @@ class Report:
                                             f"got {type(got).__name__} {got!r:.80}")
         if math.isnan(value):
             return self.record(case, False, f"expected {fmt_number(expected, unit)}, got NaN")
+        whole = isinstance(got, numbers.Integral) and not isinstance(got, bool)
+        # A count (an integer reference) is exact; a non-integer reference is met by float32 arithmetic too.
+        tol = rel_tol if float(expected).is_integer() else max(rel_tol, F32_REL_TOL)
         err = abs(value - expected)
-        if err <= max(abs_tol, rel_tol * abs(expected)):
-            shown = fmt_number(got if isinstance(got, int) else value, unit)
+        if err <= max(abs_tol, tol * abs(expected)):
+            shown = fmt_number(int(got) if whole else value, unit)
             if rel_tol >= 1e-3 and err and expected:  # a prediction: show what it was checked against
                 shown += f" (reference {fmt_number(expected, unit)}, yours/reference = {value / expected:.3f})"
             return self.record(case, True, shown)
         why = _closest_wrong(value, wrong or {}, max(rel_tol, 2e-3))
-        detail = f"expected {fmt_number(expected, unit)}, got {fmt_number(got if isinstance(got, int) else value, unit)}"
+        shown_exp, shown_got = fmt_number(expected, unit), fmt_number(int(got) if whole else value, unit)
+        if shown_exp == shown_got:  # too close for 6 figures: show every digit that differs
+            shown_exp, shown_got = f"{float(expected)!r} {unit}".rstrip(), f"{value!r} {unit}".rstrip()
+        detail = f"expected {shown_exp}, got {shown_got}"
         explanation = f"that is {why}" if why else ratio_text(value, expected, mistakes, slack=rel_tol)
         if explanation:
             detail += f" ({explanation})"
-        tol = f"within {rel_tol:.0%}" if rel_tol >= 0.01 else ""
-        if tol:
-            detail += f"; the check accepts answers {tol}"
+        tol_text = f"within {rel_tol:.0%}" if rel_tol >= 0.01 else ""
+        if tol_text:
+            detail += f"; the check accepts answers {tol_text}"
         if hint:
             detail += f". Hint: {hint}"
         return self.record(case, False, detail)
@@ -204,6 +251,7 @@ class Report:
     def equal(self, case: str, got: Any, expected: Any, hint: str = "", show: Callable[[Any], str] | None = None) -> bool:
         """Exact equality (lists, ints, strings); a miss shows both and, for lists, the first difference."""
         show = show or short_repr
+        got, expected = plain(got), plain(expected)
         if got == expected:
             return self.record(case, True, show(got))
         detail = f"expected {show(expected)}, got {show(got)}"

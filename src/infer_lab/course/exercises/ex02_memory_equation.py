@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from ...analysis import memory
 from ...analysis.params import param_counts
 from ...catalog import get_gpu
 from ...shape import load_config, model_shape
 from ...units import GB
 from . import Exercise
-from .checking import GIB_FOR_GB, Mistake, factor_of_2, forgot_layers, gib_not_gb
+from .checking import GIB_FOR_GB, Mistake, _as_float, factor_of_2, forgot_layers, gib_not_gb
 
 NUMBER = "02"
 SLUG = "memory_equation"
@@ -22,7 +24,13 @@ def check_kv_gb_70b_128k(fns, r) -> None:
     case = f"{TALK_MODEL}, one sequence of {TALK_CONTEXT:,} tokens, bf16 KV, in GB"
     got = r.call(fns.kv_gb_70b_128k, case=case)
     thousand = 128_000 / TALK_CONTEXT
-    r.close(case, got, memory.kv_bytes(TALK_MODEL, TALK_CONTEXT, 1, "bf16") / GB, rel_tol=0.005, unit="GB",
+    expected = memory.kv_bytes(TALK_MODEL, TALK_CONTEXT, 1, "bf16") / GB
+    value = _as_float(got)
+    if value is not None and value.is_integer() and abs(value - expected) < 1:
+        r.record(case, False, f"expected {expected:.4g} GB, got {value:g} GB: that is the answer rounded to whole "
+                              "GB (the talk's rounding); give the equation's value to 3 significant figures")
+        return
+    r.close(case, got, expected, rel_tol=0.005, unit="GB",
             mistakes=[gib_not_gb(),
                       Mistake(thousand, f"128k here is 128 x 1024 = {TALK_CONTEXT:,} tokens, not 128,000"),
                       Mistake(thousand * GIB_FOR_GB, "two slips: GiB instead of GB, and 128,000 tokens "
@@ -60,19 +68,36 @@ def check_mla_kv(fns, r) -> None:
 
 WEIGHT_CASES = (("llama-3-70b", "int4"), ("llama-3-70b", "int8"), ("mistral-7b", "nf4"),
                 ("gpt-oss-120b", "mxfp4"), ("llama-3-8b", "bf16"))
+# Small tensors whose last group is partial and whose bits are no whole number of bytes:
+# (what, weights, format). A 4-bit tensor of 1,001 values, a 3-value bias, one 8-bit row of 4,100.
+SMALL_CASES = (("a 4-bit tensor of 1,001 values", 1001, "int4"), ("a 3-value bias", 3, "nf4"),
+               ("an 8-bit row of 4,100 values", 4100, "int8"), ("5 values in mxfp4", 5, "mxfp4"))
 
 
 def check_weight_bytes(fns, r) -> None:
-    for model, dtype in WEIGHT_CASES:
+    cases = [(f"{model}'s {param_counts(model).matmul:,} matmul weights", param_counts(model).matmul, dtype)
+             for model, dtype in WEIGHT_CASES] + list(SMALL_CASES)
+    for what, n, dtype in cases:
         fmt = memory.weight_format(dtype)
-        n = param_counts(model).matmul
         group = f"one {fmt.scale_bits}-bit scale per {fmt.group_size}" if fmt.group_size else "no scales"
-        case = f"{model}'s {n:,} matmul weights in {dtype} ({fmt.bits} bits, {group})"
+        case = f"{what} in {dtype} ({fmt.bits} bits, {group})"
         got = r.call(fns.quantized_bytes, n, fmt.bits, fmt.group_size, fmt.scale_bits, case=case)
-        no_scales = n * fmt.bits / 8
-        r.close(case, got, fmt.bytes_for(n), rel_tol=1e-6, unit="B",
-                mistakes=[Mistake(8.0, "8x too large: bits where bytes were asked")],
-                wrong={"the codes without their scales": no_scales} if fmt.group_size else None)
+        expected = fmt.bytes_for(n)
+        wrong = {}
+        if fmt.group_size:
+            wrong["the codes without their scales"] = n * fmt.bits / 8
+            if n % fmt.group_size:
+                wrong["full groups only: the short last group has a scale too (round the groups UP)"] = \
+                    math.ceil((n * fmt.bits + n // fmt.group_size * fmt.scale_bits) / 8)
+                wrong["a fractional number of groups: a group, even a short one, stores one whole scale"] = \
+                    (n * fmt.bits + n / fmt.group_size * fmt.scale_bits) / 8
+        bits = n * fmt.bits + (math.ceil(n / fmt.group_size) * fmt.scale_bits if fmt.group_size else 0)
+        if bits % 8:
+            wrong["the bytes rounded down: a partly used byte is still stored (round UP)"] = bits // 8
+            wrong.setdefault("fractional bytes: storage comes in whole bytes (round UP)", bits / 8)
+        # Large tensors: a float answer within float32's precision of the byte count is the right formula.
+        r.close(case, got, expected, rel_tol=1e-6 if n > 10**6 else 0.0, unit="B",
+                mistakes=[Mistake(8.0, "8x too large: bits where bytes were asked")], wrong=wrong or None)
 
 
 FIT_CASES = (("mistral-7b", "H100-SXM", 4096, "bf16"), ("llama-3-8b", "L4", 8192, "bf16"),
@@ -92,6 +117,9 @@ def check_max_users(fns, r) -> None:
         wrong = {"the budget without the overhead": (budget + fit.overhead_bytes) // fit.kv_bytes_per_user}
         if budget > 0:
             wrong["not rounded down to whole users"] = budget / fit.kv_bytes_per_user
+            if budget % fit.kv_bytes_per_user:
+                wrong["rounded up: a user whose KV does not fit whole is not served (round DOWN)"] = \
+                    -(-budget // fit.kv_bytes_per_user)
         r.close(case, got, fit.max_users, unit="users", hint=hint, mistakes=factor_of_2(), wrong=wrong)
 
 

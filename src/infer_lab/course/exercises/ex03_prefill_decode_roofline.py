@@ -46,9 +46,9 @@ def check_critical_batch_estimate(fns, r) -> None:
         expected = roofline.critical_batch(model, roof, 1, weight_dtype=weight_dtype)
         mistakes = list(factor_of_2("each weight does 2 FLOP (one multiply-add) per sequence",
                                     "each weight does 2 FLOP per sequence, not 1"))
-        r.close(case, got, expected, rel_tol=ESTIMATE_TOL, unit="sequences", mistakes=mistakes,
-                wrong={"the ridge point itself: it equals the batch only when a weight is 2 bytes":
-                       roof.ridge_point} if bytes_per_weight != 2 else None)
+        # With 1-byte weights, the ridge point itself is twice the answer: that is the forgotten factor 2
+        # (each weight does 2 FLOP per sequence), named as such by the mistakes above.
+        r.close(case, got, expected, rel_tol=ESTIMATE_TOL, unit="sequences", mistakes=mistakes)
 
 
 SEARCH_CASES = (("llama-3-70b", "H100-SXM", 1), ("llama-3-70b", "H100-SXM", 512), ("llama-3-70b", "H200", 512),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...analysis import capacity, memory
+from ...analysis.roofline import gpu_roof, predict_decode
 from ...catalog import get_gpu
 from ...shape import model_shape
 from . import Exercise
@@ -30,7 +31,22 @@ def check_usd_per_million(fns, r) -> None:
 
 SLO_CASES = (("mistral-7b", "H100-SXM", 4096, 20.0), ("mistral-7b", "H100-SXM", 4096, 8.0),
              ("llama-3-8b", "A100-80GB", 8192, 30.0), ("qwen2.5-7b", "H200", 2048, 15.0),
-             ("mistral-7b", "L4", 4096, 10.0))
+             ("mistral-7b", "L4", 4096, 10.0),
+             # loose SLOs: memory caps the batch before latency does
+             ("mistral-7b", "H100-SXM", 4096, 200.0), ("llama-3-8b", "A100-80GB", 8192, 100.0))
+
+
+def _slo_only_users(model: str, gpu: str, context: int, slo_ms: float, limit: int = 1 << 16) -> int:
+    """The largest batch within the SLO with no memory cap at all (what ignoring memory_users gives)."""
+    roof = gpu_roof(gpu)
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if predict_decode(model, roof, mid, context).time_s * 1e3 <= slo_ms:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def check_users_within_slo(fns, r) -> None:
@@ -38,14 +54,22 @@ def check_users_within_slo(fns, r) -> None:
         p = capacity.plan(model, gpu, context=context, itl_slo_ms=slo)
         case = f"{model} on one {gpu}, context {context:,}, ITL SLO {slo:g} ms, {p.max_users_memory} users fit memory"
         got = r.call(fns.users_within_itl_slo, model, gpu, context, slo, p.max_users_memory, case=case)
-        r.close(case, got, p.max_users_within_slo, unit="users",
-                wrong={"the memory limit: the SLO caps the batch first here": p.max_users_memory}
-                if p.max_users_within_slo != p.max_users_memory else None,
-                hint="the SLO is in milliseconds; predict_decode's time_s is in seconds")
+        wrong = {}
+        if p.max_users_within_slo != p.max_users_memory:
+            wrong["the memory limit: the SLO caps the batch first here (or the SLO in ms was compared with "
+                  "predict_decode's time_s in seconds, which every batch meets)"] = p.max_users_memory
+        else:
+            wrong["more users than fit in memory: the batch is capped by memory_users too"] = \
+                _slo_only_users(model, gpu, context, slo)
+        if p.max_users_within_slo:
+            wrong["nobody: is the SLO in ms compared with a time in seconds the wrong way round?"] = 0
+        r.close(case, got, p.max_users_within_slo, unit="users", wrong=wrong)
 
 
 TRADEOFF_CASES = (("mistral-7b", 4096), ("mistral-7b", 8192), ("mistral-7b", 32768), ("llama-3-8b", 16384),
-                  ("mistral-7b-v0.1", 16384), ("mistral-7b-v0.1", 32768))
+                  ("mistral-7b-v0.1", 16384), ("mistral-7b-v0.1", 32768),
+                  ("mistral-7b-v0.1", 2048),  # shorter than the window: every token is cached
+                  ("llama-3-70b", 4096))  # bf16 weights larger than the GPU: a negative budget
 
 
 def check_users_at_context(fns, r) -> None:
@@ -59,9 +83,17 @@ def check_users_at_context(fns, r) -> None:
         note = f", sliding window {window:,} on every layer" if window else ""
         case = f"{model} on one {gpu}: KV budget {fit.kv_budget_bytes / 1e9:.1f} GB, context {context:,}{note}"
         got = r.call(fns.users_at_context, fit.kv_budget_bytes, per_token, context, window, case=case)
-        wrong = {"the whole context cached: a sliding-window layer keeps only its last `window` tokens":
-                 fit.kv_budget_bytes // (per_token * context)} if window and window < context else None
-        r.close(case, got, fit.max_users, unit="users", wrong=wrong, mistakes=factor_of_2())
+        wrong = {}
+        if window and window < context:
+            wrong["the whole context cached: a sliding-window layer keeps only its last `window` tokens"] = \
+                fit.kv_budget_bytes // (per_token * context)
+        if window and window > context:
+            wrong["the window cached although the context is shorter: a user caches min(context, window) "
+                  "tokens"] = fit.kv_budget_bytes // (per_token * window)
+        hint = ""
+        if fit.kv_budget_bytes < 0:
+            hint = "the weights alone overflow the GPU: nobody fits (0 users, not a negative number)"
+        r.close(case, got, fit.max_users, unit="users", wrong=wrong or None, mistakes=factor_of_2(), hint=hint)
 
 
 EXERCISES = [

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
+from ...analysis.memory import kv_bytes_per_token
 from ...attention.flash import flash_attention
 from ...attention.kv_sizing import mla_ratio_explained
 from ...attention.reference import expand_kv_heads, naive_attention, sdpa_attention
+from ...shape import model_shape
 from . import Exercise
 from .checking import Mistake
 
@@ -132,16 +135,31 @@ def _ratio_cases():
         (128, real.k_head_dim, real.v_head_dim, 61, 512, 64, 61), real.ratio
     yield "one Mistral-7B MHA layer (32 heads of 128) vs one MLA layer", \
         (32, per_layer.k_head_dim, per_layer.v_head_dim, 1, 512, 64, 1), per_layer.ratio
+    # Unequal depths: Mistral-7B's 32 layers as MHA (its 32 query heads each with a K and a V) against
+    # DeepSeek-V3's 61 MLA layers, from the memory equation's bytes per token (bf16 on both sides).
+    mistral, v3 = model_shape("mistral-7b"), model_shape("deepseek-v3")
+    mha = dataclasses.replace(mistral, kv_heads=mistral.heads)
+    yield (f"Mistral-7B as MHA ({mha.layers} layers, {mha.heads} heads of {mha.head_dim}) vs DeepSeek-V3's "
+           f"{v3.layers} MLA layers"), \
+        (mha.heads, mha.head_dim, mha.head_dim, mha.layers, v3.mla.kv_lora_rank, v3.mla.qk_rope_head_dim,
+         v3.layers), kv_bytes_per_token(mha) / kv_bytes_per_token(v3)
 
 
 def check_mla_ratio(fns, r) -> None:
     for case, args, expected in _ratio_cases():
         got = r.call(fns.mha_over_mla, *args, case=case)
-        mla_layers = args[-1]
+        mha_layers, mla_layers = args[3], args[-1]
         mistakes = [Mistake(0.5, "half of it: MHA caches a K AND a V per head")]
         if mla_layers > 1:
             mistakes.append(Mistake(mla_layers, f"{mla_layers}x too large: that is all of MHA's layers against ONE "
                                                 "MLA layer (the one-layer mistake): count MLA's layers too"))
+        if mha_layers > 1:
+            mistakes.append(Mistake(1 / mha_layers, f"{mha_layers}x too small: ONE MHA layer against all of MLA's "
+                                                   "layers: count MHA's layers too"))
+        if mha_layers != mla_layers:
+            mistakes.append(Mistake(mla_layers / mha_layers, "the per-layer ratio: the two models have different "
+                                    f"depths ({mha_layers} vs {mla_layers} layers), so multiply each side by its "
+                                    "own layer count"))
         r.close(case, got, expected, rel_tol=1e-9, mistakes=mistakes)
 
 

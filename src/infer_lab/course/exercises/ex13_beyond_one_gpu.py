@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from ...analysis.memory import kv_bytes_per_element
 from ...analysis.parallel import allreduce_cost, kv_replication, tp_allreduces
 from ...catalog import get_interconnect
+from ...parallel.shard import split_evenly
 from ...shape import model_shape
 from . import Exercise
 from .checking import Mistake, factor_of_2
@@ -64,18 +67,31 @@ def check_tp_allreduces(fns, r) -> None:
         r.close(case + ": bytes of each", got[1], comm.message_bytes, unit="B", mistakes=mistakes)
 
 
-KV_CASES = (("llama-3-70b", 8), ("llama-3-70b", 16), ("mistral-7b", 4), ("smollm2-135m", 2), ("smollm2-135m", 4),
+KV_CASES = (("llama-3-70b", 8), ("llama-3-70b", 16), ("mistral-7b", 4), ("smollm2-135m", 2), ("smollm2-135m", 3),
             ("deepseek-v3", 8), ("qwen2.5-7b", 8), ("llama-3-8b", 1))
 
 
 def check_kv_copies(fns, r) -> None:
     for model, tp in KV_CASES:
         s = model_shape(model)
-        case = f"{model} ({'MLA' if s.mla else f'{s.kv_heads} KV heads'}) at TP{tp}"
+        note = ""
+        if not s.mla and tp <= s.kv_heads and s.kv_heads % tp:
+            shares = [b - a for a, b in split_evenly(s.kv_heads, tp)]
+            note = f": the chapter's TP engine splits them {' + '.join(map(str, shares))}"
+        case = f"{model} ({'MLA' if s.mla else f'{s.kv_heads} KV heads'}) at TP{tp}{note}"
         got = r.call(fns.kv_copies, s.kv_heads, tp, bool(s.mla), case=case)
-        hint = ("an MLA latent is not split by heads: every rank caches all of it" if s.mla else
-                "each rank holds ceil(kv_heads / tp) heads: with fewer KV heads than ranks, heads are duplicated")
-        r.close(case, got, kv_replication(s, tp), rel_tol=1e-9, unit="copies", hint=hint)
+        expected = kv_replication(s, tp)
+        wrong = {}
+        if not s.mla and s.kv_heads % tp and tp < s.kv_heads:
+            wrong["ceil(kv_heads / tp) heads on EVERY rank: the ranks hold whole heads but need not hold the "
+                  "same number, so an uneven split copies nothing"] = tp * math.ceil(s.kv_heads / tp) / s.kv_heads
+        if s.mla:
+            hint = "an MLA latent is not split by heads: every rank caches all of it"
+        elif tp > s.kv_heads:
+            hint = "with more ranks than KV heads, each rank must hold one whole KV head: tp / kv_heads copies"
+        else:
+            hint = "up to one rank per KV head, the heads are split among the ranks and nothing is copied"
+        r.close(case, got, expected, rel_tol=1e-9, unit="copies", hint=hint, wrong=wrong or None)
 
 
 EXERCISES = [
@@ -87,5 +103,6 @@ EXERCISES = [
              "against analysis.parallel.tp_allreduces.", check_tp_allreduces),
     Exercise("kv_copies", "KV copies under tensor parallelism", "predict",
              "Predict how many copies of the KV cache a TP group holds; checked against "
-             "analysis.parallel.kv_replication (GQA, MQA-like and MLA models).", check_kv_copies),
+             "analysis.parallel.kv_replication, which splits whole KV heads as the chapter's TP engine does "
+             "(GQA, more ranks than KV heads, MLA).", check_kv_copies),
 ]

@@ -1,7 +1,5 @@
 """Chapter 13 · Beyond one GPU: reference solutions."""
 
-import math
-
 
 def ring_allreduce_s(n_ranks: int, message_bytes: int, bus_bandwidth_Bps: float, hop_latency_s: float,
                      base_latency_s: float) -> float:
@@ -18,9 +16,9 @@ def tp_decode_allreduces(layers: int, hidden: int, batch: int, bytes_per_value: 
 
 
 def kv_copies(kv_heads: int, tp: int, mla: bool) -> float:
-    """ceil(kv_heads / tp) heads on each of tp ranks, over the kv_heads there are; MLA: every rank."""
+    """Whole KV heads per rank: split without copies up to tp = kv_heads, then one head per rank; MLA: every rank."""
     if tp == 1:
         return 1.0
     if mla:
         return float(tp)
-    return tp * math.ceil(kv_heads / tp) / kv_heads
+    return max(1.0, tp / kv_heads)

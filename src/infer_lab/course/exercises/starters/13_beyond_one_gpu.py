@@ -33,7 +33,9 @@ def kv_copies(kv_heads: int, tp: int, mla: bool) -> float:
     """Predict how many copies of the model's KV cache a TP group of ``tp`` GPUs holds in all.
 
     Ranks split the KV heads: each rank holds the heads its query heads need, and a KV head
-    cannot be split. An MLA model caches one latent per token that every head needs.
-    1.0 means no duplication.
+    cannot be split (ranks may hold different numbers of heads, as the chapter's TP engine
+    splits SmolLM2's 3 KV heads 2 + 1 on 2 ranks). With more ranks than KV heads, each rank
+    holds one head (vLLM's way; the chapter's engine refuses). An MLA model caches one latent
+    per token that every head needs. 1.0 means no duplication.
     """
     raise NotImplementedError
