@@ -160,10 +160,12 @@ class FitView:
     context: int
     users: int
     fit: memory.FitReport
-    max_context_one_user: int
+    max_context_one_user: int  # what memory allows, before the model's own limit
     tradeoff: list[TradeoffPoint]
     memory_fraction: float = 0.9
     prefill_chunk: int = 2048
+    context_limit: int = 0  # the model's max_position_embeddings (0: unknown)
+    dropped_contexts: tuple[int, ...] = ()  # trade-off contexts past the model's limit, left out
 
 
 @dataclass(frozen=True)
@@ -320,11 +322,14 @@ def fit_view(model: ModelLike, gpu: str, context: int, users: int, kv_dtype: str
     spec = get_gpu(gpu)
     shape = as_shape(model)
     contexts = contexts or [1024 * 2**i for i in range(8)]
+    readable = memory.within_limit(shape, contexts)
     report = memory.fit(shape, spec.memory_bytes, context, users=users, kv_dtype=kv_dtype)
-    trade = [TradeoffPoint(**r) for r in memory.context_users_tradeoff(shape, spec.memory_bytes, contexts,
+    trade = [TradeoffPoint(**r) for r in memory.context_users_tradeoff(shape, spec.memory_bytes, readable,
                                                                         kv_dtype=kv_dtype)]
     return FitView(shape.name, spec.name, spec.memory_bytes, kv_dtype, context, users, report,
-                   memory.max_context(shape, spec.memory_bytes, users=1, kv_dtype=kv_dtype), trade)
+                   memory.max_context(shape, spec.memory_bytes, users=1, kv_dtype=kv_dtype), trade,
+                   context_limit=memory.context_limit(shape),
+                   dropped_contexts=tuple(c for c in contexts if c not in readable))
 
 
 def fit_text(view: FitView) -> str:
@@ -335,9 +340,21 @@ def fit_text(view: FitView) -> str:
         f"{view.model} on one **{view.gpu}** ({fmt_bytes(view.gpu_memory_bytes)}; "
         f"{view.memory_fraction:.0%} usable), {view.users:,} users × {view.context:,} tokens: weights "
         f"{fmt_bytes(f.weight_bytes)}, overhead {fmt_bytes(f.overhead_bytes)}, KV {fmt_bytes(f.kv_needed_bytes)}. "
-        f"{verdict} At most **{f.max_users:,} users** at this context; one user can have up to "
-        f"**{view.max_context_one_user:,} tokens**."
+        f"{verdict} At most **{f.max_users:,} users** at this context; " + one_user_text(view)
+        + (f" **{view.model} reads at most {view.context_limit:,} positions, so {view.context:,} tokens is past what "
+           "it can serve at all**, whatever the memory." if view.context_limit and view.context > view.context_limit
+           else "")
+        + (f" The trade-off table stops at the model's limit (left out: {', '.join(f'{c:,}' for c in view.dropped_contexts)} "
+           "tokens)." if view.dropped_contexts else "")
     )
+
+
+def one_user_text(view: FitView) -> str:
+    """The longest context of one user: the memory's answer, capped at the model's own limit."""
+    if view.context_limit and view.max_context_one_user > view.context_limit:
+        return (f"memory would hold one user's KV for {view.max_context_one_user:,} tokens, but {view.model} reads "
+                f"at most **{view.context_limit:,} positions**, so that is one user's limit.")
+    return f"one user can have up to **{view.max_context_one_user:,} tokens**."
 
 
 def fit_intro(prefill_chunk: int = 2048, memory_fraction: float = 0.9) -> str:
