@@ -1,0 +1,97 @@
+"""Each numeric claim of issue #23's list, held by its own check (items named in each test)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infer_lab.attention.quality import VariantQuality
+from infer_lab.course import chapter, opener
+
+
+def test_opener_prices_the_volume_between_two_bounds_and_states_its_mix():  # items 2 and 20
+    r = opener.compute()
+    for c in r.costs:
+        assert 0 < c.usd_per_month_all_input < c.usd_per_month_mix() < c.usd_per_month
+        assert c.usd_per_m_input_tokens < c.usd_per_m_tokens
+    text = opener.cost_text(r)
+    assert f"{opener.ASSUMED_INPUT_PER_OUTPUT:.0f}:1" in text and "lower bound" in text and "upper bound" in text
+    assert "spans many models" in text  # the training comparison's caveat
+    assert "best case" not in opener.notes(r)
+    assert text.split("\n")[-1].startswith("- Training is paid once")  # the deck's slide reads the last line
+
+
+def test_spending_figures_come_from_the_data_file():  # missing talk topic
+    rows = opener._data()["spending"]
+    assert [r["value_usd"] for r in rows] == [7.65e11, 1.6e12] and all(r["source"] for r in rows)
+    text = opener.spending_text()
+    assert "$765 billion" in text and "$1.6 trillion by 2031" in text and "Cited" in text
+
+
+def _kv(baseline: str):
+    ch05 = chapter("05")
+    rows = [VariantQuality("as trained", 10.0, 0.0, 46080.0), VariantQuality("int8 KV", 10.1, 0.01, 46080.0 / 3.76)]
+    return ch05.kv_text(ch05.KVResult(rows, 256, baseline_dtype=baseline), embedded=False)
+
+
+def test_kv_quantization_saving_names_its_baseline_dtype():  # item 7
+    fp32 = _kv("fp32")
+    assert "3.76× less KV per token than this model's fp32 cache" in fp32
+    assert "1.88× less than a bf16 cache" in fp32
+    assert "bf16 cache, a GPU" not in _kv("bf16") and "this model's bf16 cache" in _kv("bf16")
+
+
+def test_gpt_oss_text_agrees_with_the_table_under_it():  # item 16
+    ch05 = chapter("05")
+    text = ch05.gpt_oss_text()
+    for row in ch05.fit_rows(gpus=("H100-SXM",), models=("gpt-oss-120b",)):
+        users = row.max_users["H100-SXM"]
+        assert (f"{row.weight_dtype} ({users:,} users" in text) == (users > 0), row
+
+
+def test_scale_schemes_are_computed_not_typed():  # item 15
+    text = chapter("05").scale_schemes_text()
+    numbers = re.findall(r"(\d+\.\d+) GB", text)
+    assert len(numbers) == 3 and len(set(numbers)) == 3
+    assert "one fp16 scale per 128 weights" in text and "one scale per output row" in text
+
+
+def test_energy_per_token_states_its_tdp_assumption():  # item 14
+    from infer_lab.analysis.capacity import ENERGY_ASSUMPTION
+
+    ch13 = chapter("13")
+    assert "TDP" in ENERGY_ASSUMPTION
+    text = ch13.scaling_text(ch13.scaling_result())
+    assert ENERGY_ASSUMPTION in text
+    assert all("TDP" in c.label for c in ch13.FRONTIER_COLUMNS + ch13.LAYOUT_COLUMNS if "J / token" in c.label)
+
+
+def test_tp_text_names_the_best_layout_and_the_model_differs_from_the_talk():  # items 3 and 10
+    ch13 = chapter("13")
+    s = ch13.scaling_result()
+    text = ch13.scaling_text(s)
+    best_pcie = max((r for r in s.layouts if r.gpu == "H100-PCIe"), key=lambda r: r.tokens_per_s)
+    assert f"on PCIe come from **{best_pcie.parallelism}**" in text
+    assert "does not reproduce that mechanism" in text
+
+
+def test_heterogeneous_and_attention_ffn_show_the_whole_comparison():  # items 4 and 5
+    ch13 = chapter("13")
+    h = ch13.measure_hetero(None, ch13.sizes("cpu", "quick"))
+    text = ch13.hetero_text(h)
+    assert f"all {h.decode_gpu}:" in text and f"all {h.prefill_gpu}:" in text
+    s = h.afd_split
+    assert f"{s.sequential_step_ms:.1f} ms" in text and "fp8 weights" in text
+    seq_gain = s.tokens_per_s_per_gpu * s.step_ms / s.sequential_step_ms / h.afd_colocated.tokens_per_s_per_gpu
+    assert f"**{seq_gain:.2f}x**" in text
+    assert ("worse than not splitting" in text) == (seq_gain < 1)
+
+
+@pytest.mark.parametrize("name", ["ch11_speculative_decoding"])
+def test_no_development_target_on_the_page(name):  # item 13
+    import inspect
+
+    from infer_lab.course import ch11_speculative_decoding as mod
+
+    assert "Target (n-gram" not in inspect.getsource(mod) and not hasattr(mod, "target_check"), name
