@@ -95,3 +95,22 @@ def test_no_development_target_on_the_page(name):  # item 13
     from infer_lab.course import ch11_speculative_decoding as mod
 
     assert "Target (n-gram" not in inspect.getsource(mod) and not hasattr(mod, "target_check"), name
+
+
+def test_the_saved_hf_step_is_one_range_in_every_chapter():  # item 9
+    from infer_lab.course.ch01_feel_the_pain import saved_batch1_steps_ms
+    from infer_lab.course.saved import load_saved
+
+    data = load_saved("*hf-baseline*.json")[0].data
+    lo, hi = saved_batch1_steps_ms(data)
+    assert lo < hi
+    quoted = f"{lo:.0f}–{hi:.0f} ms"
+    assert quoted.replace("–", " and ") in chapter("08").launch_overhead_text().replace("**", "").replace("between ", "")
+    assert quoted in chapter("03").saved().notes[1]
+
+
+def test_external_reference_measurements_are_labelled_so():  # saved evidence
+    from infer_lab.course.saved import load_saved
+
+    for r in load_saved("h200-*.json"):
+        assert r.external and "External reference measurement" in r.label and "not part of this repository" in r.label

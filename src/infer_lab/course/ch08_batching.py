@@ -726,14 +726,15 @@ def launch_overhead_text() -> str:
                 "Python launches hundreds of kernels one by one and the GPU waits for each.")
     src = found[0]
     d = src.data
+    from .ch01_feel_the_pain import saved_batch1_text
+
     stream_ms = d["weight_bytes"] / (d["copy_TBps"] * 1e12) * 1e3
-    b1 = min(d["batch_sweep"], key=lambda r: r["batch"])
     return (
-        f"At batch {b1['batch']} a decode step of the {src.raw.get('model')} shape must stream "
+        f"At batch 1 a decode step of the {src.raw.get('model')} shape must stream "
         f"{d['weight_bytes'] / GB:.1f} GB of weights: {stream_ms:.1f} ms at the {d['copy_TBps']:.2f} TB/s copy "
         f"bandwidth measured on an {src.device}. The HF eager step measured on that machine took "
-        f"**{b1['step_ms']:.0f} ms** ({b1['step_ms'] / stream_ms:.0f}×): Python launches hundreds of kernels one "
-        f"by one and the GPU waits for each. _{src.label}._"
+        f"{saved_batch1_text(d, stream_ms)}: Python launches hundreds of kernels one by one and the GPU waits "
+        f"for each. _{src.label}._"
     )
 
 
