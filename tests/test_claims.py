@@ -114,3 +114,39 @@ def test_external_reference_measurements_are_labelled_so():  # saved evidence
 
     for r in load_saved("h200-*.json"):
         assert r.external and "External reference measurement" in r.label and "not part of this repository" in r.label
+
+
+def test_the_kv_visualizer_draws_the_room_the_fit_reports():  # 02: visualizer vs "at most N users"
+    from infer_lab.analysis import memory
+    from infer_lab.catalog import get_gpu
+    from infer_lab.course import calculator
+
+    curves = calculator.kv_curves("mistral-7b", context=4096, users=200, gpu="H100-SXM")
+    users_at_room = curves.kv_budget_bytes // memory.kv_bytes("mistral-7b", 4096)
+    fit = memory.fit("mistral-7b", get_gpu("H100-SXM").memory_bytes, 4096)
+    users_at_gpu_line = get_gpu("H100-SXM").memory_bytes // memory.kv_bytes("mistral-7b", 4096)
+    assert users_at_room == fit.max_users < users_at_gpu_line
+    fig = calculator.kv_visualizer_figure(curves)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert any(label.startswith("room for KV after weights + overhead") for label in labels)
+
+
+def test_attention_share_and_the_talks_claim():  # item 17
+    ch02 = chapter("02")
+    cross = ch02.attention_crossover_context("mistral-7b")
+    below, above = ch02.flop_share("mistral-7b", cross - 1), ch02.flop_share("mistral-7b", cross)
+    assert below.attention_flops < below.layers_flops / 2 <= above.attention_flops
+    text = ch02.attention_claim_text("mistral-7b", 4096)
+    assert f"{cross:,} tokens" in text and "most compute-intensive" in text
+
+
+def test_the_model_table_explains_sliding_windows_and_active_parameters():  # item 18
+    ch02 = chapter("02")
+    notes = ch02.models_notes(ch02.model_rows(4096, models=["gpt-oss-120b", "mistral-7b"]))
+    assert "gpt-oss-120b" in notes and "sliding window" in notes and "embedding" in notes
+    assert "mistral-7b" not in notes
+
+
+def test_mla_text_explains_the_talks_correction_kindly():  # item 11
+    text = chapter("06").mla_text()
+    assert "like-for-like" in text and "Neither forgot anything" in text
