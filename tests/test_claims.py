@@ -150,3 +150,21 @@ def test_the_model_table_explains_sliding_windows_and_active_parameters():  # it
 def test_mla_text_explains_the_talks_correction_kindly():  # item 11
     text = chapter("06").mla_text()
     assert "like-for-like" in text and "Neither forgot anything" in text
+
+
+def test_the_sglang_claim_is_set_against_what_the_cache_alone_saves():  # item 19
+    ch09 = chapter("09")
+    runs = [ch09.WorkloadRun("agentic_branching", c, 16, 8, 1000, computed, hit, 0.1, 0.1, 1.0)
+            for c, computed, hit in (("none", 1000, 0.0), ("hash", 400, 0.60), ("radix", 340, 0.66))]
+    text = ch09.sglang_claim_text(ch09.WorkloadsResult(runs, 16, 64, 8))
+    assert "3–4×" in text and "66%" in text and "60%" in text
+    assert f"{400 / 340:.2f}× the prefill tokens" in text and f"{1000 / 340:.2f}× fewer" in text
+    assert ch09.sglang_claim_text(ch09.WorkloadsResult(runs[:0], 16, 64, 8)) == ""
+
+
+def test_the_triangle_has_no_cost_corner():  # item 12
+    from infer_lab.analysis.capacity import PRESETS
+
+    for w in PRESETS.values():
+        corners = w.corner.split(" (")[0].split(" + ")
+        assert set(corners) <= {"quality", "latency", "throughput"}, w.corner
