@@ -168,3 +168,24 @@ def test_the_triangle_has_no_cost_corner():  # item 12
     for w in PRESETS.values():
         corners = w.corner.split(" (")[0].split(" + ")
         assert set(corners) <= {"quality", "latency", "throughput"}, w.corner
+
+
+def test_single_run_ratios_near_one_are_not_read_as_differences():  # item 6 (chapter 08's sentences)
+    ch08 = chapter("08")
+    assert ch08._versus(1.05) == "within one run's noise of" and ch08._versus(0.95) == "within one run's noise of"
+    assert ch08._versus(1.85) == "1.85×" and ch08._versus(0.28) == "0.28×"
+
+
+def test_a_missing_saved_run_says_so_instead_of_an_empty_box(monkeypatch):  # 06, 07, 11, 13
+    from infer_lab import nb
+
+    monkeypatch.setattr(nb, "has_gpu", lambda: False)
+    assert "No GPU run of this chapter is saved" in nb.saved_view(None).text
+    monkeypatch.setattr(nb, "has_gpu", lambda: True)
+    assert nb.saved_view(None).text == nb.saved_view(None).text and "No GPU run" not in nb.saved_view(None).text
+
+
+def test_chapter_12_says_no_vllm_or_sglang_run_is_saved():
+    ch12 = chapter("12")
+    if ch12.saved() is None:
+        assert "No saved vLLM or SGLang results" in ch12.summary(ch12.Result(size="quick", model="m"))

@@ -325,6 +325,8 @@ def summary(result: Result) -> str:
     if result.sweep:
         lines.append(sweep_text(result.sweep))
     lines.append(scale_out_text(scale_out_plan()))
+    if saved() is None:  # where the engines are compared, say that vLLM and SGLang were not measured
+        lines.append(gpu_note())
     return "\n\n".join(lines)
 
 
