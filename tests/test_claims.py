@@ -189,3 +189,48 @@ def test_chapter_12_says_no_vllm_or_sglang_run_is_saved():
     ch12 = chapter("12")
     if ch12.saved() is None:
         assert "No saved vLLM or SGLang results" in ch12.summary(ch12.Result(size="quick", model="m"))
+
+
+def test_the_talks_heterogeneous_claims_are_cited_from_data():  # Trainium + Cerebras over EFA, 3-10x
+    from infer_lab.catalog import get_cited_chip
+
+    claims = get_cited_chip("Cerebras-WSE-3").talk_claims
+    text = chapter("13").cited_pairing_text()
+    assert claims["pairing"]["speedup"] == 5 and claims["speedup_at_equal_power_range"] == [3, 10]
+    assert "Trainium" in text and "EFA" in text and "3–10×" in text and "Cited, not computed" in text
+
+
+def test_pd_pools_are_told_with_summarization_and_story_writing():
+    ch13 = chapter("13")
+    assert ch13._pd_counts("1P:3D TP1") == (1, 3) and ch13._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
+    text = ch13.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
+    assert "prefill 3 of 4" in text and "prefill 1 of 4" in text and "expected direction" not in text
+    assert "expected direction" in ch13.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "L4"])
+def test_a_coding_agents_prompt_is_priced_on_the_learners_gpu(gpu):  # chunked prefill's motivation
+    from infer_lab.analysis import memory
+
+    ch10 = chapter("10")
+    rows = ch10.agent_prompt_rows(gpu)
+    assert [r.prompt_tokens for r in rows] == [200_000, 1_000_000]
+    for r in rows:
+        assert r.prompt_tokens <= memory.context_limit(ch10.AGENT_MODEL)
+        assert r.steps_missed == pytest.approx(r.prefill_s / r.decode_step_s)
+        assert r.decode_step_s < r.chunked_step_s < r.prefill_s
+    assert rows[1].prefill_s > 5 * rows[0].prefill_s * rows[0].n_gpus / rows[1].n_gpus  # attention is quadratic
+    text = ch10.agent_prompt_text(rows)
+    assert f"{rows[0].steps_missed:,.0f} decode steps" in text
+    with pytest.raises(ValueError, match="reads at most"):
+        ch10.agent_prompt_rows(gpu, model="mistral-7b")
+
+
+def test_qat_and_speculation_as_a_frontier_shift_are_on_the_page():
+    from infer_lab.analysis.roofline import gpu_roof
+
+    assert "QAT" in chapter("05").qat_vs_ptq_text() and "PTQ" in chapter("05").qat_vs_ptq_text()
+    ch11 = chapter("11")
+    curve = ch11.roofline_curve("h200", "mistral-7b", gpu_roof("h200"), 4, 600, 2.2, "bf16", ch11.ANALYTIC_BATCHES)
+    text = ch11.frontier_shift_text(curve)
+    assert f"{curve.speedup[0]:.2f}× the tokens per step at batch 1" in text

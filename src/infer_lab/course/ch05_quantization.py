@@ -329,6 +329,20 @@ def compare_text(comparison: Comparison, embedded: bool) -> str:
     text += (f" Decode timed over {comparison.new_tokens} tokens × {comparison.repeats} run(s) on "
              f"{comparison.device}, {comparison.threads} torch threads. Dequantizing on the fly adds work on "
              "every step; a CPU's decode is not as memory-bound as a GPU's, so fewer bytes do not buy speed here.")
+    slower = [m for m in comparison.methods if m.decode_tokens_per_s and base.decode_tokens_per_s
+              and m.compression > 1 and m.decode_tokens_per_s < base.decode_tokens_per_s]
+    if slower:
+        text += (" **Fewer bytes, yet slower:** " + ", ".join(
+            f"{m.method} reads {m.compression:.2f}× fewer bytes and decodes at "
+            f"{m.decode_tokens_per_s / base.decode_tokens_per_s:.2f}× the baseline's speed" for m in slower)
+            + ". The chapter's premise, that the bytes of the weights set decode's speed limit, is a bound for a "
+            "kernel that reads the packed weights directly. These paths turn the packed weights back into floats "
+            "on every step, which costs more work and memory traffic than the float read it replaces, so here the "
+            "time is the unpacking's, not the bytes'. A GPU kernel that dequantizes in registers (or a CPU one that "
+            "computes on int8 directly) is what turns fewer bytes into speed.")
+    if comparison.new_tokens * comparison.repeats < 16:
+        text += (f" Decode speed here comes from only {comparison.new_tokens * comparison.repeats} timed token(s): "
+                 "read the ratios as rough.")
     if comparison.eval_scored_tokens:
         text += f" Perplexity over {comparison.eval_scored_tokens} scored tokens of the shipped evaluation text."
     if embedded:
@@ -344,6 +358,21 @@ def outliers_text(outliers: list[OutlierRow]) -> str:
         f"**{worst.max_over_median:.0f}×** the median feature; {share} of {len(outliers)} q projections have a "
         "feature at least 10× their median. One int8 scale sized for that feature leaves the ordinary ones "
         "a handful of levels: LLM.int8 keeps such features in 16-bit, group-wise scales confine the damage."
+    )
+
+
+def qat_vs_ptq_text() -> str:
+    """Post-training quantization (what this chapter does) against quantization-aware training."""
+    return (
+        "**After training, or during it.** Everything measured here is *post-training quantization* (PTQ): take "
+        "finished weights, round them, and measure what the rounding cost. It needs no training data beyond a "
+        "little calibration text, and its quality loss is whatever the rounding does. *Quantization-aware "
+        "training* (QAT) rounds during training instead: the forward pass uses the quantized weights and the "
+        "gradients flow through the rounding (a straight-through estimator), so the model learns weights that "
+        "survive it. QAT costs a training run and recovers much of what PTQ loses at 4 bits and below; a model "
+        "shipped in a low-bit format by its trainer (gpt-oss in mxfp4 is one) was usually trained or fine-tuned "
+        "with that format in mind, which is why it loses less than the same rounding applied afterwards. Nothing "
+        "is trained in this course, so its quality numbers are PTQ's."
     )
 
 
@@ -403,7 +432,7 @@ def summary(result: Result) -> str:
         lines.append(outliers_text(result.outliers))
     if result.kv:
         lines.append(kv_text(result.kv, result.embedded))
-    lines += [gpt_oss_text(), scale_schemes_text()]
+    lines += [gpt_oss_text(), scale_schemes_text(), qat_vs_ptq_text()]
     return "\n\n".join(lines)
 
 

@@ -797,6 +797,30 @@ def measure_cluster(lm: Any, sizes: Sizes) -> ClusterResult:
     }, sat["colocated_over_best_disaggregated"])
 
 
+def _pd_counts(layout: str) -> tuple[int, int] | None:
+    """(prefill GPUs, decode GPUs) of a simulator layout such as '1P:3D TP1' (None if it has none)."""
+    import re
+
+    m = re.search(r"(\d+)P\s*(?:\S+\s*)?:\s*(\d+)D", layout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def pools_text(best: dict[str, str]) -> str:
+    """The talk's P/D story with the simulator's splits: why each pool grows or shrinks with the mix."""
+    summ, story = _pd_counts(best.get("summarize", "")), _pd_counts(best.get("story", ""))
+    if not summ or not story:
+        return ""
+    return (
+        f"**Why the pools differ.** A summary reads a long document and writes a few lines: its GPU time is prefill, "
+        f"and its best split here gives prefill {summ[0]} of {sum(summ)} GPUs. A story starts from a short prompt "
+        f"and writes pages: its time is decode, and its best split gives prefill {story[0]} of {sum(story)}. A fleet "
+        "serving both sizes each pool to its own work: when summaries arrive faster, it adds prefill GPUs; when "
+        "stories do, decode GPUs; and the KV cache of each prompt crosses from one pool to the other once."
+        + ("" if summ[0] / sum(summ) > story[0] / sum(story) else
+           " (In this run the splits do not differ in the expected direction: read the table before the story.)")
+    )
+
+
 def cluster_text(c: ClusterResult) -> str:
     lines = []
     for w in c.workloads:
@@ -814,6 +838,7 @@ def cluster_text(c: ClusterResult) -> str:
         f"Prefill-heavy and decode-heavy work want different splits ({best['summarize']} for summarize, "
         f"{best['story']} for story): that is what separate pools are for."
     )
+    lines.append(pools_text(best))
     sat = c.saturation_tokens_per_s_per_gpu
     lines.append(
         "**Throughput ceiling** (chat, far past capacity): "
@@ -910,6 +935,25 @@ def measure_hetero(lm: Any, sizes: Sizes) -> HeteroResult:
                         "deepseek-v3", afd["colocated"], afd["best_split"], afd["gain"])
 
 
+def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> str:
+    """The talk's heterogeneous claims (cited, from ``data/cited_chips.json``) beside what the course computes."""
+    from ..catalog import get_cited_chip
+
+    c = get_cited_chip(chip)
+    claims = c.talk_claims
+    pair, (lo, hi) = claims["pairing"], claims["speedup_at_equal_power_range"]
+    return (
+        f"**Cited, not computed:** the talk paired {pair['prefill']} for prefill with {pair['decode']} for decode, "
+        f"the KV cache moved over {pair['link']}, at about {pair['speedup']:.0f}× ({pair['source']}), and claimed "
+        f"{lo:.0f}–{hi:.0f}× speed at equal power for the SRAM chip. **Computed here:** the chip's memory bandwidth "
+        f"is {c.bandwidth_ratio_vs(gpu):,.0f}× an {gpu}'s HBM, so a bandwidth-bound batch-1 decode could be that "
+        "much faster per chip, and the talk's own tokens/s give "
+        f"{c.claimed_speedup():.0f}×. The catalog has no power figure for the chip, so 'at equal power' cannot be "
+        "checked here: treat the range as the talk's claim, and the pairing as the shape of the idea (each phase "
+        "on the chip whose roofline suits it), not as a measured result."
+    )
+
+
 def cluster_usd_per_hour(gpus: dict[str, int]) -> float:
     """$ per hour of a cluster of ``{gpu: count}`` at the catalog's indicative prices."""
     from ..catalog import get_gpu
@@ -951,6 +995,7 @@ def hetero_text(h: HeteroResult) -> str:
         f"{w.chips_to_hold_weights} wafers just to hold its weights in SRAM, and a {w.bandwidth_ratio:,.0f}x bandwidth "
         f"ratio buys a claimed {w.claimed_speedup:.0f}x, so something other than memory bandwidth sets its speed. "
         f"Source: {w.source}.",
+        cited_pairing_text(w.chip),
         f"**Attention/FFN split** for {h.afd_model} on H100 SXM (analytic, fp8 weights as DeepSeek serves them): "
         f"colocated, each GPU fits {c.batch_per_attention_gpu} users next to its share of the experts; split, an "
         f"attention GPU holds only attention weights and KV and fits {s.batch_per_attention_gpu}, so the expert FFN "
