@@ -91,8 +91,9 @@ def _(context_pick, kv_dtype_pick, mo):
 
 
 @app.cell
-def _(ch02, context_pick, kv_dtype_pick, nb):
-    nb.table(ch02.models_table(ch02.model_rows(context_pick.value, kv_dtype_pick.value)))
+def _(ch02, context_pick, kv_dtype_pick, mo, nb):
+    _rows = ch02.model_rows(context_pick.value, kv_dtype_pick.value)
+    mo.vstack([nb.table(ch02.models_table(_rows)), mo.md(ch02.models_notes(_rows))])
     return
 
 
@@ -143,7 +144,10 @@ def _(mo):
     ## KV visualizer
 
     Move the sliders: KV grows linearly with tokens and with users. The dashed line is the
-    weights; the dotted line is the GPU's memory; the dot is your choice.
+    weights; the dotted line is the GPU's memory; the dot is your choice. The KV curve crosses
+    the GPU's line at more users than can run: the weights and the runtime's overhead come
+    first, and only 90% of the memory is usable. The dash-dot line is the room KV really has;
+    the curve crosses it at the "at most N users" of the next section.
     """)
     return
 

@@ -87,7 +87,8 @@ def _(mo):
 
     Three workload presets. Each is a promise to users, not a fact about hardware:
     premium chat buys quality and latency; async agents buy quality and throughput with long
-    contexts; batch summarization gives up latency (and some precision: fp8) for cost.
+    contexts; batch summarization keeps only throughput, giving up latency and some precision
+    (fp8). Cost is not a corner: it is what each choice is priced in, in the tables below.
     """)
     return
 

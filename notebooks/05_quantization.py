@@ -215,7 +215,8 @@ def _(mo):
 
 @app.cell
 def _(ch05, context, mo, nb):
-    mo.vstack([mo.md(ch05.gpt_oss_text()), nb.table(ch05.fit_table(context=context.value))])
+    mo.vstack([mo.md(ch05.gpt_oss_text(context=context.value)), nb.table(ch05.fit_table(context=context.value)),
+               mo.md(ch05.scale_schemes_text()), mo.md(ch05.qat_vs_ptq_text())])
     return
 
 

@@ -174,8 +174,9 @@ def _(ch08, mo, nb):
     | + compile | torch.compile fuses each layer's small ops (norms, RoPE, SiLU, masking) into a few kernels |
 
     Fused q|k|v and gate|up projections make each layer's GEMVs big enough to stream at full
-    bandwidth. On a CPU every path is about equally fast: a CPU step is bound by its matmuls,
-    and it has no kernel launches to save. That difference is the lesson.
+    bandwidth. **Predict** before you press: a CPU step is bound by its matmuls and has no
+    kernel launches to save, so how far apart should the paths be here, and on a GPU? The
+    measurement below answers for this machine, with its spread.
 
     {mo.hstack([paths_batch, paths_compile, paths_button], justify="start")} {nb.button_time(ch08, "paths")}
     """)

@@ -110,6 +110,26 @@ def _(ch10, chunk_button, chunk_tokens, decoders, lm, long_prompt, mo, nb, repla
 
 @app.cell(hide_code=True)
 def _(mo):
+    from infer_lab.catalog import list_gpus
+
+    agent_gpu = mo.ui.dropdown(options=list_gpus(), value="H100-SXM", label="GPU")
+    mo.md(f"""
+    ## Coding agents: a repository in the prompt (analytic)
+
+    A coding agent can send 200k to 1M tokens in one prompt. What does that cost on a GPU you
+    might rent, and what happens to everyone decoding on it? Pick one: {agent_gpu}
+    """)
+    return (agent_gpu,)
+
+
+@app.cell
+def _(agent_gpu, ch10, mo):
+    mo.md(ch10.agent_prompt_text(ch10.agent_prompt_rows(agent_gpu.value)))
+    return
+
+
+@app.cell(hide_code=True)
+def _(mo):
     mo.md(r"""
     ## On a GPU
     """)

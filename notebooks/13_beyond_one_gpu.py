@@ -121,7 +121,8 @@ def _(ch13, mo, nb):
     shard, joins them with **gloo** and generates greedily from the same prompts as one process
     does here. It then times all-reduces of growing size on the same two processes and fits
     *t = latency + bytes / bandwidth*, the ring model of `analysis.parallel` with a CPU link.
-    On a 2-core CPU, expect 2 ranks to be **slower** than 1: the numbers say why.
+    **Predict:** on a 2-core CPU, will 2 ranks be faster or slower than 1? The numbers below
+    answer, and say why.
 
     {tp_button} {nb.button_time(ch13, "tp")}
     """)

@@ -8,6 +8,9 @@ A section that fails is recorded with its error and the next one runs.
     PYTHONPATH=src python3 scripts/gpu_checks.py --out /tmp/x --only decode1 --smoke   # CPU dry run
 
 Sections:
+  chapters    every chapter module at its quick size for this device, with this model (on a GPU the
+              learner's default: mistral-7b, random bf16 weights, no tokenizer): ok / error, seconds,
+              summary; saved after each chapter. --chapters picks some (e.g. --chapters 11 12)
   decode1     batch-1 decode, Mistral-7B shape bf16, every decode path (target >= 205 tok/s)
   throughput  256 requests x (512 in / 128 out), CUDA graphs (target >= 70% of throughput_bound)
   hf          the HF transformers baseline re-measured with the course's harness (chapter 01):
@@ -29,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-SECTIONS = ("decode1", "throughput", "hf", "spec", "kvquant", "sweep", "attention", "quant")
+SECTIONS = ("chapters", "decode1", "throughput", "hf", "spec", "kvquant", "sweep", "attention", "quant")
 
 
 def main() -> int:
@@ -39,6 +42,7 @@ def main() -> int:
     p.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the embedded model (CPU)")
     p.add_argument("--budget-s", type=float, default=480, help="skip sections after this time")
+    p.add_argument("--chapters", nargs="*", help="chapter numbers for the chapters section (default: all)")
     args = p.parse_args()
 
     import torch
@@ -69,6 +73,30 @@ def main() -> int:
         path = out / f"{name}-{lm.name}-{device}-{stamp}.json"
         path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
         print(f"[gpu_checks] wrote {path} ({time.perf_counter() - t_start:.0f} s)", flush=True)
+
+    def chapters() -> dict:
+        """Every chapter through the tour's own runner, as a learner on this device gets it."""
+        from infer_lab.course import chapters as course_chapters
+        from infer_lab.tour import TourContext, run_chapter
+
+        ctx = TourContext(out_dir=out / "chapters", quick=True, model=model, weights=weights, device=device)
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        ctx._lm = lm
+        done: dict = {}
+        for mod in course_chapters(args.chapters or None):
+            if time.perf_counter() - t_start > args.budget_s:
+                done[mod.NUMBER] = {"ok": None, "skipped": f"past the {args.budget_s:.0f} s budget"}
+                continue
+            run = run_chapter(mod, ctx)
+            done[mod.NUMBER] = {"ok": run.ok, "seconds": run.seconds, "error": run.error,
+                                "traceback": run.traceback, "report": run.markdown}
+            print(f"  {mod.NUMBER}: {'ok' if run.ok else 'FAILED ' + str(run.error)} in {run.seconds:.1f} s",
+                  flush=True)
+            save("chapters-partial", {"chapters": done})
+        failed = [n for n, r in done.items() if r["ok"] is False]
+        if failed:
+            raise RuntimeError(f"chapters failed: {failed} (each one's traceback is in chapters-partial)")
+        return {"chapters": done}
 
     def decode1() -> dict:
         from infer_lab.bench.engine import run_engine_benchmark

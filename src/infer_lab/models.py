@@ -111,6 +111,20 @@ class LoadedModel:
         low = min(100, self.config.vocab_size - 1)
         return torch.randint(low, self.config.vocab_size, (batch, length), generator=gen).to(self.device)
 
+    def word_ids(self, text: str) -> torch.Tensor:
+        """Token ids (1, n) standing in for ``text`` when there is no tokenizer: one id per word.
+
+        Each word (split on whitespace) maps to a fixed id by a CRC-32 hash into the vocabulary
+        (special ids below 100 avoided), so a word repeated in the text repeats its id: the
+        structure that prompt-lookup speculation keys on survives, the meaning does not.
+        """
+        import zlib
+
+        low = min(100, self.config.vocab_size - 1)
+        span = max(1, self.config.vocab_size - low)
+        ids = [low + zlib.crc32(word.encode()) % span for word in text.split()] or [low]
+        return torch.tensor([ids], dtype=torch.long, device=self.device)
+
     def describe(self) -> str:
         """One line for plot titles and reports: model, weights, dtype, device."""
         from .hardware import device_label

@@ -102,12 +102,19 @@ def _all_numbers(column: Any) -> bool:
         any(ch.isdigit() for ch in v) for v in values)
 
 
+NO_SAVED_RUN = ("**No GPU run of this chapter is saved in this checkout yet**, so there is nothing to show here. "
+                "The section above says what a GPU run would add and how to make one; everything else on this "
+                "page was computed or measured on this machine.")
+
+
 def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
-    """A chapter's saved GPU results, labelled as saved (nothing when absent, or on a GPU)."""
+    """A chapter's saved GPU results, labelled as saved (nothing on a GPU; a short note when none is saved)."""
     import marimo as mo
 
-    if view is None or (only_without_gpu and has_gpu()):
+    if only_without_gpu and has_gpu():
         return mo.md("")
+    if view is None:  # say so, rather than leave an empty box under the section's heading
+        return mo.callout(mo.md(NO_SAVED_RUN), kind="neutral")
     items = [mo.md(f"### {view.title}\n\n_{view.label}_")]
     if view.warning:
         items.append(mo.callout(mo.md(f"**Caution:** {view.warning}"), kind="warn"))

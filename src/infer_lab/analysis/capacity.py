@@ -28,6 +28,10 @@ from .parallel import (
 from .roofline import Roof, predict_decode, predict_prefill
 
 
+# How every J/token of the planner is computed, in words for the pages that print one.
+ENERGY_ASSUMPTION = ("Energy per token assumes every GPU draws its full TDP (the catalog's board power) for the "
+                     "whole step: an upper bound, since a memory-bound decode step draws less.")
+
 @dataclass(frozen=True)
 class Workload:
     """A serving workload: its context, its latency SLOs and the precision it can accept.
@@ -76,8 +80,9 @@ PRESETS: dict[str, Workload] = {
         ),
         Workload(
             "batch-summarization",
-            "throughput + cost",
-            "Offline summaries of long documents: fp8 weights and KV, no latency SLO, prefill-heavy.",
+            "throughput (quality traded for fp8, no latency SLO)",
+            "Offline summaries of long documents: fp8 weights and KV, no latency SLO, prefill-heavy. Cost is "
+            "what every corner is priced in, not a corner: this preset keeps one corner and trades the other two.",
             context=8192,
             prompt_tokens=7680,
             itl_slo_ms=None,

@@ -446,6 +446,35 @@ def max_context(model: ModelLike, memory_bytes: int, users: int = 1, **kwargs: A
     return lo
 
 
+def context_limit(model: ModelLike) -> int:
+    """The most positions the model reads (``max_position_embeddings``, tokens): a context past it
+    is not a memory question at all."""
+    return as_shape(model).max_position_embeddings
+
+
+def within_limit(model: ModelLike, contexts: list[int]) -> list[int]:
+    """The ``contexts`` (tokens) the model can read at all (at most :func:`context_limit`)."""
+    limit = context_limit(model)
+    return [c for c in contexts if c <= limit]
+
+
+def scenario_problems(model: ModelLike, memory_bytes: int, context: int, users: int = 1, n_gpus: int = 1,
+                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", **kwargs: Any) -> list[str]:
+    """Why a described serving scenario cannot exist ([] when it can): a context past the model's
+    limit, or weights + overhead + KV of ``users`` x ``context`` tokens over :func:`fit`'s budget
+    on ``n_gpus`` GPUs of ``memory_bytes`` each. Chapters check every scenario they describe."""
+    problems = []
+    limit = context_limit(model)
+    if context > limit:
+        problems.append(f"{as_shape(model).name} reads at most {limit:,} positions, not {context:,}")
+    report = fit(model, memory_bytes, context, users=users, n_gpus=n_gpus, weight_dtype=weight_dtype,
+                 kv_dtype=kv_dtype, **kwargs)
+    if not report.fits:
+        problems.append(f"{users:,} users x {context:,} tokens on {n_gpus} GPU(s) are short by "
+                        f"{report.shortfall_bytes / 1e9:.1f} GB (at most {report.max_users:,} users fit)")
+    return problems
+
+
 def context_users_tradeoff(
     model: ModelLike, memory_bytes: int, contexts: list[int], **kwargs: Any
 ) -> list[dict[str, Any]]:

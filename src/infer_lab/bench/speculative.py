@@ -68,7 +68,10 @@ def load_prompts(workload: str, n: int | None = None) -> list[SpecPrompt]:
 
 
 def prompt_ids(lm: Any, prompts: Sequence[SpecPrompt]) -> list[list[int]]:
-    """Token ids of each prompt through the model's chat template."""
+    """Token ids of each prompt through the model's chat template (one id per word, from
+    :meth:`~infer_lab.models.LoadedModel.word_ids`, for a model without a tokenizer)."""
+    if lm.tokenizer is None:
+        return [lm.word_ids(p.text)[0].tolist() for p in prompts]
     return [lm.chat_ids(p.text)[0].tolist() for p in prompts]
 
 

@@ -26,6 +26,7 @@ from ..analysis.memory import (
     KV_FORMATS,
     WEIGHT_FORMATS,
     as_shape,
+    fit,
     kv_bytes,
     kv_bytes_per_token,
     weight_bytes,
@@ -83,6 +84,7 @@ class KVCurves:
     kv_bytes_vs_users: list[int]
     gpu: str | None = None
     gpu_memory_bytes: int | None = None
+    kv_budget_bytes: int | None = None  # what the planner's fit leaves for KV on that GPU (after weights, overhead)
 
     @property
     def kv_total_label(self) -> str:
@@ -129,14 +131,18 @@ def kv_curves(
         kv_bytes_vs_users=[kv_bytes(shape, context, u, kv_dtype) for u in user_counts],
         gpu=spec.name if spec else None,
         gpu_memory_bytes=spec.memory_bytes if spec else None,
+        kv_budget_bytes=(fit(shape, spec.memory_bytes, context, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                         .kv_budget_bytes if spec else None),
     )
 
 
 def kv_visualizer_figure(curves: KVCurves):
     """Two panels: KV vs tokens per user and KV vs users, in GB (1e9 B), from zero.
 
-    The dashed line is the weights, the dotted line the GPU's memory (when one is chosen); a
-    dot marks the chosen point (``users`` x ``context``).
+    The dashed line is the weights, the dotted line the GPU's memory (when one is chosen) and the
+    dash-dot line the room the planner leaves for KV there (usable memory minus weights and
+    overhead): the KV curve crosses that one at the user count the fit reports, well before the
+    GPU's line. A dot marks the chosen point (``users`` x ``context``).
     """
     import matplotlib.pyplot as plt
 
@@ -156,6 +162,9 @@ def kv_visualizer_figure(curves: KVCurves):
         if curves.gpu_memory_bytes:
             ax.axhline(curves.gpu_memory_bytes / GB, color="r", ls=":", lw=1,
                        label=f"{curves.gpu} memory ({curves.gpu_memory_bytes / GB:.3g} GB)")
+        if curves.kv_budget_bytes and curves.kv_budget_bytes > 0:
+            ax.axhline(curves.kv_budget_bytes / GB, color="tab:green", ls="-.", lw=1,
+                       label=f"room for KV after weights + overhead ({curves.kv_budget_bytes / GB:.3g} GB)")
         ax.set_ylim(0, top * 1.08)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")

@@ -522,6 +522,21 @@ def saved_warning(data: dict[str, Any]) -> str:
     )
 
 
+def saved_batch1_steps_ms(data: dict[str, Any]) -> tuple[float, float]:
+    """(fastest, slowest) batch-1 decode step of the saved HF baseline, over every row that has one
+    (its context sweep and its batch sweep): the one way chapters quote that noisy run."""
+    steps = [r["itl_ms"] for r in data["ctx_sweep"]] + [r["step_ms"] for r in data["batch_sweep"] if r["batch"] == 1]
+    return min(steps), max(steps)
+
+
+def saved_batch1_text(data: dict[str, Any], stream_ms: float) -> str:
+    """The saved HF eager batch-1 step as a range against ``stream_ms`` (the weight-streaming time)."""
+    lo, hi = saved_batch1_steps_ms(data)
+    return (f"between **{lo:.0f} and {hi:.0f} ms** ({lo / stream_ms:.0f}–{hi / stream_ms:.0f}× the {stream_ms:.1f} ms of "
+            "streaming the weights) across that run's batch-1 rows; the run is noisy, so it is quoted as a range, "
+            "never as one row")
+
+
 def saved() -> SavedView | None:
     """The saved H200 HF-eager baseline (Mistral-7B shape, random bf16 weights), with its caution."""
     found = load_saved("h200-hf-baseline-*.json")

@@ -160,10 +160,12 @@ class FitView:
     context: int
     users: int
     fit: memory.FitReport
-    max_context_one_user: int
+    max_context_one_user: int  # what memory allows, before the model's own limit
     tradeoff: list[TradeoffPoint]
     memory_fraction: float = 0.9
     prefill_chunk: int = 2048
+    context_limit: int = 0  # the model's max_position_embeddings (0: unknown)
+    dropped_contexts: tuple[int, ...] = ()  # trade-off contexts past the model's limit, left out
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,26 @@ def model_rows(context: int = 4096, kv_dtype: str = "bf16", weight_dtype: str = 
     return rows
 
 
+def models_notes(rows: list[ModelMemoryRow]) -> str:
+    """What the model table's columns hide: sliding-window layers (KV per user below KV per token x
+    context) and what "active parameters" of a mixture of experts counts (markdown, '' if nothing)."""
+    notes = []
+    for r in rows:
+        full = r.kv_bytes_per_token * r.context
+        if r.kv_bytes_per_user < full:
+            rep = memory.kv_report(r.model, context=r.context, kv_dtype=r.kv_dtype)
+            notes.append(f"- **{r.model}**: KV per user is {r.kv_bytes_per_user / full:.0%} of KV per token × "
+                         f"{r.context:,} tokens, because {rep.sliding_window_layers} of its {r.layers} layers use a "
+                         "sliding window and stop caching at the window; KV per token counts every layer.")
+        if r.params_active < r.params_total:
+            counts = param_counts(as_shape(r.model))
+            notes.append(f"- **{r.model}**: its {r.params_active / 1e9:.2f} B active parameters count the embedding "
+                         f"table ({counts.embeddings / 1e9:.2f} B) as if every row were used. A token reads one row "
+                         f"of it, so without it the active count is {(r.params_active - counts.embeddings) / 1e9:.2f} B, "
+                         "and model cards differ on whether they count it.")
+    return "\n".join(notes)
+
+
 def param_rows(model: ModelLike) -> list[ParamRow]:
     """Parameters by component (exact: tests compare them with a meta-device build)."""
     counts = param_counts(as_shape(model)).as_dict()
@@ -308,7 +330,8 @@ def mla_text(trap: MLATrap) -> str:
         f"layers ({trap.mha_all_layers:,} B) gives {trap.wrong_ratio:,.0f}×, inflated by the layer count. "
         f"Over all layers on both sides the ratio is **{trap.right_ratio:.3g}×**. Against one MHA layer of a "
         f"7B-class model ({trap.per_layer_7b_model}'s shape, all heads) it is {trap.per_layer_7b_ratio:.3g}× per "
-        "layer, the talk's figure (chapter 06 compares the variants)."
+        "layer: the talk's corrected figure. It answers another question (a different model's layer); it does not "
+        f"fix the {trap.right_ratio:.3g}×, which is the like-for-like ratio (chapter 06 explains both)."
     )
 
 
@@ -320,11 +343,14 @@ def fit_view(model: ModelLike, gpu: str, context: int, users: int, kv_dtype: str
     spec = get_gpu(gpu)
     shape = as_shape(model)
     contexts = contexts or [1024 * 2**i for i in range(8)]
+    readable = memory.within_limit(shape, contexts)
     report = memory.fit(shape, spec.memory_bytes, context, users=users, kv_dtype=kv_dtype)
-    trade = [TradeoffPoint(**r) for r in memory.context_users_tradeoff(shape, spec.memory_bytes, contexts,
+    trade = [TradeoffPoint(**r) for r in memory.context_users_tradeoff(shape, spec.memory_bytes, readable,
                                                                         kv_dtype=kv_dtype)]
     return FitView(shape.name, spec.name, spec.memory_bytes, kv_dtype, context, users, report,
-                   memory.max_context(shape, spec.memory_bytes, users=1, kv_dtype=kv_dtype), trade)
+                   memory.max_context(shape, spec.memory_bytes, users=1, kv_dtype=kv_dtype), trade,
+                   context_limit=memory.context_limit(shape),
+                   dropped_contexts=tuple(c for c in contexts if c not in readable))
 
 
 def fit_text(view: FitView) -> str:
@@ -335,9 +361,21 @@ def fit_text(view: FitView) -> str:
         f"{view.model} on one **{view.gpu}** ({fmt_bytes(view.gpu_memory_bytes)}; "
         f"{view.memory_fraction:.0%} usable), {view.users:,} users × {view.context:,} tokens: weights "
         f"{fmt_bytes(f.weight_bytes)}, overhead {fmt_bytes(f.overhead_bytes)}, KV {fmt_bytes(f.kv_needed_bytes)}. "
-        f"{verdict} At most **{f.max_users:,} users** at this context; one user can have up to "
-        f"**{view.max_context_one_user:,} tokens**."
+        f"{verdict} At most **{f.max_users:,} users** at this context; " + one_user_text(view)
+        + (f" **{view.model} reads at most {view.context_limit:,} positions, so {view.context:,} tokens is past what "
+           "it can serve at all**, whatever the memory." if view.context_limit and view.context > view.context_limit
+           else "")
+        + (f" The trade-off table stops at the model's limit (left out: {', '.join(f'{c:,}' for c in view.dropped_contexts)} "
+           "tokens)." if view.dropped_contexts else "")
     )
+
+
+def one_user_text(view: FitView) -> str:
+    """The longest context of one user: the memory's answer, capped at the model's own limit."""
+    if view.context_limit and view.max_context_one_user > view.context_limit:
+        return (f"memory would hold one user's KV for {view.max_context_one_user:,} tokens, but {view.model} reads "
+                f"at most **{view.context_limit:,} positions**, so that is one user's limit.")
+    return f"one user can have up to **{view.max_context_one_user:,} tokens**."
 
 
 def fit_intro(prefill_chunk: int = 2048, memory_fraction: float = 0.9) -> str:
@@ -480,6 +518,8 @@ def summary(result: Result) -> str:
     if result.equation:
         eq = result.equation
         lines += [kv_summary_text(eq.report), mla_text(eq.mla), fit_text(eq.fit)]
+        if eq.models and models_notes(eq.models):
+            lines.append(models_notes(eq.models))
     if result.check:
         lines.append(check_text(result.check))
     return "\n\n".join(lines)
@@ -609,6 +649,36 @@ def flop_share_rows(context: int = 4096, models: list[str] | None = None) -> lis
     return [flop_share(m, context) for m in models or list_models()]
 
 
+def attention_crossover_context(model: ModelLike = "mistral-7b") -> int:
+    """The context (tokens) from which attention over the cache takes at least half of a decode
+    step's layer FLOPs (its cost grows with context; the projections and MLP do not)."""
+    lo, hi = 1, 2**24
+    while lo < hi:
+        mid = (lo + hi) // 2
+        share = flop_share(model, mid)
+        if share.attention_flops >= share.layers_flops / 2:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def attention_claim_text(model: ModelLike = "mistral-7b", context: int = 4096) -> str:
+    """The talk's "attention is the most compute-intensive layer", against the FLOP count (analytic)."""
+    share = flop_share(model, context)
+    cross = attention_crossover_context(model)
+    limit = memory.context_limit(model)
+    where = (f"only beyond {cross:,} tokens of context" if cross <= limit
+             else f"only beyond {cross:,} tokens, past the {limit:,} positions it can read")
+    return (
+        f"The talk calls attention the most compute-intensive layer. By FLOPs, for {share.model} at {context:,} "
+        f"tokens it is {share.attention_flops / share.layers_flops:.1%} of the layer FLOPs of a decode step; it "
+        f"overtakes the projections and MLP together {where}, because it is the only part whose work grows with the "
+        "context. What makes attention expensive at ordinary contexts is memory, not FLOPs: each step reads the "
+        "whole KV cache (chapter 03), and prefill's attention is quadratic in the prompt."
+    )
+
+
 def loop_text(model: ModelLike = "mistral-7b", context: int = 4096) -> str:
     """The loop in words with the FLOP split for ``model`` (markdown)."""
     share = flop_share(model, context)
@@ -619,7 +689,8 @@ def loop_text(model: ModelLike = "mistral-7b", context: int = 4096) -> str:
         f"{share.total_flops / 1e9:,.3g} GFLOP. **{share.layers_share:.1%}** of them are in the decoder layers "
         f"({share.attention_flops / share.layers_flops:.1%} of those in attention over the cache), "
         f"{share.head_share:.1%} in the LM head ({head}), and none in the embedding, which is a lookup. "
-        "Every one of these steps re-reads every weight, and the loop runs once per generated token."
+        "Every one of these steps re-reads every weight, and the loop runs once per generated token. "
+        + attention_claim_text(model, context)
     )
 
 

@@ -135,8 +135,8 @@ def tradeoff(models: tuple[str, ...] | list[str], gpu: str = "H100-SXM", context
 
     spec = get_gpu(gpu)
     contexts = list(contexts or (1024 * 2**i for i in range(8)))
-    points = [TradeoffPoint(model, **r) for model in models
-              for r in memory.context_users_tradeoff(model, spec.memory_bytes, contexts,
+    points = [TradeoffPoint(model, **r) for model in models  # only contexts the model can read at all
+              for r in memory.context_users_tradeoff(model, spec.memory_bytes, memory.within_limit(model, contexts),
                                                      memory_fraction=memory_fraction)]
     return TradeoffResult(spec.name, spec.memory_bytes, memory_fraction, points)
 
@@ -185,7 +185,9 @@ def tradeoff_text(result: TradeoffResult) -> str:
                          f"{first.context:,}-token user fits beside the weights.")
             continue
         lines.append(f"- {model} on one {result.gpu}: {first.max_users:,} users at {first.context:,} tokens, "
-                     f"{last.max_users:,} at {last.context:,}.")
+                     f"{last.max_users:,} at {last.context:,}"
+                     + (f" (its limit is {memory.context_limit(model):,} positions: longer contexts are left out)."
+                        if last.context >= memory.context_limit(model) else "."))
     return "\n".join(lines)
 
 

@@ -173,6 +173,7 @@ class KVResult:
     rows: list[VariantQuality]
     eval_tokens: int
     skipped: str = ""  # why nothing was measured (random weights have no text to score)
+    baseline_dtype: str = ""  # the dtype of the unrounded cache (the model's own), e.g. "fp32"
 
 
 @dataclass
@@ -246,7 +247,16 @@ def measure_kv(lm: Any, sizes: Sizes) -> KVResult:
         return KVResult([], 0, skipped=f"{lm.name} has random weights: there is no text quality to measure")
     rows = measure_variant_quality(lm, eval_tokens=sizes.kv_eval_tokens, eval_window=min(sizes.kv_eval_tokens, 256),
                                    include=("kv",))
-    return KVResult(rows, sizes.kv_eval_tokens)
+    return KVResult(rows, sizes.kv_eval_tokens, baseline_dtype=dtype_label(lm.dtype))
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def dtype_label(dtype: Any) -> str:
+    """'fp32', 'bf16' or 'fp16' for a torch dtype (its torch name otherwise)."""
+    name = str(dtype).replace("torch.", "")
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(name, name)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -319,6 +329,20 @@ def compare_text(comparison: Comparison, embedded: bool) -> str:
     text += (f" Decode timed over {comparison.new_tokens} tokens × {comparison.repeats} run(s) on "
              f"{comparison.device}, {comparison.threads} torch threads. Dequantizing on the fly adds work on "
              "every step; a CPU's decode is not as memory-bound as a GPU's, so fewer bytes do not buy speed here.")
+    slower = [m for m in comparison.methods if m.decode_tokens_per_s and base.decode_tokens_per_s
+              and m.compression > 1 and m.decode_tokens_per_s < base.decode_tokens_per_s]
+    if slower:
+        text += (" **Fewer bytes, yet slower:** " + ", ".join(
+            f"{m.method} reads {m.compression:.2f}× fewer bytes and decodes at "
+            f"{m.decode_tokens_per_s / base.decode_tokens_per_s:.2f}× the baseline's speed" for m in slower)
+            + ". The chapter's premise, that the bytes of the weights set decode's speed limit, is a bound for a "
+            "kernel that reads the packed weights directly. These paths turn the packed weights back into floats "
+            "on every step, which costs more work and memory traffic than the float read it replaces, so here the "
+            "time is the unpacking's, not the bytes'. A GPU kernel that dequantizes in registers (or a CPU one that "
+            "computes on int8 directly) is what turns fewer bytes into speed.")
+    if comparison.new_tokens * comparison.repeats < 16:
+        text += (f" Decode speed here comes from only {comparison.new_tokens * comparison.repeats} timed token(s): "
+                 "read the ratios as rough.")
     if comparison.eval_scored_tokens:
         text += f" Perplexity over {comparison.eval_scored_tokens} scored tokens of the shipped evaluation text."
     if embedded:
@@ -337,12 +361,58 @@ def outliers_text(outliers: list[OutlierRow]) -> str:
     )
 
 
+def qat_vs_ptq_text() -> str:
+    """Post-training quantization (what this chapter does) against quantization-aware training."""
+    return (
+        "**After training, or during it.** Everything measured here is *post-training quantization* (PTQ): take "
+        "finished weights, round them, and measure what the rounding cost. It needs no training data beyond a "
+        "little calibration text, and its quality loss is whatever the rounding does. *Quantization-aware "
+        "training* (QAT) rounds during training instead: the forward pass uses the quantized weights and the "
+        "gradients flow through the rounding (a straight-through estimator), so the model learns weights that "
+        "survive it. QAT costs a training run and recovers much of what PTQ loses at 4 bits and below; a model "
+        "shipped in a low-bit format by its trainer (gpt-oss in mxfp4 is one) was usually trained or fine-tuned "
+        "with that format in mind, which is why it loses less than the same rounding applied afterwards. Nothing "
+        "is trained in this course, so its quality numbers are PTQ's."
+    )
+
+
+def scale_schemes_text(model: str = "mistral-7b") -> str:
+    """Why the planner's int8/fp8 bytes (chapter 02) differ from this chapter's kernels, computed.
+
+    The planner counts int8 with one fp16 scale per 128 weights and fp8 with one scale per tensor;
+    :mod:`infer_lab.quant` stores one scale per output row for both. Per row means one scale per
+    ``hidden_size`` weights for most matmuls, so it is approximated here with that group size.
+    """
+    shape = kv_memory.as_shape(model)
+    planner_int8 = kv_memory.weight_bytes(shape, "int8").total
+    planner_fp8 = kv_memory.weight_bytes(shape, "fp8").total
+    per_row = kv_memory.weight_bytes(shape, "int8", group_size=shape.hidden).total
+    return (
+        f"**Two scale schemes, two byte counts.** The capacity planner (chapter 02) counts int8 with one fp16 "
+        f"scale per 128 weights and fp8 with one scale per tensor; the kernels here keep one scale per output row "
+        f"for both. For {model}: int8 weights are {planner_int8 / 1e9:.3f} GB in the planner's scheme and "
+        f"{per_row / 1e9:.3f} GB with a scale per row of {shape.hidden:,} weights (the int8 and fp8 "
+        f"kernels here); fp8 with one scale per tensor is {planner_fp8 / 1e9:.3f} GB. The scheme moves the bytes "
+        f"by {abs(planner_int8 - per_row) / per_row:.1%}: the planner's answers hold for either. What the scheme "
+        "changes is quality (a finer scale follows an outlier), which this chapter measures."
+    )
+
+
 def kv_text(kv: KVResult, embedded: bool) -> str:
     if kv.skipped:
         return kv.skipped
     base, rest = kv.rows[0], kv.rows[1:]
-    text = "; ".join(f"{r.variant}: perplexity {100 * r.perplexity_change:+.1f}%, "
-                     f"{base.kv_bytes_per_token / r.kv_bytes_per_token:.2f}× less KV per token" for r in rest)
+    unit = DTYPE_BYTES.get(kv.baseline_dtype)
+    bf16 = base.kv_bytes_per_token * 2 / unit if unit else None  # the same cache in bf16, a GPU's default
+
+    def saving(r: Any) -> str:
+        text = f"{base.kv_bytes_per_token / r.kv_bytes_per_token:.2f}× less KV per token than this model's "
+        text += f"{kv.baseline_dtype} cache" if kv.baseline_dtype else "unrounded cache"
+        if bf16 is not None and kv.baseline_dtype != "bf16":
+            text += f" ({bf16 / r.kv_bytes_per_token:.2f}× less than a bf16 cache, a GPU's default)"
+        return text
+
+    text = "; ".join(f"{r.variant}: perplexity {100 * r.perplexity_change:+.1f}%, {saving(r)}" for r in rest)
     text += f" (over {kv.eval_tokens} tokens). Weights are unchanged: KV precision is a separate choice."
     if embedded:
         text += " The weights are the Q4_1-derived baseline; only the cache is rounded here."
@@ -362,6 +432,7 @@ def summary(result: Result) -> str:
         lines.append(outliers_text(result.outliers))
     if result.kv:
         lines.append(kv_text(result.kv, result.embedded))
+    lines += [gpt_oss_text(), scale_schemes_text(), qat_vs_ptq_text()]
     return "\n\n".join(lines)
 
 
@@ -543,12 +614,18 @@ def fit_table(rows: list[FitRow] | None = None, context: int = 4096):
                         + [Column(g, f"users of {context:,} tokens on one {g}", "int") for g in gpus])
 
 
-def gpt_oss_text(dtypes: tuple[str, ...] = ("bf16", "fp8", "mxfp4")) -> str:
+def gpt_oss_text(dtypes: tuple[str, ...] = FIT_DTYPES, context: int = 4096) -> str:
+    """Which of the table's formats leave room on one H100 for GPT-OSS-120B's KV (the same fit as the table)."""
     sizes_text = ", ".join(f"{fmt_bytes(kv_memory.weight_bytes('gpt-oss-120b', d).total)} in {d}" for d in dtypes)
     h100 = get_gpu("H100-SXM").memory_bytes
-    fits = [d for d in dtypes if kv_memory.fit("gpt-oss-120b", h100, 4096, weight_dtype=d).kv_budget_bytes > 0]
-    return (f"GPT-OSS-120B's weights: {sizes_text}. On one H100 ({fmt_bytes(h100)}) only "
-            f"{', '.join(fits) or 'none'} leave room for a user's KV.")
+    reports = {d: kv_memory.fit("gpt-oss-120b", h100, context, weight_dtype=d) for d in dtypes}
+    fits = [f"{d} ({r.max_users:,} users of {context:,} tokens)" for d, r in reports.items() if r.kv_budget_bytes > 0]
+    return (f"GPT-OSS-120B's weights: {sizes_text}. On one H100 ({fmt_bytes(h100)}) only the 4-bit formats leave "
+            f"room for KV: {', '.join(fits) or 'none'}. OpenAI ships it in mxfp4, which is why it runs on one "
+            "80 GB GPU." if fits and all(kv_memory.weight_format(d).bits <= 4.5 for d, r in reports.items()
+                                         if r.kv_budget_bytes > 0)
+            else f"GPT-OSS-120B's weights: {sizes_text}. On one H100 ({fmt_bytes(h100)}) these leave room for KV: "
+                 f"{', '.join(fits) or 'none'}.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -320,7 +320,13 @@ def mla_text(ratios: dict[str, MLARatio] | None = None) -> str:
         f"value head dim ({a.k_head_dim}), and **{b.ratio:.0f}× less** with DeepSeek's real K head of "
         f"{b.k_head_dim} (the MHA DeepSeek would have had to cache). Against one MHA layer of a 7B-class model it "
         f"is **{c.ratio:.1f}×**. A whole MHA model against one MLA layer gives {d.ratio:,.0f}×: the layer count, "
-        "not the attention, makes that number."
+        "not the attention, makes that number.\n\n"
+        "**About the talk's correction.** The talk first gave the like-for-like ratio (it said 56×), then corrected "
+        f"itself to about {c.ratio:.0f}×, saying the first figure had forgotten to multiply the layers. It is an easy "
+        f"slip to make and an easy one to check: the {a.ratio:.0f}× computed here counts every layer on both sides (the same model, MHA against "
+        f"MLA), so it is the fair like-for-like figure, and the {c.ratio:.0f}× is right too, for another question "
+        "(one MLA layer against one layer of a different, 7B-class model). Neither forgot anything; they name "
+        "different baselines. Always say which one you mean."
     )
 
 

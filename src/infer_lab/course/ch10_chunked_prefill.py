@@ -181,11 +181,79 @@ def chunking_text(c: ChunkingResult) -> str:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Coding agents: one huge prompt among decoding users, on a catalog GPU (analytic)
+
+AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
+AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
+AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
+
+
+@dataclass(frozen=True)
+class AgentPromptRow:
+    """One long prompt arriving among ``decoders`` users on ``n_gpus`` x ``gpu`` (roofline bounds, seconds)."""
+
+    gpu: str
+    n_gpus: int
+    prompt_tokens: int
+    prefill_s: float  # the whole prompt in one go: every decoder's stall without chunking
+    decode_step_s: float  # the decoders' step without the prompt
+    steps_missed: float  # prefill_s / decode_step_s
+    chunked_step_s: float  # a decode step with one chunk of the prompt in it (on average)
+    chunk_tokens: int
+
+
+def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
+                      decoders: int = AGENT_DECODERS, decoder_context: int = AGENT_DECODER_CONTEXT,
+                      chunk: int = AGENT_CHUNK) -> list[AgentPromptRow]:
+    """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
+    chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
+    the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
+    from ..analysis import memory, roofline
+    from ..catalog import get_gpu
+
+    spec = get_gpu(gpu)
+    rows = []
+    for prompt in prompts:
+        if prompt > memory.context_limit(model):
+            raise ValueError(f"{model} reads at most {memory.context_limit(model):,} positions, not {prompt:,}")
+        need = memory.kv_bytes(model, prompt) + memory.kv_bytes(model, decoder_context, decoders)
+        n = next((k for k in (1, 2, 4, 8) if memory.fit(model, spec.memory_bytes, prompt, n_gpus=k).kv_budget_bytes
+                  >= need), None)
+        if n is None:
+            continue
+        roof = roofline.gpu_roof(gpu, n_gpus=n)
+        prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
+        step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
+        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step,
+                                   step + prefill * chunk / prompt, chunk))
+    return rows
+
+
+def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS) -> str:
+    """Coding agents' prompts in words, every number from ``rows``."""
+    if not rows:
+        return "No configuration of up to 8 of these GPUs holds such a prompt beside its users."
+    parts = []
+    for r in rows:
+        parts.append(
+            f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
+            f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
+            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
+            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms instead "
+            f"while the prompt lasts")
+    return ("**Coding agents.** An agent that puts a repository into its prompt sends 200k to 1M tokens "
+            f"({AGENT_MODEL}, which reads that many positions; roofline bounds with dense attention, so real "
+            "engines take longer and sparse-attention models less): " + "; ".join(parts) + ". That is why "
+            "engines chunk prefill, and why such prompts move to their own prefill pool (chapter 13).")
+
+
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
     lines = [f"Model: {result.model}; {result.threads} torch threads."]
     if result.chunking:
         lines.append(chunking_text(result.chunking))
+    lines.append(agent_prompt_text(agent_prompt_rows()))
     return "\n\n".join(lines)
 
 

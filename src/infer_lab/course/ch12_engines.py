@@ -136,6 +136,7 @@ class VariantsResult:
     output_tokens: int
     repeats: int
     runs: list[VariantRun]
+    note: str = ""  # why another model was served than the one loaded (see servable_model)
 
     def run(self, variant: str) -> VariantRun | None:
         return next((r for r in self.runs if r.variant == variant), None)
@@ -149,6 +150,7 @@ class SweepResult:
     server_version: str
     slo_ttft_ms: float
     points: list[ServedLoad]
+    note: str = ""  # why another model was served than the one loaded (see servable_model)
 
 
 @dataclass
@@ -165,10 +167,29 @@ class Result(ChapterResult):
 # Measurements
 
 
-def _check_servable(lm: Any) -> None:
-    if lm.tokenizer is None:
-        raise ValueError(f"{lm.name} has no tokenizer, so it cannot be served as text: "
-                         "use smollm2-135m or a pretrained model")
+_EMBEDDED: dict[str, Any] = {}  # the fallback model, loaded once per device
+
+
+def servable_model(lm: Any) -> tuple[Any, str]:
+    """The model to serve and, when it is not ``lm``, a sentence saying why.
+
+    The server speaks text (chat and completions with a tokenizer). A model without one (random
+    weights of a vocabulary no tokenizer here matches, which is a GPU's default) is replaced by
+    the embedded SmolLM2-135M on the same device: the engines are compared on the same workload,
+    and the absolute numbers are the small model's.
+    """
+    if lm.tokenizer is not None:
+        return lm, ""
+    from ..models import EMBEDDED_NAME, load_model
+
+    key = str(lm.device)
+    if key not in _EMBEDDED:
+        _EMBEDDED[key] = load_model(EMBEDDED_NAME, device=lm.device)
+    served = _EMBEDDED[key]
+    return served, (f"**Served instead of {lm.name}:** {served.describe()}. {lm.name} has random weights and no "
+                    "tokenizer, and the server takes text, so this part serves the embedded model: the variants "
+                    "are compared on the same workload, and the absolute numbers are the small model's. Pick a "
+                    "pretrained model to serve it instead.")
 
 
 def _options_text(options: dict[str, Any]) -> str:
@@ -176,8 +197,9 @@ def _options_text(options: dict[str, Any]) -> str:
 
 
 def measure_variants(lm: Any, sizes: Sizes) -> VariantsResult:
-    """Serve ``lm`` with each variant in turn and run the same loadgen workload against each."""
-    _check_servable(lm)
+    """Serve ``lm`` with each variant in turn and run the same loadgen workload against each
+    (the embedded model instead when ``lm`` has no tokenizer: :func:`servable_model`)."""
+    lm, note = servable_model(lm)
     chosen = {name: OUR_VARIANTS[name] for name in sizes.variants}
     rows = compare_local_engines(
         lm, chosen, workload=WORKLOAD, concurrency=sizes.concurrency, requests=sizes.requests,
@@ -192,19 +214,21 @@ def measure_variants(lm: Any, sizes: Sizes) -> VariantsResult:
                                ServedLoad.from_row(row), row["prefix_hit_rate"] if has_prefix else None,
                                row["kv_blocks_used_max"] if paged else None,
                                str(row["server"].get("version", "unknown"))))
-    return VariantsResult(WORKLOAD, sizes.concurrency, sizes.requests, sizes.output_tokens, sizes.repeats, runs)
+    return VariantsResult(WORKLOAD, sizes.concurrency, sizes.requests, sizes.output_tokens, sizes.repeats, runs,
+                          note)
 
 
 def measure_sweep(lm: Any, sizes: Sizes) -> SweepResult:
-    """One variant over HTTP at each of the sweep's concurrencies."""
-    _check_servable(lm)
+    """One variant over HTTP at each of the sweep's concurrencies (the embedded model instead when
+    ``lm`` has no tokenizer: :func:`servable_model`)."""
+    lm, note = servable_model(lm)
     res = sweep_local_engine(
         lm, variant=sizes.sweep_variant, concurrencies=sizes.sweep_concurrencies, workload=WORKLOAD,
         requests=sizes.requests, output_tokens=sizes.output_tokens, repeats=sizes.repeats,
         max_model_len=sizes.max_model_len, slo_ttft_ms=sizes.slo_ttft_ms, workload_options=sizes.workload_options())
     points = sorted((ServedLoad.from_row(r) for r in res["pooled"]), key=lambda p: p.load)
     return SweepResult(sizes.sweep_variant, WORKLOAD, lm.name, str(res["server"].get("version", "unknown")),
-                       sizes.slo_ttft_ms, points)
+                       sizes.slo_ttft_ms, points, note)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -265,6 +289,8 @@ def variants_text(v: VariantsResult) -> str:
     if hf and hf.served.output_tokens_per_s and best is not hf:
         text += f", {best.served.output_tokens_per_s / hf.served.output_tokens_per_s:.1f}× the HF baseline"
     text += "."
+    if v.note:
+        text = v.note + "\n\n" + text
     # the prefix cache's effect, against the rung just below it (only the cache differs)
     plain = v.run("+ prepacked weights") or v.run("ours: paged + continuous")
     cached = [r for r in v.runs if r.prefix_hit_rate]
@@ -277,6 +303,11 @@ def variants_text(v: VariantsResult) -> str:
 
 
 def sweep_text(s: SweepResult) -> str:
+    note = s.note + "\n\n" if s.note else ""
+    return note + _sweep_words(s)
+
+
+def _sweep_words(s: SweepResult) -> str:
     a, b = s.points[0], s.points[-1]
     if not (a.output_tokens_per_s and b.output_tokens_per_s and a.tokens_per_s_per_user and b.tokens_per_s_per_user):
         return f"{s.variant}: some load levels completed no request, see the table."
@@ -294,6 +325,8 @@ def summary(result: Result) -> str:
     if result.sweep:
         lines.append(sweep_text(result.sweep))
     lines.append(scale_out_text(scale_out_plan()))
+    if saved() is None:  # where the engines are compared, say that vLLM and SGLang were not measured
+        lines.append(gpu_note())
     return "\n\n".join(lines)
 
 

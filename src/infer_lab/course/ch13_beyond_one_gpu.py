@@ -592,6 +592,8 @@ def scaling_result(model: str = "llama-3-70b", batch: int = 16, context: int = 8
 
 
 def scaling_text(s: ScalingResult) -> str:
+    from ..analysis.capacity import ENERGY_ASSUMPTION
+
     sxm1, sxm4, sxm8 = s.row("H100-SXM", 1), s.row("H100-SXM", 4), s.row("H100-SXM", 8)
     pcie4 = s.row("H100-PCIe", 4)
     small1, small2 = s.small_model_rows[0], s.small_model_rows[1]
@@ -613,11 +615,17 @@ def scaling_text(s: ScalingResult) -> str:
         "bandwidth, sets their cost, the same tax part 1 measured on this CPU.",
     ]
     if "DP4" in pcie and "TP4" in pcie and "TP4" in nvl and "DP4" in nvl:
+        best_pcie = max(pcie.values(), key=lambda r: r.tokens_per_s)
+        best_nvl = max(nvl.values(), key=lambda r: r.tokens_per_s)
         lines.append(
-            f"**PCIe: replicas beat TP.** {s.layouts_model} on 4 x H100 PCIe within {s.itl_slo_ms:.0f} ms ITL: "
+            f"**PCIe: replicas beat pure TP.** {s.layouts_model} on 4 x H100 PCIe within {s.itl_slo_ms:.0f} ms ITL: "
             f"DP4 serves {pcie['DP4'].tokens_per_s:,.0f} output tok/s, TP4 {pcie['TP4'].tokens_per_s:,.0f} "
             f"(its all-reduces: {pcie['TP4'].allreduce_ms_per_step:.1f} ms per step). On NVLink TP4 serves "
-            f"{nvl['TP4'].tokens_per_s:,.0f} vs DP4 {nvl['DP4'].tokens_per_s:,.0f}."
+            f"{nvl['TP4'].tokens_per_s:,.0f} vs DP4 {nvl['DP4'].tokens_per_s:,.0f}. Neither extreme is the best "
+            f"layout, though: the most output tokens/s on PCIe come from **{best_pcie.parallelism}** "
+            f"({best_pcie.tokens_per_s:,.0f} tok/s) and on NVLink from **{best_nvl.parallelism}** "
+            f"({best_nvl.tokens_per_s:,.0f} tok/s): a little TP for the memory, replicas for the rest (the table "
+            "has every layout)."
         )
     if s.fast is not None:
         f = s.fast
@@ -627,20 +635,27 @@ def scaling_text(s: ScalingResult) -> str:
             f"the cheapest point at least {TALK_FAST_MODE_SPEEDUP:.0f}x faster per user is {f.fast.layout} at batch "
             f"{f.fast.batch}: **{f.speedup:.2f}x the speed for {f.compute_ratio:.2f}x the GPU time per token** "
             f"(energy {f.fast.joules_per_token / f.baseline.joules_per_token:.2f}x, $ per million tokens "
-            f"{f.fast.usd_per_m_tokens:.2f} vs {f.baseline.usd_per_m_tokens:.2f})."
+            f"{f.fast.usd_per_m_tokens:.2f} vs {f.baseline.usd_per_m_tokens:.2f}). {ENERGY_ASSUMPTION}"
         )
         t = s.at_talk_compute
         reach = (f"the model reaches the talk's {TALK_FAST_MODE_COMPUTE:.0f}x compute only at {t.speedup:.2f}x speed "
                  f"({t.layout}, batch {t.batch})" if t else
                  f"no point on this frontier costs the talk's {TALK_FAST_MODE_COMPUTE:.0f}x compute")
+        on_frontier = sorted({p.layout for p in s.frontier if p.on_frontier})
+        how = ("the same layout at a smaller batch" if f.fast.layout == f.baseline.layout
+               else f"{f.fast.layout} instead of {f.baseline.layout}, at batch {f.fast.batch}")
         lines.append(
-            f"**What the model reproduces, and what not:** the talk's fast mode spends about "
-            f"{TALK_FAST_MODE_COMPUTE:.0f}x compute for about {TALK_FAST_MODE_SPEEDUP:.0f}x speed. The model reproduces "
-            f"the shape (speed is bought with more GPU time per token, at an increasing rate: {reach}), not the size "
-            "at 2x. Its ITL falls smoothly with batch because it keeps every GPU at its roofline; a product's fast "
-            "tier also runs smaller batches per GPU for a tail-latency SLO, speculative decoding and kernels that "
-            "are far from the roofline at batch 1-8, and the talk does not say which model, GPU or batch it meant. "
-            "Read the 6x as a claim about one product, the frontier as the mechanism."
+            f"**What the model shows, and where it differs from the talk:** the talk's fast mode spends about "
+            f"{TALK_FAST_MODE_COMPUTE:.0f}x compute for about {TALK_FAST_MODE_SPEEDUP:.0f}x speed, by giving each user "
+            f"more GPUs. This model does not reproduce that mechanism. Its frontier is made of "
+            f"{', '.join(on_frontier)} only"
+            + (": at a fixed batch the widest TP group is never the dearer per token here, because the all-reduce "
+               "tax it adds is small next to the weight reads each GPU saves. " if len(on_frontier) == 1 else ". ")
+            + "Its fast point is "
+            f"**{how}**: speed bought mostly by serving fewer users at once, and {reach}. What is real in both: speed "
+            "per user costs GPU time per token, at an increasing rate. What the model leaves out, and a product pays: "
+            "kernels far from the roofline at batch 1-8, all-reduce latencies worse than NCCL's best, a tail-latency "
+            "SLO. The talk does not say which model, GPU or batch it meant; read its 6x as a claim about one product."
         )
     return "\n\n".join(lines)
 
@@ -655,12 +670,12 @@ LAYOUT_COLUMNS = [
     Column("gpu", "GPU", "text"), Column("parallelism", "layout", "text"), Column("interconnect", "link", "text"),
     Column("itl_ms", "ITL (ms)"), Column("tokens_per_s", "output tok/s"), Column("input_tokens_per_s", "prefill tok/s"),
     Column("allreduce_ms_per_step", "all-reduces / step (ms)"), Column("meets_slo", "meets SLO", "bool"),
-    Column("usd_per_m_output_tokens", "$ / M output tokens"), Column("joules_per_output_token", "J / token"),
+    Column("usd_per_m_output_tokens", "$ / M output tokens"), Column("joules_per_output_token", "J / token (at TDP)"),
 ]
 FRONTIER_COLUMNS = [
     Column("layout", "layout", "text"), Column("batch", "batch per TP group", "int"), Column("itl_ms", "ITL (ms)"),
     Column("tokens_per_s_per_user", "tok/s per user"), Column("tokens_per_s_per_gpu", "tok/s per GPU"),
-    Column("joules_per_token", "J / token"), Column("usd_per_m_tokens", "$ / M tokens"),
+    Column("joules_per_token", "J / token (at TDP)"), Column("usd_per_m_tokens", "$ / M tokens"),
 ]
 
 
@@ -782,6 +797,30 @@ def measure_cluster(lm: Any, sizes: Sizes) -> ClusterResult:
     }, sat["colocated_over_best_disaggregated"])
 
 
+def _pd_counts(layout: str) -> tuple[int, int] | None:
+    """(prefill GPUs, decode GPUs) of a simulator layout such as '1P:3D TP1' (None if it has none)."""
+    import re
+
+    m = re.search(r"(\d+)P\s*(?:\S+\s*)?:\s*(\d+)D", layout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def pools_text(best: dict[str, str]) -> str:
+    """The talk's P/D story with the simulator's splits: why each pool grows or shrinks with the mix."""
+    summ, story = _pd_counts(best.get("summarize", "")), _pd_counts(best.get("story", ""))
+    if not summ or not story:
+        return ""
+    return (
+        f"**Why the pools differ.** A summary reads a long document and writes a few lines: its GPU time is prefill, "
+        f"and its best split here gives prefill {summ[0]} of {sum(summ)} GPUs. A story starts from a short prompt "
+        f"and writes pages: its time is decode, and its best split gives prefill {story[0]} of {sum(story)}. A fleet "
+        "serving both sizes each pool to its own work: when summaries arrive faster, it adds prefill GPUs; when "
+        "stories do, decode GPUs; and the KV cache of each prompt crosses from one pool to the other once."
+        + ("" if summ[0] / sum(summ) > story[0] / sum(story) else
+           " (In this run the splits do not differ in the expected direction: read the table before the story.)")
+    )
+
+
 def cluster_text(c: ClusterResult) -> str:
     lines = []
     for w in c.workloads:
@@ -799,6 +838,7 @@ def cluster_text(c: ClusterResult) -> str:
         f"Prefill-heavy and decode-heavy work want different splits ({best['summarize']} for summarize, "
         f"{best['story']} for story): that is what separate pools are for."
     )
+    lines.append(pools_text(best))
     sat = c.saturation_tokens_per_s_per_gpu
     lines.append(
         "**Throughput ceiling** (chat, far past capacity): "
@@ -895,18 +935,59 @@ def measure_hetero(lm: Any, sizes: Sizes) -> HeteroResult:
                         "deepseek-v3", afd["colocated"], afd["best_split"], afd["gain"])
 
 
+def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> str:
+    """The talk's heterogeneous claims (cited, from ``data/cited_chips.json``) beside what the course computes."""
+    from ..catalog import get_cited_chip
+
+    c = get_cited_chip(chip)
+    claims = c.talk_claims
+    pair, (lo, hi) = claims["pairing"], claims["speedup_at_equal_power_range"]
+    return (
+        f"**Cited, not computed:** the talk paired {pair['prefill']} for prefill with {pair['decode']} for decode, "
+        f"the KV cache moved over {pair['link']}, at about {pair['speedup']:.0f}× ({pair['source']}), and claimed "
+        f"{lo:.0f}–{hi:.0f}× speed at equal power for the SRAM chip. **Computed here:** the chip's memory bandwidth "
+        f"is {c.bandwidth_ratio_vs(gpu):,.0f}× an {gpu}'s HBM, so a bandwidth-bound batch-1 decode could be that "
+        "much faster per chip, and the talk's own tokens/s give "
+        f"{c.claimed_speedup():.0f}×. The catalog has no power figure for the chip, so 'at equal power' cannot be "
+        "checked here: treat the range as the talk's claim, and the pairing as the shape of the idea (each phase "
+        "on the chip whose roofline suits it), not as a measured result."
+    )
+
+
+def cluster_usd_per_hour(gpus: dict[str, int]) -> float:
+    """$ per hour of a cluster of ``{gpu: count}`` at the catalog's indicative prices."""
+    from ..catalog import get_gpu
+
+    return sum(get_gpu(g).price_usd_per_hour * n for g, n in gpus.items())
+
+
 def hetero_text(h: HeteroResult) -> str:
     fit = {f.gpu: f for f in h.fitness}
     pre, dec = fit[h.prefill_gpu], fit[h.decode_gpu]
-    het, homo_p = h.reports[0], h.reports[1]
+    het, homo_p, homo_d = h.reports[0], h.reports[1], h.reports[2]
     w = h.wafer
     c, s = h.afd_colocated, h.afd_split
+    n_p, n_d = 1, 3  # the P:D of measure_hetero
+    usd = {"mix": cluster_usd_per_hour({h.prefill_gpu: n_p, h.decode_gpu: n_d}) if h.prefill_gpu != h.decode_gpu
+           else cluster_usd_per_hour({h.prefill_gpu: n_p + n_d}),
+           "all_p": cluster_usd_per_hour({h.prefill_gpu: n_p + n_d}),
+           "all_d": cluster_usd_per_hour({h.decode_gpu: n_p + n_d})}
+    seq_tps = s.tokens_per_s_per_gpu * s.step_ms / s.sequential_step_ms
     return "\n\n".join([
         f"**Heterogeneous pick** for {h.model}, by tokens per dollar-hour: prefill on {h.prefill_gpu} "
         f"({pre.prefill_tokens_per_s_per_usd_hour:,.0f} prefill tok/s per $/h; ridge point {pre.ridge_point:.0f} "
         f"FLOP/byte), decode on {h.decode_gpu} ({dec.decode_tokens_per_s_per_usd_hour:,.0f} decode tok/s per $/h at "
-        f"batch {dec.decode_batch}; ridge point {dec.ridge_point:.0f}). Simulated on chat: {het.layout} has ITL p50 "
-        f"{het.itl_ms_p50:.1f} ms vs {homo_p.itl_ms_p50:.1f} ms with {h.prefill_gpu} everywhere.",
+        f"batch {dec.decode_batch}; ridge point {dec.ridge_point:.0f}). Simulated on chat, {n_p} prefill + {n_d} decode "
+        f"GPUs, the whole comparison: the mix has ITL p50 {het.itl_ms_p50:.1f} ms and goodput "
+        f"{het.goodput_rps_per_gpu:.3g} req/s per GPU at ${usd['mix']:.2f}/h; all {h.prefill_gpu}: "
+        f"{homo_p.itl_ms_p50:.1f} ms, {homo_p.goodput_rps_per_gpu:.3g} req/s per GPU, ${usd['all_p']:.2f}/h; all "
+        f"{h.decode_gpu}: {homo_d.itl_ms_p50:.1f} ms, {homo_d.goodput_rps_per_gpu:.3g} req/s per GPU, "
+        f"${usd['all_d']:.2f}/h. "
+        + (f"The decode GPUs set ITL and goodput, so against all {h.decode_gpu} the mix changes only the price: "
+           f"{1 - usd['mix'] / usd['all_d']:.0%} less per hour, and nothing else. "
+           if abs((het.itl_ms_p50 or 0) - (homo_d.itl_ms_p50 or 0)) < 0.05 * (homo_d.itl_ms_p50 or 1) else "")
+        + "The talk's case, compute-dense prefill chips with SRAM/bandwidth-dense decode chips, needs two chips "
+        "that differ in kind: the cited pairing below, not this pair.",
         f"**Cited data point, not a catalog GPU:** {w.chip} ({w.label}). The talk: about "
         f"{w.claimed_tokens_per_s:,.0f} tok/s vs {w.claimed_h100_tokens_per_s:,.0f} on an H100 ({w.claimed_speedup:.0f}x), "
         f"and on-chip bandwidth '{w.bandwidth_ratio_claimed:,.0f}x' an H100's HBM. The vendor's own 21 PB/s over the "
@@ -914,12 +995,18 @@ def hetero_text(h: HeteroResult) -> str:
         f"{w.chips_to_hold_weights} wafers just to hold its weights in SRAM, and a {w.bandwidth_ratio:,.0f}x bandwidth "
         f"ratio buys a claimed {w.claimed_speedup:.0f}x, so something other than memory bandwidth sets its speed. "
         f"Source: {w.source}.",
-        f"**Attention/FFN split** for {h.afd_model} on H100 SXM (analytic): colocated, each GPU fits "
-        f"{c.batch_per_attention_gpu} users next to its share of the experts; split, an attention GPU holds only "
-        f"attention weights and KV and fits {s.batch_per_attention_gpu}, so the expert FFN sees {s.ffn_tokens:,} tokens "
-        f"per step (arithmetic intensity {s.ffn_intensity:.0f} vs {c.ffn_intensity:.0f} FLOP/byte). Throughput per GPU: "
-        f"{s.tokens_per_s_per_gpu:,.0f} vs {c.tokens_per_s_per_gpu:,.0f} tok/s ({h.afd_gain:.2f}x), "
-        f"with {s.n_attention_gpus} attention + {s.n_ffn_gpus} FFN GPUs.",
+        cited_pairing_text(w.chip),
+        f"**Attention/FFN split** for {h.afd_model} on H100 SXM (analytic, fp8 weights as DeepSeek serves them): "
+        f"colocated, each GPU fits {c.batch_per_attention_gpu} users next to its share of the experts; split, an "
+        f"attention GPU holds only attention weights and KV and fits {s.batch_per_attention_gpu}, so the expert FFN "
+        f"sees {s.ffn_tokens:,} tokens per step (arithmetic intensity {s.ffn_intensity:.0f} vs {c.ffn_intensity:.0f} "
+        f"FLOP/byte), with {s.n_attention_gpus} attention + {s.n_ffn_gpus} FFN GPUs. Both bounds of the split: if "
+        f"attention, FFN and the {s.transfer_ms:.1f} ms token exchange overlap completely (ping-pong micro-batches), "
+        f"a step takes {s.step_ms:.1f} ms and each GPU serves {s.tokens_per_s_per_gpu:,.0f} tok/s, **{h.afd_gain:.2f}x** "
+        f"the colocated {c.tokens_per_s_per_gpu:,.0f}; with no overlap it takes {s.sequential_step_ms:.1f} ms and "
+        f"serves {seq_tps:,.0f} tok/s, **{seq_tps / c.tokens_per_s_per_gpu:.2f}x**"
+        + (": worse than not splitting. The split pays only as far as the exchange hides behind compute."
+           if seq_tps < c.tokens_per_s_per_gpu else "."),
     ])
 
 

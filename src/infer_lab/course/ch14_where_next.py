@@ -58,7 +58,8 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     size = choose_size(device, size)
     step = 2 if size == "quick" else 1
     contexts = tuple(1024 * 2**i for i in range(0, 8, step))
-    return Sizes(size, model="llama-3-70b", gpu="H100-SXM", long_context=131072, prompt=32768, decode_batch=32,
+    # Llama-3.1-70B: Llama-3-70B's shape (the same KV per token) with the 131,072 positions these contexts need
+    return Sizes(size, model="llama-3.1-70b", gpu="H100-SXM", long_context=131072, prompt=32768, decode_batch=32,
                  contexts=contexts)
 
 
@@ -122,15 +123,34 @@ def chapter_refs(*slugs: str) -> tuple[str, ...]:
     return tuple(chapter(present[s][2:4]).TITLE for s in slugs if s in present)
 
 
-def serving_gpus(model: str, gpu: str, context: int, kv_dtype: str = "bf16") -> int:
-    """The fewest GPUs (1, 2, 4, 8) of ``gpu`` whose memory holds the weights and one ``context``-token user."""
+def serving_gpus(model: str, gpu: str, context: int, kv_dtype: str = "bf16", users: int = 1) -> int:
+    """The fewest GPUs (1, 2, 4, 8) of ``gpu`` whose memory holds the weights and ``users`` users of
+    ``context`` tokens each; a ValueError (with the planner's reason) when not even 8 do."""
     from ..catalog import get_gpu
 
     spec = get_gpu(gpu)
     for n in GPU_COUNTS:
-        if memory.fit(model, spec.memory_bytes, context, users=1, n_gpus=n, kv_dtype=kv_dtype).fits:
+        if memory.fit(model, spec.memory_bytes, context, users=users, n_gpus=n, kv_dtype=kv_dtype).fits:
             return n
-    return GPU_COUNTS[-1]
+    problems = memory.scenario_problems(model, spec.memory_bytes, context, users, GPU_COUNTS[-1], kv_dtype=kv_dtype)
+    raise ValueError(f"{users} x {context:,} tokens of {model} do not fit on {GPU_COUNTS[-1]}x {gpu}: "
+                     + "; ".join(problems))
+
+
+def scenarios(sizes: Sizes) -> list[dict[str, Any]]:
+    """Every serving scenario this chapter's text describes, as the planner's fit check takes them."""
+    from ..catalog import get_gpu
+
+    mem = get_gpu(sizes.gpu).memory_bytes
+    disagg = serving_gpus(sizes.model, sizes.gpu, sizes.prompt, users=sizes.decode_batch)
+    return [
+        dict(what="disaggregation: decoding users at the long prompt's context", model=sizes.model, memory_bytes=mem,
+             context=sizes.prompt, users=sizes.decode_batch, n_gpus=disagg),
+        dict(what="one long request (eviction, tiers)", model=sizes.model, memory_bytes=mem,
+             context=sizes.long_context, users=1, n_gpus=serving_gpus(sizes.model, sizes.gpu, sizes.long_context)),
+        *[dict(what=f"tiers sweep at {c:,} tokens", model=sizes.model, memory_bytes=mem, context=c, users=1,
+               n_gpus=serving_gpus(sizes.model, sizes.gpu, max(sizes.contexts))) for c in sizes.contexts],
+    ]
 
 
 def link_time_s(n_bytes: float, link: str, n_gpus: int = 1) -> float:
@@ -213,7 +233,7 @@ def tiers_direction(sizes: Sizes) -> Direction:
 
 
 def disaggregation_direction(sizes: Sizes) -> Direction:
-    n = serving_gpus(sizes.model, sizes.gpu, sizes.prompt)
+    n = serving_gpus(sizes.model, sizes.gpu, sizes.prompt, users=sizes.decode_batch)
     roof = roofline.gpu_roof(sizes.gpu, n_gpus=n)
     prefill = roofline.predict_prefill(sizes.model, roof, 1, sizes.prompt).time_s
     step = roofline.predict_decode(sizes.model, roof, sizes.decode_batch, sizes.prompt).time_s
@@ -221,7 +241,8 @@ def disaggregation_direction(sizes: Sizes) -> Direction:
     move = link_time_s(kv, "infiniband-ndr400", n)
     text = (f"On {roof.name}, one {sizes.prompt:,}-token prompt of {memory.as_shape(sizes.model).name} is "
             f"{prefill * 1e3:,.0f} ms of prefill: **{prefill / step:,.0f} decode steps** that {sizes.decode_batch} "
-            f"users sharing the GPUs wait through ({step * 1e3:.3g} ms each). Separate prefill and decode pools "
+            f"users sharing the GPUs wait through ({step * 1e3:.3g} ms each; {n} GPUs, the fewest whose memory "
+            f"holds the weights and those {sizes.decode_batch} users' KV at {sizes.prompt:,} tokens). Separate prefill and decode pools "
             f"remove that stall; moving the prompt's {kv / 1e9:.3g} GB of KV between servers over InfiniBand NDR "
             f"costs {move * 1e3:,.0f} ms, {move / prefill:.0%} of the prefill it replaces. Chunked prefill is the "
             "single-GPU answer; disaggregation and multi-node routing are the fleet's.")

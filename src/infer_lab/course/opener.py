@@ -34,6 +34,10 @@ SECONDS_PER_MONTH = 365.25 / 12 * 86400  # an average month, 30.44 days
 COST_MODELS = ("mistral-7b", "llama-3-70b")
 BATCH_MODEL, BATCH_GPU = "mistral-7b", "H100-SXM"
 CONTEXT, ITL_SLO_MS = 4096, 50.0
+# An assumption, not a reported figure: Google does not split its volume into prompt and output
+# tokens. Chat and agent traffic is mostly prompt (history, documents, tool results); 10:1 is the
+# course's middle case between the two bounds that cost_text prints.
+ASSUMED_INPUT_PER_OUTPUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -108,13 +112,25 @@ class ServingCost:
     itl_ms: float
     tokens_per_s: float  # output tokens/s of one configuration
     usd_per_hour: float
-    usd_per_m_tokens: float
+    usd_per_m_tokens: float  # per million output (decode) tokens
     volume: float  # tokens/month priced
     price_date: str
+    usd_per_m_input_tokens: float = 0.0  # per million prompt (prefill) tokens, same configuration
 
     @property
     def usd_per_month(self) -> float:
+        """Upper bound: every token of the volume priced as an output token."""
         return self.volume / 1e6 * self.usd_per_m_tokens
+
+    @property
+    def usd_per_month_all_input(self) -> float:
+        """Lower bound: every token priced as a prompt token (prefill shares the weight reads widely)."""
+        return self.volume / 1e6 * self.usd_per_m_input_tokens
+
+    def usd_per_month_mix(self, input_per_output: float = ASSUMED_INPUT_PER_OUTPUT) -> float:
+        """The volume split ``input_per_output`` : 1 into prompt and output tokens, each at its own price."""
+        out = self.volume / (1 + input_per_output)
+        return (out * self.usd_per_m_tokens + (self.volume - out) * self.usd_per_m_input_tokens) / 1e6
 
     @property
     def gpus_busy(self) -> float:
@@ -195,6 +211,16 @@ def token_volumes() -> list[TokenVolume]:
     return sorted(rows, key=lambda v: v.as_of)
 
 
+def spending_text() -> str:
+    """The talk's compute-spending figures (cited from ``data/token_volumes.json``, not computed)."""
+    rows = _data().get("spending", [])
+    if not rows:
+        return ""
+    said = " and ".join(f"{r['qualifier']} {_usd(r['value_usd'])} {r['when']}" for r in rows)
+    return (f"- Spending on AI compute: {said} ({rows[0]['who']}: {rows[0]['source']}). Cited, not computed; "
+            "the token volume above is what it pays for.")
+
+
 def tokens_in_words(n: float) -> str:
     """'3.2 quadrillion', '480 trillion', '9.7 trillion' (short scale)."""
     from ..units import human
@@ -224,7 +250,7 @@ def serving_cost(model: str, volume: float, context: int = CONTEXT, itl_slo_ms: 
         raise ValueError(f"no catalogued GPU serves {model} at {context:,} tokens within {itl_slo_ms:g} ms")
     return ServingCost(best.model, best.gpu, best.n_gpus, best.parallelism, context, itl_slo_ms, best.users,
                        best.itl_ms, best.tokens_per_s, best.usd_per_hour, best.usd_per_m_output_tokens, volume,
-                       gpu_catalog_about()["price_date"])
+                       gpu_catalog_about()["price_date"], best.usd_per_m_input_tokens or 0.0)
 
 
 def cost_vs_batch(model: str = BATCH_MODEL, gpu: str = BATCH_GPU, context: int = CONTEXT) -> list[BatchCost]:
@@ -273,7 +299,7 @@ def approx(x: float, digits: int = 2) -> str:
 def _usd(x: float) -> str:
     from ..units import human
 
-    for scale, word in ((1e9, " billion"), (1e6, " million")):
+    for scale, word in ((1e12, " trillion"), (1e9, " billion"), (1e6, " million")):
         if x >= scale:
             return f"${human(x / scale)}{word}"
     return f"${human(x)}"
@@ -289,7 +315,8 @@ def volumes_text(result: OpenerResult) -> str:
     o = result.overall
     lines.append(f"- Over {o.months} months: **{human(o.factor)}×**. The latest is "
                  f"{tokens_in_words(result.latest.tokens_per_s)} tokens every second, day and night.")
-    return "\n".join(lines)
+    spending = spending_text()
+    return "\n".join(lines + ([spending] if spending else []))
 
 
 def cost_text(result: OpenerResult) -> str:
@@ -301,14 +328,22 @@ def cost_text(result: OpenerResult) -> str:
              f"{result.costs[0].price_date}: a real engine costs more):"]
     for c in result.costs:
         lines.append(f"- **{c.model}** on {c.n_gpus}× {c.gpu} ({c.parallelism}, {c.users:,} users, "
-                     f"{c.tokens_per_s:,.0f} tokens/s, ${c.usd_per_hour:.2f}/h): ${c.usd_per_m_tokens:.3g} per "
-                     f"million tokens, so **{_usd(c.usd_per_month)} a month** and about "
-                     f"**{approx(c.gpus_busy)} GPUs** busy around the clock.")
+                     f"{c.tokens_per_s:,.0f} output tokens/s, ${c.usd_per_hour:.2f}/h): ${c.usd_per_m_tokens:.3g} per "
+                     f"million output tokens and ${c.usd_per_m_input_tokens:.3g} per million prompt tokens. Every "
+                     f"token priced as output: **{_usd(c.usd_per_month)} a month** and about "
+                     f"**{approx(c.gpus_busy)} GPUs** busy around the clock (the upper bound); every token priced as "
+                     f"prompt: {_usd(c.usd_per_month_all_input)} (the lower bound); at an assumed "
+                     f"{ASSUMED_INPUT_PER_OUTPUT:.0f}:1 prompt to output: {_usd(c.usd_per_month_mix())}.")
+    lines.append("- The volume is not split into prompt and output tokens by who reported it, and most of it is "
+                 "prompt (history, documents, tool results), which the planner prices far below output: the "
+                 f"{ASSUMED_INPUT_PER_OUTPUT:.0f}:1 is the course's assumption, the two bounds are what is certain.")
     t = result.training
     lines.append(f"- Training is paid once: {t.model} was trained on {t.qualifier} {tokens_in_words(t.training_tokens)} "
                  f"tokens, about {t.training_flops:.2g} FLOP (6 × parameters × tokens). Inference at 2 × parameters "
-                 f"per token matches it after {tokens_in_words(t.tokens_to_match)} tokens: **{t.hours_at_volume:.2g} hours** "
-                 "of the reported monthly volume. Then the meter keeps running.")
+                 f"per token (prompt or output alike) matches it after {tokens_in_words(t.tokens_to_match)} tokens: "
+                 f"**{t.hours_at_volume:.2g} hours** of the reported monthly volume, if that volume all went through one "
+                 f"{t.model}-sized model. It does not: it spans many models of many sizes, so read this as a scale, "
+                 "not a like-for-like comparison. Then the meter keeps running.")
     return "\n".join(lines)
 
 
@@ -409,8 +444,9 @@ def notes(result: OpenerResult) -> str:
         f"Read the curve: {result.overall.factor:,.0f}× in {result.overall.months} months, "
         f"{100 * result.growth[-1].monthly_growth:.2g}% a month over the last year. "
         f"Then make it concrete: at the latest volume, a {c.model}-class model on the cheapest GPU the planner finds "
-        f"would cost {_usd(c.usd_per_month)} a month and keep about {approx(c.gpus_busy)} GPUs busy, and that is a "
-        "roofline bound, the best case. The last slide is the lever the rest of the workshop pulls: batching "
+        f"would cost up to {_usd(c.usd_per_month)} a month if every token were an output token (the upper bound; "
+        f"{_usd(c.usd_per_month_all_input)} if every token were a prompt token), at roofline speed, which no real "
+        "engine reaches. Most of the volume is prompt tokens: say the bounds, not one figure. The last slide is the lever the rest of the workshop pulls: batching "
         "shares the weight reads, so cost per token falls as volume rises, and latency is what pays for it. "
         "Sources are in src/infer_lab/data/token_volumes.json; say they are the speaker's figures, not ours."
     )

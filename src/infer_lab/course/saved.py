@@ -37,9 +37,18 @@ class SavedResult:
     raw: dict[str, Any]
 
     @property
+    def external(self) -> bool:
+        """True for a reference measurement made outside this repository (its ``provenance`` says so)."""
+        return str(self.raw.get("provenance", "")).startswith("external")
+
+    @property
     def label(self) -> str:
-        """'Saved result, not measured on this machine: NVIDIA H200, 2026-11-30 (file)'."""
-        return f"Saved result, not measured on this machine: {self.device}, {self.date} ({self.file})"
+        """'Saved result, not measured on this machine: NVIDIA H200, 2026-11-30 (file)'; an external
+        reference measurement says that it is one, and why."""
+        text = f"Saved result, not measured on this machine: {self.device}, {self.date} ({self.file})"
+        if self.external:
+            text += f". External reference measurement: {self.raw['provenance'].split(': ', 1)[-1]}"
+        return text
 
 
 def load_saved(pattern: str) -> list[SavedResult]:

@@ -1,0 +1,236 @@
+"""Each numeric claim of issue #23's list, held by its own check (items named in each test)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infer_lab.attention.quality import VariantQuality
+from infer_lab.course import chapter, opener
+
+
+def test_opener_prices_the_volume_between_two_bounds_and_states_its_mix():  # items 2 and 20
+    r = opener.compute()
+    for c in r.costs:
+        assert 0 < c.usd_per_month_all_input < c.usd_per_month_mix() < c.usd_per_month
+        assert c.usd_per_m_input_tokens < c.usd_per_m_tokens
+    text = opener.cost_text(r)
+    assert f"{opener.ASSUMED_INPUT_PER_OUTPUT:.0f}:1" in text and "lower bound" in text and "upper bound" in text
+    assert "spans many models" in text  # the training comparison's caveat
+    assert "best case" not in opener.notes(r)
+    assert text.split("\n")[-1].startswith("- Training is paid once")  # the deck's slide reads the last line
+
+
+def test_spending_figures_come_from_the_data_file():  # missing talk topic
+    rows = opener._data()["spending"]
+    assert [r["value_usd"] for r in rows] == [7.65e11, 1.6e12] and all(r["source"] for r in rows)
+    text = opener.spending_text()
+    assert "$765 billion" in text and "$1.6 trillion by 2031" in text and "Cited" in text
+
+
+def _kv(baseline: str):
+    ch05 = chapter("05")
+    rows = [VariantQuality("as trained", 10.0, 0.0, 46080.0), VariantQuality("int8 KV", 10.1, 0.01, 46080.0 / 3.76)]
+    return ch05.kv_text(ch05.KVResult(rows, 256, baseline_dtype=baseline), embedded=False)
+
+
+def test_kv_quantization_saving_names_its_baseline_dtype():  # item 7
+    fp32 = _kv("fp32")
+    assert "3.76× less KV per token than this model's fp32 cache" in fp32
+    assert "1.88× less than a bf16 cache" in fp32
+    assert "bf16 cache, a GPU" not in _kv("bf16") and "this model's bf16 cache" in _kv("bf16")
+
+
+def test_gpt_oss_text_agrees_with_the_table_under_it():  # item 16
+    ch05 = chapter("05")
+    text = ch05.gpt_oss_text()
+    for row in ch05.fit_rows(gpus=("H100-SXM",), models=("gpt-oss-120b",)):
+        users = row.max_users["H100-SXM"]
+        assert (f"{row.weight_dtype} ({users:,} users" in text) == (users > 0), row
+
+
+def test_scale_schemes_are_computed_not_typed():  # item 15
+    text = chapter("05").scale_schemes_text()
+    numbers = re.findall(r"(\d+\.\d+) GB", text)
+    assert len(numbers) == 3 and len(set(numbers)) == 3
+    assert "one fp16 scale per 128 weights" in text and "one scale per output row" in text
+
+
+def test_energy_per_token_states_its_tdp_assumption():  # item 14
+    from infer_lab.analysis.capacity import ENERGY_ASSUMPTION
+
+    ch13 = chapter("13")
+    assert "TDP" in ENERGY_ASSUMPTION
+    text = ch13.scaling_text(ch13.scaling_result())
+    assert ENERGY_ASSUMPTION in text
+    assert all("TDP" in c.label for c in ch13.FRONTIER_COLUMNS + ch13.LAYOUT_COLUMNS if "J / token" in c.label)
+
+
+def test_tp_text_names_the_best_layout_and_the_model_differs_from_the_talk():  # items 3 and 10
+    ch13 = chapter("13")
+    s = ch13.scaling_result()
+    text = ch13.scaling_text(s)
+    best_pcie = max((r for r in s.layouts if r.gpu == "H100-PCIe"), key=lambda r: r.tokens_per_s)
+    assert f"on PCIe come from **{best_pcie.parallelism}**" in text
+    assert "does not reproduce that mechanism" in text
+
+
+def test_heterogeneous_and_attention_ffn_show_the_whole_comparison():  # items 4 and 5
+    ch13 = chapter("13")
+    h = ch13.measure_hetero(None, ch13.sizes("cpu", "quick"))
+    text = ch13.hetero_text(h)
+    assert f"all {h.decode_gpu}:" in text and f"all {h.prefill_gpu}:" in text
+    s = h.afd_split
+    assert f"{s.sequential_step_ms:.1f} ms" in text and "fp8 weights" in text
+    seq_gain = s.tokens_per_s_per_gpu * s.step_ms / s.sequential_step_ms / h.afd_colocated.tokens_per_s_per_gpu
+    assert f"**{seq_gain:.2f}x**" in text
+    assert ("worse than not splitting" in text) == (seq_gain < 1)
+
+
+@pytest.mark.parametrize("name", ["ch11_speculative_decoding"])
+def test_no_development_target_on_the_page(name):  # item 13
+    import inspect
+
+    from infer_lab.course import ch11_speculative_decoding as mod
+
+    assert "Target (n-gram" not in inspect.getsource(mod) and not hasattr(mod, "target_check"), name
+
+
+def test_the_saved_hf_step_is_one_range_in_every_chapter():  # item 9
+    from infer_lab.course.ch01_feel_the_pain import saved_batch1_steps_ms
+    from infer_lab.course.saved import load_saved
+
+    data = load_saved("*hf-baseline*.json")[0].data
+    lo, hi = saved_batch1_steps_ms(data)
+    assert lo < hi
+    quoted = f"{lo:.0f}–{hi:.0f} ms"
+    assert quoted.replace("–", " and ") in chapter("08").launch_overhead_text().replace("**", "").replace("between ", "")
+    assert quoted in chapter("03").saved().notes[1]
+
+
+def test_external_reference_measurements_are_labelled_so():  # saved evidence
+    from infer_lab.course.saved import load_saved
+
+    for r in load_saved("h200-*.json"):
+        assert r.external and "External reference measurement" in r.label and "not part of this repository" in r.label
+
+
+def test_the_kv_visualizer_draws_the_room_the_fit_reports():  # 02: visualizer vs "at most N users"
+    from infer_lab.analysis import memory
+    from infer_lab.catalog import get_gpu
+    from infer_lab.course import calculator
+
+    curves = calculator.kv_curves("mistral-7b", context=4096, users=200, gpu="H100-SXM")
+    users_at_room = curves.kv_budget_bytes // memory.kv_bytes("mistral-7b", 4096)
+    fit = memory.fit("mistral-7b", get_gpu("H100-SXM").memory_bytes, 4096)
+    users_at_gpu_line = get_gpu("H100-SXM").memory_bytes // memory.kv_bytes("mistral-7b", 4096)
+    assert users_at_room == fit.max_users < users_at_gpu_line
+    fig = calculator.kv_visualizer_figure(curves)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert any(label.startswith("room for KV after weights + overhead") for label in labels)
+
+
+def test_attention_share_and_the_talks_claim():  # item 17
+    ch02 = chapter("02")
+    cross = ch02.attention_crossover_context("mistral-7b")
+    below, above = ch02.flop_share("mistral-7b", cross - 1), ch02.flop_share("mistral-7b", cross)
+    assert below.attention_flops < below.layers_flops / 2 <= above.attention_flops
+    text = ch02.attention_claim_text("mistral-7b", 4096)
+    assert f"{cross:,} tokens" in text and "most compute-intensive" in text
+
+
+def test_the_model_table_explains_sliding_windows_and_active_parameters():  # item 18
+    ch02 = chapter("02")
+    notes = ch02.models_notes(ch02.model_rows(4096, models=["gpt-oss-120b", "mistral-7b"]))
+    assert "gpt-oss-120b" in notes and "sliding window" in notes and "embedding" in notes
+    assert "mistral-7b" not in notes
+
+
+def test_mla_text_explains_the_talks_correction_kindly():  # item 11
+    text = chapter("06").mla_text()
+    assert "like-for-like" in text and "Neither forgot anything" in text
+
+
+def test_the_sglang_claim_is_set_against_what_the_cache_alone_saves():  # item 19
+    ch09 = chapter("09")
+    runs = [ch09.WorkloadRun("agentic_branching", c, 16, 8, 1000, computed, hit, 0.1, 0.1, 1.0)
+            for c, computed, hit in (("none", 1000, 0.0), ("hash", 400, 0.60), ("radix", 340, 0.66))]
+    text = ch09.sglang_claim_text(ch09.WorkloadsResult(runs, 16, 64, 8))
+    assert "3–4×" in text and "66%" in text and "60%" in text
+    assert f"{400 / 340:.2f}× the prefill tokens" in text and f"{1000 / 340:.2f}× fewer" in text
+    assert ch09.sglang_claim_text(ch09.WorkloadsResult(runs[:0], 16, 64, 8)) == ""
+
+
+def test_the_triangle_has_no_cost_corner():  # item 12
+    from infer_lab.analysis.capacity import PRESETS
+
+    for w in PRESETS.values():
+        corners = w.corner.split(" (")[0].split(" + ")
+        assert set(corners) <= {"quality", "latency", "throughput"}, w.corner
+
+
+def test_single_run_ratios_near_one_are_not_read_as_differences():  # item 6 (chapter 08's sentences)
+    ch08 = chapter("08")
+    assert ch08._versus(1.05) == "within one run's noise of" and ch08._versus(0.95) == "within one run's noise of"
+    assert ch08._versus(1.85) == "1.85×" and ch08._versus(0.28) == "0.28×"
+
+
+def test_a_missing_saved_run_says_so_instead_of_an_empty_box(monkeypatch):  # 06, 07, 11, 13
+    from infer_lab import nb
+
+    monkeypatch.setattr(nb, "has_gpu", lambda: False)
+    assert "No GPU run of this chapter is saved" in nb.saved_view(None).text
+    monkeypatch.setattr(nb, "has_gpu", lambda: True)
+    assert nb.saved_view(None).text == nb.saved_view(None).text and "No GPU run" not in nb.saved_view(None).text
+
+
+def test_chapter_12_says_no_vllm_or_sglang_run_is_saved():
+    ch12 = chapter("12")
+    if ch12.saved() is None:
+        assert "No saved vLLM or SGLang results" in ch12.summary(ch12.Result(size="quick", model="m"))
+
+
+def test_the_talks_heterogeneous_claims_are_cited_from_data():  # Trainium + Cerebras over EFA, 3-10x
+    from infer_lab.catalog import get_cited_chip
+
+    claims = get_cited_chip("Cerebras-WSE-3").talk_claims
+    text = chapter("13").cited_pairing_text()
+    assert claims["pairing"]["speedup"] == 5 and claims["speedup_at_equal_power_range"] == [3, 10]
+    assert "Trainium" in text and "EFA" in text and "3–10×" in text and "Cited, not computed" in text
+
+
+def test_pd_pools_are_told_with_summarization_and_story_writing():
+    ch13 = chapter("13")
+    assert ch13._pd_counts("1P:3D TP1") == (1, 3) and ch13._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
+    text = ch13.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
+    assert "prefill 3 of 4" in text and "prefill 1 of 4" in text and "expected direction" not in text
+    assert "expected direction" in ch13.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "L4"])
+def test_a_coding_agents_prompt_is_priced_on_the_learners_gpu(gpu):  # chunked prefill's motivation
+    from infer_lab.analysis import memory
+
+    ch10 = chapter("10")
+    rows = ch10.agent_prompt_rows(gpu)
+    assert [r.prompt_tokens for r in rows] == [200_000, 1_000_000]
+    for r in rows:
+        assert r.prompt_tokens <= memory.context_limit(ch10.AGENT_MODEL)
+        assert r.steps_missed == pytest.approx(r.prefill_s / r.decode_step_s)
+        assert r.decode_step_s < r.chunked_step_s < r.prefill_s
+    assert rows[1].prefill_s > 5 * rows[0].prefill_s * rows[0].n_gpus / rows[1].n_gpus  # attention is quadratic
+    text = ch10.agent_prompt_text(rows)
+    assert f"{rows[0].steps_missed:,.0f} decode steps" in text
+    with pytest.raises(ValueError, match="reads at most"):
+        ch10.agent_prompt_rows(gpu, model="mistral-7b")
+
+
+def test_qat_and_speculation_as_a_frontier_shift_are_on_the_page():
+    from infer_lab.analysis.roofline import gpu_roof
+
+    assert "QAT" in chapter("05").qat_vs_ptq_text() and "PTQ" in chapter("05").qat_vs_ptq_text()
+    ch11 = chapter("11")
+    curve = ch11.roofline_curve("h200", "mistral-7b", gpu_roof("h200"), 4, 600, 2.2, "bf16", ch11.ANALYTIC_BATCHES)
+    text = ch11.frontier_shift_text(curve)
+    assert f"{curve.speedup[0]:.2f}× the tokens per step at batch 1" in text
