@@ -39,8 +39,9 @@ from ..bench.engine import (
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
 from ..figures import finish
 from ..harness import progress
+from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedResult, SavedView, load_saved
 from .tables import Column, people_table
 
@@ -426,11 +427,29 @@ def contenders_text(contenders: Sequence[Contender] | None = None) -> str:
     return "\n".join(f"- **{c.name}**: {c.description}." for c in (contenders or CONTENDERS))
 
 
-def batching_text(result: BatchingResult) -> str:
-    """The contenders against the slowest of them, every number from ``result``."""
+ENGINE_CONTINUOUS = "continuous batching (engine)"
+
+
+def batching_outcome(result: BatchingResult) -> str:
+    """SUPPORTED when the engine's continuous batching served the workload fastest of all contenders,
+    else CONTRADICTED (one run per contender: there is no spread to call it inconclusive by)."""
+    engine = next((r for r in result.rows if r.name == ENGINE_CONTINUOUS), None)
+    others = [r.output_tokens_per_s for r in result.rows if r.name != ENGINE_CONTINUOUS]
+    if engine is None or not others:
+        return INCONCLUSIVE
+    return SUPPORTED if engine.output_tokens_per_s > max(others) else CONTRADICTED
+
+
+def batching_text(result: BatchingResult, machine: MachineLoad | None = None) -> str:
+    """The verdict (continuous batching fastest?) with the machine's load (``machine``, else a check
+    taken now, right after the run), then the contenders against the slowest, every number from
+    ``result``."""
     rows = sorted(result.rows, key=lambda r: r.output_tokens_per_s)
     base = rows[0]
-    lines = [f"Workload: {workload_text(result.workload)}."]
+    machine = machine or check_machine()
+    lines = [finding(batching_outcome(result), "the engine's continuous batching serves this workload faster "
+                     "than every other contender", machine, "one run per contender"),
+             f"Workload: {workload_text(result.workload)}."]
     for r in rows[1:]:
         lines.append(f"**{r.name}** served it at **{r.output_tokens_per_s:.1f} output tokens/s**, "
                      f"{r.output_tokens_per_s / base.output_tokens_per_s:.2f}× {base.name} "
