@@ -192,3 +192,20 @@ def test_10_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_t
     text = ch10.chunking_text(c)
     assert "machine was busy" in text
     assert "This run shows it" in text or "Inconclusive on this run" in text
+
+
+# --- ceilings: measured again on request, never silently stale
+
+
+def test_ceilings_are_measured_again_on_request_and_say_when_and_how_busy(hog, one_thread):
+    from infer_lab.hardware import measure_ceilings
+
+    first = measure_ceilings("cpu", quick=True, fresh=True)
+    assert measure_ceilings("cpu", quick=True) is first  # kept for the process...
+    again = measure_ceilings("cpu", quick=True, fresh=True)
+    assert again is not first and again.measured_at >= first.measured_at  # ...until asked again
+    assert again.busy and "other programs kept" in again.provenance()
+    assert "s ago" in again.provenance(now=again.measured_at + 5)
+    assert "min ago" in again.provenance(now=again.measured_at + 600)
+    quiet = replace(again, others_cores=0.0)
+    assert "quiet machine" in quiet.provenance()

@@ -211,7 +211,7 @@ def measure_ceilings_part(device: torch.device | str | None, sizes: Sizes,
                           model: ModelLike = EMBEDDED_NAME) -> CeilingsResult:
     """Measure the copy bandwidth and matmul FLOP/s of ``device`` and set them beside the datasheet."""
     info = detect(device)
-    ceilings = measure_ceilings(device, quick=sizes.quick_ceilings)
+    ceilings = measure_ceilings(device, quick=sizes.quick_ceilings, fresh=True)  # every press measures afresh
     return ceilings_result(ceilings, info, model, sizes.intensity_context)
 
 
@@ -277,6 +277,7 @@ def ceilings_text(result: CeilingsResult) -> str:
         f"**{bf16.intensity:.2g} FLOP per byte in bf16** and {fp32.intensity:.2g} in fp32: each weight is read "
         f"once (2 or 4 bytes) for one multiply-add (2 FLOPs). In {here.dtype} that is "
         f"{c.ridge_point / here.intensity:,.0f}× below this machine's ridge point, so decode is memory-bound."
+        f"\n\n{c.provenance()}"
     )
 
 

@@ -128,6 +128,7 @@ class CompareResult:
     prefill_ops: list[OpRow]
     decode_ops: list[OpRow]
     threads: int
+    ceilings_note: str = ""  # when the roof's ceilings were measured, and how busy the machine was
 
 
 @dataclass
@@ -198,7 +199,8 @@ def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
     from ..analysis.compare import dtype_name, explain_gaps, predicted_vs_measured, shape_of
     from ..hardware import measure_ceilings
 
-    roof = roofline.measured_roof(measure_ceilings(lm.device, quick=sizes.quick_ceilings))
+    ceilings = measure_ceilings(lm.device, quick=sizes.quick_ceilings, fresh=True)  # never a stale roof
+    roof = roofline.measured_roof(ceilings)
     raw = predicted_vs_measured(lm, prompt_lengths=sizes.prompt_lengths, contexts=sizes.contexts,
                                 batches=sizes.batches, new_tokens=sizes.new_tokens, repeats=sizes.repeats, roof=roof)
     shape, dtype = shape_of(lm), dtype_name(lm)
@@ -207,7 +209,8 @@ def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
     steps = [roofline.predict_prefill(shape, roof, 1, n, **kw), roofline.predict_decode(shape, roof, 1, n, **kw)]
     return CompareResult(lm.describe(), roof, [_comparison_row(r) for r in raw], explain_gaps(raw), steps,
                          op_rows(roofline.prefill_ops(shape, 1, n, **kw), roof),
-                         op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads())
+                         op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads(),
+                         ceilings.provenance())
 
 
 def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
@@ -236,7 +239,8 @@ def compare_text(result: CompareResult) -> str:
     roof = result.roof
     return (f"Measured on **{result.model}**, torch threads: {result.threads}; roof: "
             f"{roof.peak_flops / 1e9:,.3g} GFLOP/s and {roof.bandwidth_Bps / 1e9:,.3g} GB/s (measured here, ridge "
-            f"{roof.ridge_point:.3g} FLOP/B).\n\n" + "\n".join(f"- {line}" for line in result.gaps))
+            f"{roof.ridge_point:.3g} FLOP/B). {result.ceilings_note}\n\n"
+            + "\n".join(f"- {line}" for line in result.gaps))
 
 
 # ---------------------------------------------------------------------------------------------
