@@ -13,6 +13,8 @@ from typing import Any
 
 from matplotlib.ticker import LogFormatter
 
+from .units import human
+
 
 def log_tick_label(x: float) -> str:
     """A log-axis tick as people write it: 512, 1k, 32k (powers of two ≥ 1024 in units of 1024,
@@ -24,9 +26,9 @@ def log_tick_label(x: float) -> str:
             if x >= size:
                 return f"{x / size:g}{unit}"
     for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= size:
-            return f"{x / size:.3g}{unit}"
-    return f"{x:,.0f}" if x >= 1 and float(x).is_integer() else f"{x:.3g}"
+        if x >= size * (1 - 5e-4):  # 999.6e9 reads '1T', not '1e+03G'
+            return f"{human(x / size)}{unit}"
+    return f"{x:,.0f}" if x >= 1 and float(x).is_integer() else human(x)
 
 
 class PlainLogFormatter(LogFormatter):

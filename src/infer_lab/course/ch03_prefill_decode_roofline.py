@@ -19,6 +19,7 @@ import torch
 from ..analysis import roofline
 from ..analysis.roofline import Prediction, Roof, StepPrediction
 from ..figures import finish
+from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -169,10 +170,10 @@ def datasheet_text(view: DatasheetView) -> str:
                 "whose intensity stays low")
     return (
         f"**{roof.name}** (datasheet): {roof.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense, "
-        f"{roof.bandwidth_Bps / 1e12:.3g} TB/s, ridge point **{roof.ridge_point:.3g} FLOP/B**.\n\n"
-        f"Predicted for {view.model}: TTFT **{pred.ttft_s * 1e3:.3g} ms** for a {view.context:,}-token prompt "
+        f"{human(roof.bandwidth_Bps / 1e12, 3)} TB/s, ridge point **{human(roof.ridge_point, 3)} FLOP/B**.\n\n"
+        f"Predicted for {view.model}: TTFT **{human(pred.ttft_s * 1e3, 3)} ms** for a {view.context:,}-token prompt "
         f"(intensity {pred.prefill.intensity:,.0f} FLOP/B: {pred.prefill.bound}-bound); ITL "
-        f"**{pred.itl_s * 1e3:.3g} ms** at batch {view.batch:,} (intensity {pred.decode.intensity:.3g} FLOP/B: "
+        f"**{human(pred.itl_s * 1e3, 3)} ms** at batch {view.batch:,} (intensity {human(pred.decode.intensity, 3)} FLOP/B: "
         f"{pred.decode.bound}-bound), so {pred.tokens_per_s:,.0f} tokens/s in total. Critical batch, where "
         f"decode turns compute-bound: {critical}."
     )
@@ -182,7 +183,7 @@ def decode_intensity_text(model: str = "mistral-7b", context: int = 4096, dtype:
     """'about 1.0 FLOP per byte at batch 1', computed from the roofline's op count."""
     ops = roofline.decode_ops(model, 1, context, weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
     intensity = sum(o.flops for o in ops) / sum(o.bytes for o in ops)
-    return f"about {intensity:.2g} FLOP per byte at batch 1 ({model}, {dtype}, {context:,} tokens)"
+    return f"about {human(intensity, 2)} FLOP per byte at batch 1 ({model}, {dtype}, {context:,} tokens)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,8 +239,8 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 def compare_text(result: CompareResult) -> str:
     roof = result.roof
     return (f"Measured on **{result.model}**, torch threads: {result.threads}; roof: "
-            f"{roof.peak_flops / 1e9:,.3g} GFLOP/s and {roof.bandwidth_Bps / 1e9:,.3g} GB/s (measured here, ridge "
-            f"{roof.ridge_point:.3g} FLOP/B). {result.ceilings_note}\n\n"
+            f"{human(roof.peak_flops / 1e9, 3)} GFLOP/s and {human(roof.bandwidth_Bps / 1e9, 3)} GB/s (measured here, ridge "
+            f"{human(roof.ridge_point, 3)} FLOP/B). {result.ceilings_note}\n\n"
             + "\n".join(f"- {line}" for line in result.gaps))
 
 
@@ -309,7 +310,7 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     label = f"roof: {roof.name}" + ("" if roof.source in roof.name else f" ({roof.source})")
     ax.loglog(grid, [roof.attainable_flops(x) for x in grid], "k-", lw=2, label=label)
     ax.axvline(roof.ridge_point, color="grey", ls=":", lw=1)
-    ax.annotate(f"ridge {roof.ridge_point:.3g} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
+    ax.annotate(f"ridge {human(roof.ridge_point, 3)} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
                 xytext=(5, -15), textcoords="offset points")
     for phase, group in ops.items():
         for o in group:
@@ -402,8 +403,8 @@ def saved() -> SavedView | None:
         figures={"ratio": ratio_figure(rows, f"HF eager on {src.device}: measured ÷ predicted (saved)")},
         notes=[
             "The roof is the copy bandwidth and bf16 matmul rate measured in that same run.",
-            f"A decode step at batch 1 and {b1.context:,} tokens should take {b1.predicted:.3g} ms on that roof and "
-            f"took {b1.measured:.3g} ms ({b1.measured_over_predicted:.3g}×): the eager loop launches hundreds of "
+            f"A decode step at batch 1 and {b1.context:,} tokens should take {human(b1.predicted, 3)} ms on that roof and "
+            f"took {human(b1.measured, 3)} ms ({human(b1.measured_over_predicted, 3)}×): the eager loop launches hundreds of "
             "small kernels per token and waits on the CPU between them.",
             f"Measured by: {src.command}",
         ],
@@ -494,10 +495,10 @@ def hierarchy_text(rows: list[HierarchyRow], gpu: str = "H100-SXM") -> str:
     if r.sram_bytes is None:
         return f"{gpu}: no on-chip figures on file ({memory_hierarchy_about().get('missing', '')})"
     return (
-        f"**{r.gpu}**: {fmt_bytes(r.hbm_bytes)} of {r.memory_type} at {r.hbm_bandwidth_Bps / 1e12:.3g} TB/s, against "
+        f"**{r.gpu}**: {fmt_bytes(r.hbm_bytes)} of {r.memory_type} at {human(r.hbm_bandwidth_Bps / 1e12, 3)} TB/s, against "
         f"{fmt_bytes(r.sram_bytes)} of on-chip SRAM (L1/shared memory of all SMs) at about "
-        f"{r.sram_bandwidth_Bps / 1e12:.3g} TB/s and an L2 of {fmt_bytes(r.l2_bytes)}. HBM is "
-        f"{r.hbm_over_sram_bytes:,.0f}× larger; SRAM is {r.sram_over_hbm_bandwidth:.2g}× faster. Weights and KV "
+        f"{human(r.sram_bandwidth_Bps / 1e12, 3)} TB/s and an L2 of {fmt_bytes(r.l2_bytes)}. HBM is "
+        f"{r.hbm_over_sram_bytes:,.0f}× larger; SRAM is {human(r.sram_over_hbm_bandwidth, 2)}× faster. Weights and KV "
         "live in HBM and stream through SRAM at every step: that stream is what decode waits on, and what "
         "FlashAttention keeps small by tiling inside SRAM."
     )
@@ -511,9 +512,9 @@ def decode_wait_text(model: str = "mistral-7b", gpu: str = "H100-SXM", context: 
     turn = (f"Only at a batch of about **{cb:,}** does the step turn compute-bound." if cb else
             "At this context it never turns compute-bound: each sequence brings its own KV to read.")
     return (
-        f"A decode step of **{one.model}** at batch 1 and {context:,} tokens does {one.intensity:.2g} FLOP per byte it "
+        f"A decode step of **{one.model}** at batch 1 and {context:,} tokens does {human(one.intensity, 2)} FLOP per byte it "
         f"moves; the **{one.gpu}** needs {one.ridge_point:,.0f} FLOP/B to keep its tensor cores busy (the ridge). "
-        f"So on the roofline its compute units are busy {one.compute_s * 1e6:,.3g} µs of a {one.time_s * 1e3:.3g} ms "
+        f"So on the roofline its compute units are busy {human(one.compute_s * 1e6, 3)} µs of a {human(one.time_s * 1e3, 3)} ms "
         f"step and **wait on memory {one.waiting_fraction:.1%} of the time**. {turn} Real kernels reach only part "
         "of the datasheet bandwidth, so the measured step is longer still; the talk's \"up to 90%\" is on the "
         "conservative side of this bound."
@@ -558,7 +559,7 @@ def hierarchy_figure(rows: list[HierarchyRow]):
     known = [x for x in rows if x.sram_bytes]
     size = statistics.median(x.hbm_over_sram_bytes for x in known)
     speed = statistics.median(x.sram_over_hbm_bandwidth for x in known)
-    ax.set_title(f"The memory hierarchy: on-chip SRAM is {size:,.0f}× smaller and {speed:.2g}× faster than HBM "
+    ax.set_title(f"The memory hierarchy: on-chip SRAM is {size:,.0f}× smaller and {human(speed, 2)}× faster than HBM "
                  f"(medians of {len(known)} GPUs)\ncatalog data (vendor whitepapers and datasheets), no hardware",
                  fontsize=9)
     ax.legend(fontsize=6, ncol=2, loc="lower right")

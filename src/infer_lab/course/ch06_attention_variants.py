@@ -51,7 +51,7 @@ from ..bench.attention import (
 )
 from ..figures import finish
 from ..hardware import device_label, measure_bandwidth
-from ..units import fmt_bytes
+from ..units import fmt_bytes, human
 from .ch05_quantization import baseline_note
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
@@ -291,7 +291,7 @@ def equivalence_text(rows: list[EquivalenceRow]) -> str:
     worst = max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in rows)
     equal = sum(r.equal for r in rows)
     return (f"**{equal} of {len(rows)}** variant/path pairs equal SDPA within {EQUIVALENCE_TOL:g} (fp32) in prefill "
-            f"and in cached decode; the largest difference is {worst:.2g}.")
+            f"and in cached decode; the largest difference is {human(worst, 2)}.")
 
 
 def memory_text(rows: list[VariantMemory]) -> str:
@@ -347,6 +347,7 @@ def timing_text(timing: TimingResult) -> str:
     text = (f"On {timing.device} ({threads_text(timing.threads)}): at {longest:,} tokens the fastest available SDPA "
             f"backend is **{fastest.backend}** ({fastest.time_s_p50 * 1e3:.2f} ms); "
             f"{len(timing.backends) - len(ok)} of {len(timing.backends)} backend/length pairs cannot run here. "
+            + (unavailable_text(timing) + " " if len(ok) < len(timing.backends) else "") +
             f"Decode attention over {few.context:,} tokens takes {few.time_s_p50 * 1e6:.0f} µs with {few.kv_heads} KV "
             f"head(s) and {many.time_s_p50 * 1e6:.0f} µs with {many.kv_heads}: {many.kv_bytes / few.kv_bytes:.0f}× "
             f"the bytes for {many.time_s_p50 / few.time_s_p50:.1f}× the time, against "
@@ -418,7 +419,7 @@ PREDICTED_COLUMNS = [
 BACKEND_COLUMNS = [
     Column("backend", "SDPA backend", "text"), Column("seq_len", "sequence (tokens)", "int"),
     Column("time_s_p50", "time p50 (ms)", scale=1e3, missing="— (not available here)"),
-    Column("score_matrix_bytes", "score matrix (math backend)", "bytes"), Column("reason", "why not", "text"),
+    Column("score_matrix_bytes", "score matrix (math backend)", "bytes"),
 ]
 DECODE_COLUMNS = [
     Column("kv_heads", "KV heads", "int"), Column("context", "context (tokens)", "int"),
@@ -461,7 +462,29 @@ def prediction_table(rows: list[PredictedDecode]):
 
 
 def backend_table(timing: TimingResult):
-    return people_table(timing.backends, BACKEND_COLUMNS)
+    """The backends that ran here (those that cannot are named in :func:`unavailable_text`)."""
+    return people_table([b for b in timing.backends if b.available], BACKEND_COLUMNS)
+
+
+def plain_reason(reason: str) -> str:
+    """PyTorch's refusal of a backend in words for the page (its raw message never reaches it)."""
+    lowered = reason.lower()
+    if "no viable backend" in lowered or "not compiled" in lowered or "cuda" in lowered:
+        return "no kernel for this device and dtype in this PyTorch build (it is a GPU kernel)"
+    if "out of memory" in lowered:
+        return "out of memory at this length"
+    return "refused by PyTorch on this device"
+
+
+def unavailable_text(timing: TimingResult) -> str:
+    """The backends that could not run, grouped by reason, in one sentence ('' when all ran)."""
+    groups: dict[str, list[str]] = {}
+    for b in timing.backends:
+        if not b.available:
+            names = groups.setdefault(plain_reason(b.reason), [])
+            if b.backend not in names:
+                names.append(b.backend)
+    return " ".join(f"Not run here: **{', '.join(names)}**: {why}." for why, names in groups.items())
 
 
 def decode_table(timing: TimingResult):
@@ -564,7 +587,7 @@ def timing_figure(timing: TimingResult):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:,.4g}")
+    plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(b.backend for b in timing.backends):
         ok = [b for b in timing.backends if b.backend == name and b.available]

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 from ..figures import finish
+from ..units import human
 from .tables import Column, people_table
 
 TITLE = "Why inference cost matters"
@@ -284,7 +285,7 @@ def volumes_text(result: OpenerResult) -> str:
 
     lines = [f"- **{v.label()}**: {v.who}, {v.where} (said {v.reported})." for v in result.volumes]
     lines += [f"- {g.earlier.as_of} → {g.later.as_of}: **{human(g.factor)}×** in {g.months} months, "
-              f"{100 * g.monthly_growth:.3g}% a month compounded (doubling every {g.doubling_months:.2g} months)."
+              f"{human(100 * g.monthly_growth, 3)}% a month compounded (doubling every {human(g.doubling_months, 2)} months)."
               for g in result.growth]
     o = result.overall
     lines.append(f"- Over {o.months} months: **{human(o.factor)}×**. The latest is "
@@ -301,13 +302,13 @@ def cost_text(result: OpenerResult) -> str:
              f"{result.costs[0].price_date}: a real engine costs more):"]
     for c in result.costs:
         lines.append(f"- **{c.model}** on {c.n_gpus}× {c.gpu} ({c.parallelism}, {c.users:,} users, "
-                     f"{c.tokens_per_s:,.0f} tokens/s, ${c.usd_per_hour:.2f}/h): ${c.usd_per_m_tokens:.3g} per "
+                     f"{c.tokens_per_s:,.0f} tokens/s, ${c.usd_per_hour:.2f}/h): ${human(c.usd_per_m_tokens, 3)} per "
                      f"million tokens, so **{_usd(c.usd_per_month)} a month** and about "
                      f"**{approx(c.gpus_busy)} GPUs** busy around the clock.")
     t = result.training
     lines.append(f"- Training is paid once: {t.model} was trained on {t.qualifier} {tokens_in_words(t.training_tokens)} "
-                 f"tokens, about {t.training_flops:.2g} FLOP (6 × parameters × tokens). Inference at 2 × parameters "
-                 f"per token matches it after {tokens_in_words(t.tokens_to_match)} tokens: **{t.hours_at_volume:.2g} hours** "
+                 f"tokens, about {human(t.training_flops, 2)} FLOP (6 × parameters × tokens). Inference at 2 × parameters "
+                 f"per token matches it after {tokens_in_words(t.tokens_to_match)} tokens: **{human(t.hours_at_volume, 2)} hours** "
                  "of the reported monthly volume. Then the meter keeps running.")
     return "\n".join(lines)
 
@@ -315,10 +316,10 @@ def cost_text(result: OpenerResult) -> str:
 def batch_text(result: OpenerResult) -> str:
     first, last = result.batch_costs[0], result.batch_costs[-1]
     return (f"Why the cost per token falls as volume rises: {result.batch_model} on one {result.batch_gpu} costs "
-            f"${first.usd_per_m_tokens:.3g} per million tokens with {first.users} user and "
-            f"${last.usd_per_m_tokens:.3g} with {last.users:,} (what its memory holds at {CONTEXT:,} tokens): "
+            f"${human(first.usd_per_m_tokens, 3)} per million tokens with {first.users} user and "
+            f"${human(last.usd_per_m_tokens, 3)} with {last.users:,} (what its memory holds at {CONTEXT:,} tokens): "
             f"**{first.usd_per_m_tokens / last.usd_per_m_tokens:,.0f}× cheaper**, because one decode step reads "
-            f"the weights once for the whole batch. Its ITL goes from {first.itl_ms:.3g} to {last.itl_ms:.3g} ms: "
+            f"the weights once for the whole batch. Its ITL goes from {human(first.itl_ms, 3)} to {human(last.itl_ms, 3)} ms: "
             "that is the latency the volume buys its cost with.")
 
 
@@ -407,7 +408,7 @@ def notes(result: OpenerResult) -> str:
         "Open with the bill, not the model. Training is a one-off capital cost; inference is an operating cost "
         "that grows with every user, every token and every session, for as long as the product lives. "
         f"Read the curve: {result.overall.factor:,.0f}× in {result.overall.months} months, "
-        f"{100 * result.growth[-1].monthly_growth:.2g}% a month over the last year. "
+        f"{human(100 * result.growth[-1].monthly_growth, 2)}% a month over the last year. "
         f"Then make it concrete: at the latest volume, a {c.model}-class model on the cheapest GPU the planner finds "
         f"would cost {_usd(c.usd_per_month)} a month and keep about {approx(c.gpus_busy)} GPUs busy, and that is a "
         "roofline bound, the best case. The last slide is the lever the rest of the workshop pulls: batching "
