@@ -100,3 +100,47 @@ def test_the_4bit_baseline_note_stands_once_in_the_chapter_summary():
 
     result = ch05.Result(embedded=True)
     assert ch05.summary(result).count("The baseline is already 4-bit") == 1
+
+
+# --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run)
+
+PYPLOT_ALLOWED = {"course/jupyter.py"}  # show_figure releases a pyplot figure a learner passes in
+
+
+def test_no_course_or_library_figure_code_uses_pyplot():
+    """Every figure the course shows is built with :func:`infer_lab.figures.subplots`; pyplot is
+    imported only where a finished figure is released (tour, slides, load-generator report)."""
+    roots = [SRC / "course", SRC / "analysis", SRC / "bench", SRC / "cluster", SRC / "parallel"]
+    files = [p for root in roots for p in root.rglob("*.py")] + [SRC / "figures.py", SRC / "nb.py"]
+    found = [str(p.relative_to(SRC)) for p in files
+             if re.search(r"^\s*(import matplotlib\.pyplot|from matplotlib import pyplot)", p.read_text(), re.M)
+             and str(p.relative_to(SRC)) not in PYPLOT_ALLOWED]
+    assert not found, f"pyplot state in figure code: {found}"
+
+
+def test_course_figures_survive_a_close_all_from_another_thread():
+    """A figure from the course is not in pyplot's registry: ``plt.close('all')`` (what a Jupyter
+    subshell's post-run hook does) leaves it whole, and it still saves a drawn PNG."""
+    import io
+    import threading
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from infer_lab.course import chapter
+
+    ch04 = chapter("04")
+    figs = ch04.figures(ch04.measure(None, ch04.sizes("cpu", "quick")))
+    assert figs and not plt.get_fignums()
+    closer = threading.Thread(target=plt.close, args=("all",))
+    closer.start()
+    closer.join()
+    for name, fig in figs.items():
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=50)
+        pixels = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+        lo, hi = pixels.getextrema()
+        assert hi - lo > 100, f"figure {name} came out blank"

@@ -50,6 +50,27 @@ def plain_log_axes(fig: Any) -> Any:
     return fig
 
 
+FIGURE_KWARGS = frozenset({"figsize", "dpi", "facecolor", "edgecolor", "layout", "constrained_layout",
+                           "tight_layout", "frameon", "linewidth"})
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+    """``(fig, axes)`` like ``pyplot.subplots``, built with matplotlib's object API only.
+
+    The figure belongs to no pyplot state: nothing else (a notebook's post-run hook, another
+    thread's ``plt.close('all')``) can close or redraw it while it is being saved. Figure
+    keywords (``figsize``...) go to :class:`~matplotlib.figure.Figure`, the rest to
+    :meth:`~matplotlib.figure.Figure.subplots`. Marimo, Jupyter (:mod:`infer_lab.course.jupyter`
+    saves it to PNG) and ``fig.savefig`` all show it.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**{k: kwargs.pop(k) for k in list(kwargs) if k in FIGURE_KWARGS})
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
 def finish(fig: Any) -> Any:
     """Plain log labels, then a tight layout; returns ``fig``."""
     plain_log_axes(fig)

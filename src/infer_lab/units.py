@@ -77,6 +77,22 @@ def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) 
     return text.rstrip("0").rstrip(".")
 
 
+def fmt_duration(seconds: float | None) -> str:
+    """A wall time for people: 'under 1 s', '4 s', '16 s', '2 min'; an em dash when unknown.
+
+    Never '0 s': a part that takes a few milliseconds reads 'under 1 s'.
+    """
+    if seconds is None or seconds != seconds:
+        return "—"
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {seconds}")
+    if seconds < 1:
+        return "under 1 s"
+    if seconds < 90:
+        return f"{round(seconds):.0f} s"
+    return f"{round(seconds / 60):.0f} min"
+
+
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
     """Raise ``ValueError`` naming the argument when a size is zero or negative."""
     if value is None or value < 0 or (value == 0 and not allow_zero):

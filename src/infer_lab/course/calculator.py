@@ -138,9 +138,10 @@ def kv_visualizer_figure(curves: KVCurves):
     The dashed line is the weights, the dotted line the GPU's memory (when one is chosen); a
     dot marks the chosen point (``users`` x ``context``).
     """
-    import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    from ..figures import subplots
+
+    fig, (a, b) = subplots(1, 2, figsize=(10, 3.6), sharey=True)
     total = curves.kv_bytes_total / GB
     a.plot(curves.tokens, [x / GB for x in curves.kv_bytes_vs_tokens], label="KV cache")
     a.plot([curves.context], [total], "ko")
@@ -336,10 +337,9 @@ def kv_visualizer_ipywidget():
     }
 
     def render(**values):
-        import matplotlib.pyplot as plt
+        from .jupyter import show_figure
 
-        kv_visualizer_figure(kv_curves(**values))
-        plt.show()
+        show_figure(kv_visualizer_figure(kv_curves(**values)))
 
     out = w.interactive_output(render, controls)
     return w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]), out])

@@ -356,9 +356,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def ceilings_figure(result: CeilingsResult, source: str):
     """Measured vs datasheet bandwidth and matmul rate, as bars (the datasheet bar only when there is one)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = subplots(1, 2, figsize=(9, 3.2))
     for ax, row in zip(axes, result.rows[:2], strict=True):
         labels = ["measured"] + (["datasheet"] if row.datasheet else [])
         values = [row.measured] + ([row.datasheet] if row.datasheet else [])

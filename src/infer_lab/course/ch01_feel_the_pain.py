@@ -412,12 +412,13 @@ def memory_figure(memory: MemoryResult, source: str):
     Dots are measured after a real prefill; the line extends the measured bytes per token and
     says so, to show where the device memory runs out.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     per_token, weights = memory.kv_bytes_per_token, memory.weight_bytes
     users_context = 4096
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     panels = ((axes[0], "context", max(memory.max_context, max(p.context for p in memory.points)), 1,
                "context length (tokens), 1 user"),
               (axes[1], "users", 1024, users_context, f"concurrent users at {users_context:,} tokens each"))
@@ -449,9 +450,9 @@ def memory_figure(memory: MemoryResult, source: str):
 def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] | None = None,
                 saved_label: str = ""):
     """TTFT p50 (band to p90) vs prompt length; optionally a saved GPU curve beside it."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = subplots(figsize=(6, 3.6))
     x = [p.prompt_len for p in ttft]
     ax.plot(x, [p.p50_s * 1e3 for p in ttft], "o-", label="this machine (p50)")
     ax.fill_between(x, [p.p50_s * 1e3 for p in ttft], [p.p90_s * 1e3 for p in ttft], alpha=0.2, label="p50 to p90")
@@ -467,9 +468,9 @@ def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] 
 
 def serving_figure(serving: ServingResult, source: str):
     """Each request's wait, prefill and decode: one at a time vs one batch."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharex=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
     for ax, mode in zip(axes, ("sequential", "batched"), strict=True):
         rows = [r for r in serving.requests if r.mode == mode]
         for r in rows:
@@ -492,9 +493,9 @@ def serving_figure(serving: ServingResult, source: str):
 
 def itl_figure(itl: list[ITLPoint], source: str):
     """Decode step p50 vs batch (one line per context), and total vs per-user tokens/s."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = subplots(1, 2, figsize=(10, 3.6))
     for ctx in sorted({p.context for p in itl}):
         line = sorted((p for p in itl if p.context == ctx), key=lambda p: p.batch)
         axes[0].plot([p.batch for p in line], [p.p50_s * 1e3 for p in line], "o-", label=f"context {ctx:,}")

@@ -121,7 +121,7 @@ class MLATrap:
     naive: int  # the GQA formula applied blindly
     one_layer: int  # MLA for one layer
     variants: list[VariantRow]
-    per_layer_7b_model: str  # the talk's "about 14x": one MLA layer vs one MHA layer of a 7B model
+    per_layer_7b_model: str  # the often-quoted "about 14x": one MLA layer vs one MHA layer of a 7B model
     per_layer_7b_ratio: float
 
     @property
@@ -304,11 +304,12 @@ def mla_text(trap: MLATrap) -> str:
         f"{trap.bytes_per_element} B).\n"
         f"- The blind GQA formula with the config's `num_key_value_heads: {trap.config_kv_heads}`: "
         f"{trap.naive:,} B/token, **{human(trap.naive_over_right, 3)}× too large**.\n"
-        f"- The pitfall of an existing workshop: MLA for one layer ({trap.one_layer:,} B) against MHA for all "
+        f"- A slip seen in published workshop material: MLA for one layer ({trap.one_layer:,} B) against MHA for all "
         f"layers ({trap.mha_all_layers:,} B) gives {trap.wrong_ratio:,.0f}×, inflated by the layer count. "
         f"Over all layers on both sides the ratio is **{human(trap.right_ratio, 3)}×**. Against one MHA layer of a "
         f"7B-class model ({trap.per_layer_7b_model}'s shape, all heads) it is {human(trap.per_layer_7b_ratio, 3)}× per "
-        "layer, the talk's figure (chapter 06 compares the variants)."
+        "layer: the \"about 14×\" often quoted for MLA's saving is this per-layer figure (chapter 06 compares "
+        "the variants)."
     )
 
 
@@ -488,12 +489,13 @@ def summary(result: Result) -> str:
 def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int, ...] = (1, 8, 32, 80),
                      max_tokens: int = 32768, gpu: str | None = None, weight_dtype: str = "bf16"):
     """KV bytes (GB = 1e9 B) vs tokens per user, one line per user count, on log axes; weights and GPU lines."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     shape = as_shape(model)
     tokens = np.unique(np.geomspace(128, max_tokens, 48).astype(int))
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     for u in users:
         ax.plot(tokens, [memory.kv_bytes(shape, int(t), u, kv_dtype) / GB for t in tokens], label=f"KV, {u:,} user{'' if u == 1 else 's'}")
     w = memory.weight_bytes(shape, weight_dtype).total / GB
@@ -638,9 +640,9 @@ def flop_share_table(rows: list[FlopShare]):
 
 def flop_share_figure(rows: list[FlopShare]):
     """Stacked bars: share of a decode step's FLOPs in the layers (attention, the rest) and the LM head."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     names = [r.model for r in rows]
     att = [100 * r.attention_flops / r.total_flops for r in rows]
     rest = [100 * (r.layers_flops - r.attention_flops) / r.total_flops for r in rows]

@@ -298,11 +298,12 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     A measured step sits at its predicted intensity and the FLOP/s it actually achieved
     (predicted FLOPs / measured time).
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from ..figures import subplots
+
     measured = [r for r in measured if r.unit == "ms" and r.flops]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     xs = [s.intensity for s in steps] + [o.intensity for g in ops.values() for o in g if o.flops and o.bytes]
     xs += [r.intensity for r in measured]
     lo, hi = max(min(xs + [roof.ridge_point]) / 4, 1e-2), max(xs + [roof.ridge_point]) * 4
@@ -347,12 +348,12 @@ def compare_figure(result: CompareResult):
 
 def ratio_figure(rows: list[ComparisonRow], title: str):
     """Measured / predicted time per timed row, on a log axis (1 = the roofline is reached)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     timed = [r for r in rows if r.unit == "ms"]
     labels = [f"{r.phase or r.quantity.split(' ')[0]} b{r.batch} n{r.context:,}" for r in timed]
     ratios = [r.measured_over_predicted for r in timed]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     phase_of = [r.phase or ("prefill" if "TTFT" in r.quantity or "prefill" in r.quantity else "decode") for r in timed]
     ax.bar(labels, ratios, color=[COLORS[p] for p in phase_of])
     ax.axhline(1, color="k", lw=1)
@@ -516,8 +517,8 @@ def decode_wait_text(model: str = "mistral-7b", gpu: str = "H100-SXM", context: 
         f"moves; the **{one.gpu}** needs {one.ridge_point:,.0f} FLOP/B to keep its tensor cores busy (the ridge). "
         f"So on the roofline its compute units are busy {human(one.compute_s * 1e6, 3)} µs of a {human(one.time_s * 1e3, 3)} ms "
         f"step and **wait on memory {one.waiting_fraction:.1%} of the time**. {turn} Real kernels reach only part "
-        "of the datasheet bandwidth, so the measured step is longer still; the talk's \"up to 90%\" is on the "
-        "conservative side of this bound."
+        "of the datasheet bandwidth, so the measured step is longer still. The often-quoted claim that decode "
+        "leaves the compute units waiting \"up to 90%\" of the time is on the conservative side of this bound."
     )
 
 
@@ -542,9 +543,9 @@ def decode_wait_table(rows: list[DecodeWait]):
 
 def hierarchy_figure(rows: list[HierarchyRow]):
     """Capacity against bandwidth, log-log: each GPU's HBM (circles) and on-chip SRAM (triangles)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     for i, r in enumerate(x for x in rows if x.sram_bytes):
         color = f"C{i % 10}"
         ax.scatter(r.hbm_bytes / 1e9, r.hbm_bandwidth_Bps / 1e12, marker="o", color=color, s=40)
@@ -570,9 +571,9 @@ def hierarchy_figure(rows: list[HierarchyRow]):
 
 def decode_wait_figure(curves: dict[str, list[DecodeWait]]):
     """Share of a decode step spent waiting on memory against the batch, one line per GPU (log x)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     for gpu, rows in curves.items():
         ax.semilogx([r.batch for r in rows], [100 * r.waiting_fraction for r in rows], "o-", ms=3, label=gpu)
     first = next(iter(curves.values()))[0]

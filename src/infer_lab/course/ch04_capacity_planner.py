@@ -251,9 +251,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def cost_figure(plans: list[CapacityPlan], title: str):
     """$ per hour against $ per million output tokens, one point per configuration that fits (log-log)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     shown = [p for p in plans if p.usd_per_m_output_tokens is not None]
     for p in shown:
         ax.scatter(p.usd_per_hour, p.usd_per_m_output_tokens, color="tab:green" if p.meets_slo else "tab:red")
@@ -281,11 +281,13 @@ def calculator_figure(calc: CalculatorResult):
 
 def tradeoff_figure(result: TradeoffResult):
     """Max users against context, log-log from one user up; a context where nobody fits is marked."""
-    import matplotlib.pyplot as plt
+    import matplotlib
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(6.5, 3.8))
     top = max([p.max_users for p in result.points] + [1])
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, model in enumerate(dict.fromkeys(p.model for p in result.points)):
         color = colors[i % len(colors)]
         pts = [p for p in result.points if p.model == model]

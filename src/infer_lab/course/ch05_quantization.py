@@ -439,10 +439,11 @@ def tables(result: Result) -> dict[str, Any]:
 
 def formats_figure(formats: FormatsResult, source: str):
     """Relative reconstruction error of every checked layer, one marker series per format."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(8, 3.6))
     for s in formats.summary():
         rows = [r for r in formats.layers if r.method == s.method]
         exact = " — exact, every layer" if s.exact_layers == s.layers else ""
@@ -459,11 +460,11 @@ def formats_figure(formats: FormatsResult, source: str):
 
 def compare_figure(comparison: Comparison, source: str):
     """Bars of exact weight MB per method, with perplexity (or top-1 agreement) on a second axis."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     rows = comparison.rows
     names = [r.method for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     ax.bar(names, [r.weight_bytes / MB for r in rows], color="#4c72b0")
     ax.set(ylabel="weight memory (MB = 1e6 B, exact)", ylim=(0, None))
     twin = ax.twinx()
@@ -482,10 +483,10 @@ def compare_figure(comparison: Comparison, source: str):
 
 def outliers_figure(outliers: list[OutlierRow], source: str):
     """Largest / median input feature per layer (a log axis when the ratios span a decade or more)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     ratios = [r.max_over_median for r in outliers]
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = subplots(figsize=(7, 3))
     ax.bar(range(len(outliers)), ratios, color="#c44e52")
     if max(ratios) / min(ratios) >= 10:
         ax.set_yscale("log")

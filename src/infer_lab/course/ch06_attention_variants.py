@@ -515,10 +515,10 @@ def tables(result: Result) -> dict[str, Any]:
 
 def kv_figure(rows: list[VariantMemory], title: str):
     """Horizontal bars of KV bytes per token (all layers, log scale) per model and variant."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     labels = [f"{r.model} · {r.variant}" for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
+    fig, ax = subplots(figsize=(7, 0.3 * len(rows) + 1.2))
     ax.barh(labels, [r.kv_bytes_per_token for r in rows], color="#55a868")
     ax.set_xscale("log")
     ax.invert_yaxis()
@@ -533,9 +533,9 @@ def kv_figure(rows: list[VariantMemory], title: str):
 
 def hbm_figure(rows: list[HBMRow], title: str):
     """Naive vs tiled attention HBM traffic against sequence length (log-log)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6, 3.4))
+    fig, ax = subplots(figsize=(6, 3.4))
     x = [r.seq_len for r in rows]
     ax.loglog(x, [r.naive_bytes for r in rows], "o-", label="naive (writes and re-reads S and P)")
     ax.loglog(x, [r.tiled_bytes for r in rows], "s-", label="tiled / flash (re-reads K, V per query tile)")
@@ -548,10 +548,10 @@ def hbm_figure(rows: list[HBMRow], title: str):
 
 def scorecard_figure(rows: list[ScorecardRow], title: str):
     """Two panels per variant: KV bytes per token (memory) and predicted decode tokens/s at max users."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     names = [f"{r.model} · {r.variant}" for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
+    fig, (left, right) = subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
     left.barh(names, [r.kv_bytes_per_token for r in rows], color="#55a868")
     left.set_xscale("log")
     left.set_xlabel("KV bytes per token, all layers (log)")
@@ -566,10 +566,10 @@ def scorecard_figure(rows: list[ScorecardRow], title: str):
 
 def quality_figure(quality: QualityResult, source: str):
     """Perplexity of each variant relative to the model as trained (log axis: MQA without uptraining is far off)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     rows = quality.rows
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    fig, ax = subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     ratios = [r.perplexity_ratio for r in rows]
     ax.barh([r.variant for r in rows], [x - 1 for x in ratios], left=1, color="#8172b3")  # bars start at 1×
     ax.set_xscale("log")
@@ -584,11 +584,12 @@ def quality_figure(quality: QualityResult, source: str):
 
 def timing_figure(timing: TimingResult):
     """SDPA backend time vs length, and decode attention time vs KV heads with its bandwidth prediction."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
+    from ..figures import subplots
+
     plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, right) = subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(b.backend for b in timing.backends):
         ok = [b for b in timing.backends if b.backend == name and b.available]
         if ok:

@@ -583,14 +583,16 @@ def _wrap(text: str, width: int = 90) -> str:
 
 def batching_figure(batching: BatchingResult, source: str):
     """One bar per contender: throughput, idle slots, and TTFT / ITL at p50, p90, p99 (ms)."""
-    import matplotlib.pyplot as plt
+    import matplotlib
     import numpy as np
+
+    from ..figures import subplots
 
     rows = batching.rows
     names = [textwrap.fill(r.name, 24) for r in rows]
-    colours = [plt.get_cmap("tab10")(i) for i in range(len(rows))]
+    colours = [matplotlib.colormaps["tab10"](i) for i in range(len(rows))]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    fig, axes = subplots(2, 2, figsize=(13, 8.5))
     axes = axes.ravel()
     axes[0].bar(x, [r.output_tokens_per_s for r in rows], color=colours)
     axes[0].set(ylabel="output tokens/s")
@@ -604,7 +606,7 @@ def batching_figure(batching: BatchingResult, source: str):
     for ax, key in ((axes[2], "ttft_ms"), (axes[3], "itl_ms")):
         for j, q in enumerate(("p50", "p90", "p99")):
             values = [getattr(r, f"{key}_{q}") or 0.0 for r in rows]
-            ax.bar(x + (j - 1) * width, values, width, label=q, color=plt.get_cmap("Greys")(0.4 + 0.25 * j))
+            ax.bar(x + (j - 1) * width, values, width, label=q, color=matplotlib.colormaps["Greys"](0.4 + 0.25 * j))
         for i, r in enumerate(rows):
             if getattr(r, f"{key}_p50") is None:
                 ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
@@ -631,9 +633,9 @@ def _log_if_wide(ax: Any, axis: str, values: list[float]) -> None:
 
 def sweep_figure(sweep: list[SweepPoint], source: str):
     """Total output tokens/s vs tokens/s per user, one point per concurrency (the serving frontier)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     xs, ys = [p.tokens_per_s_per_user for p in sweep], [p.output_tokens_per_s for p in sweep]
     ax.plot(xs, ys, "o-")
     for p in sweep:
@@ -659,9 +661,9 @@ def _plain_log_ticks(ax: Any, batches: list[int]) -> None:
 
 def predicted_figure(predicted: PredictedResult, source: str):
     """Predicted (roofline) and measured engine decode step time vs batch size, log-log."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     batches = [p.batch for p in predicted.points]
     ax.plot(batches, [p.predicted_ms for p in predicted.points], "*-",
             label=f"predicted (roofline on {predicted.roof})")
@@ -677,9 +679,9 @@ def predicted_figure(predicted: PredictedResult, source: str):
 
 def paths_figure(paths: list[PathRow], source: str):
     """Tokens/s per user (1 / ITL p50) of each decode path, with the ITL in ms on each bar."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(paths) + 1.8))
+    fig, ax = subplots(figsize=(7, 0.5 * len(paths) + 1.8))
     ax.barh([r.label for r in paths], [r.tokens_per_s_per_user for r in paths])
     for i, r in enumerate(paths):
         ax.text(r.tokens_per_s_per_user, i, f" {r.itl_ms_p50:.1f} ms", va="center", fontsize=9)
@@ -757,9 +759,9 @@ def launch_overhead_text() -> str:
 
 
 def _anchor_figure(rows: list[AnchorRow], device: str, model: str):
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     batches = [r.batch for r in rows]
     ax.plot(batches, [r.graph_step_ms for r in rows], "o-", label="naive decode in a CUDA graph")
     hf = [r for r in rows if r.hf_step_ms is not None]

@@ -241,9 +241,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def chunking_figure(c: ChunkingResult, source: str):
     """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+    fig, (left, right) = subplots(1, 2, figsize=(12, 3.8))
     for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
         steps, label = c.steps_of(chunking), c.run(chunking).label
         left.plot([p.step for p in steps], [p.step_s * 1e3 for p in steps], ".-", color=colour, label=label)

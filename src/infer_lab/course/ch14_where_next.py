@@ -383,9 +383,9 @@ def summary(result: Result) -> str:
 
 def tiers_figure(result: TiersResult):
     """Recompute (prefill) vs fetch over each link, against the prefix length, log-log."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     xs = [r.context for r in result.rows]
     ax.loglog(xs, [r.recompute_s * 1e3 for r in result.rows], "o-", color="k", label=f"recompute: prefill on {result.roof}")
     for name in TIER_LINKS:
@@ -402,9 +402,9 @@ def tiers_figure(result: TiersResult):
 
 def sol_figure(rows: list[SolRow]):
     """Saved step times next to the roofline, by batch (log x)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     xs = [r.batch for r in rows]
     ax.semilogx(xs, [r.measured_ms for r in rows], "x-", label="measured: CUDA-graph decode (saved)")
     ax.semilogx(xs, [r.predicted_ms for r in rows], "o--", color="k", label="roofline (datasheet)")

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
+from ..units import fmt_duration
 from . import chapters
 from .saved import load_saved
 
@@ -68,14 +69,8 @@ def rows() -> list[IndexRow]:
 
 
 def duration_text(seconds: float | None) -> str:
-    """Seconds for people: 'under 1 s', '4 s', '16 s', '2 min'; an em dash when unknown."""
-    if seconds is None:
-        return "—"
-    if seconds < 1:
-        return "under 1 s"
-    if seconds < 90:
-        return f"{max(1, round(seconds)):.0f} s"
-    return f"{round(seconds / 60):.0f} min"
+    """Seconds for people (:func:`infer_lab.units.fmt_duration`)."""
+    return fmt_duration(seconds)
 
 
 def index_markdown(link_prefix: str = "?file=") -> str:

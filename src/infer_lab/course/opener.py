@@ -357,9 +357,9 @@ def tables(result: OpenerResult) -> dict[str, Any]:
 
 def volumes_figure(result: OpenerResult):
     """The reported volumes on a log axis against the month they refer to."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     xs, ys = [v.as_of_year for v in result.volumes], [v.value for v in result.volumes]
     ax.semilogy(xs, ys, "o-", color="tab:red")
     for v in result.volumes:
@@ -377,9 +377,9 @@ def volumes_figure(result: OpenerResult):
 
 def batch_figure(result: OpenerResult):
     """$ per million output tokens against concurrent users on one GPU, log-log, with the ITL."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     users = [b.users for b in result.batch_costs]
     ax.loglog(users, [b.usd_per_m_tokens for b in result.batch_costs], "o-", label="$ per M output tokens")
     ax.set(xlabel="concurrent users (decode batch), log scale", ylabel="$ per million output tokens, log scale")
