@@ -8,9 +8,10 @@ BIN := $(VENV)/bin
 setup:
 	@bash scripts/setup.sh
 
-## Open the marimo notebooks in the browser (uses the GPU when there is one, else the CPU).
+## Open the course index (notebooks/index.py) in the browser, served by marimo from notebooks/;
+## a notebook's kernel stops a few seconds after its tab closes (scripts/workshop.py).
 workshop: setup
-	$(BIN)/marimo edit notebooks/
+	$(PY) scripts/workshop.py
 
 ## Run every module headless and write tour-report/report.md (the instructor's pre-run).
 tour: setup

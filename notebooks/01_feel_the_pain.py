@@ -114,7 +114,7 @@ def _(ch01, mo, nb):
 def _(ch01, lm, mo, nb, sizes, ttft_button):
     mo.stop(not nb.pressed(ttft_button), nb.placeholder(ttft_button))
     ttft = ch01.measure_ttft(lm, sizes)
-    mo.vstack([ch01.ttft_figure(ttft, lm.describe()), nb.table(ch01.ttft_table(ttft))])
+    mo.vstack([ch01.ttft_figure(ttft, lm.describe()), mo.md(ch01.ttft_text(ttft)), nb.table(ch01.ttft_table(ttft))])
     return
 
 

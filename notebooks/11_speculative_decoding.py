@@ -146,7 +146,7 @@ def _(ch11, mo, nb):
     mo.md(f"""
     ## 2 · Where it pays, and where it costs
 
-    The talks' claim: speculation works best on low-entropy, input-grounded text. Here is the
+    A claim talks on inference often make: speculation works best on low-entropy, input-grounded text. Here is the
     same proposer on grounded prompts and on open-ended chat (a story, advice, a why question),
     prompt by prompt. A wrong guess is not free: its verification still runs.
 

@@ -47,7 +47,7 @@ def _(ch12, mo):
     turn, and vLLM or SGLang on a GPU box. It speaks the OpenAI API, so nothing about it is
     specific to one engine.
 
-    **Fairness rules**, which the workshop we started from broke:
+    **Fairness rules**, which quick engine comparisons often break:
 
     - the same workload (same prompts, same seed) and the same concurrency for every engine;
     - warm-up requests that are not counted, and repeats;

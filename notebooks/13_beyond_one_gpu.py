@@ -214,8 +214,9 @@ def _(mo):
 
     Prefill is compute-bound and wants FLOP/s per dollar; decode is memory-bound and wants
     bandwidth and memory for KV. So the two phases can run on different GPU types. The
-    wafer-scale SRAM chip of the talk is shown as a **cited** data point: its numbers are the
-    vendor's and the talk's, not the catalog's, and the ratio is computed from them. Last, the
+    wafer-scale SRAM chip that a public talk on inference held up as the fast alternative is
+    shown as a **cited** data point: its numbers are the vendor's and those quoted in that talk,
+    not the catalog's, and the ratio is computed from them. Last, the
     split of a large MoE's attention (memory-bound on KV) from its expert FFN (dense matmul).
     """)
     return

@@ -247,6 +247,8 @@ def browser_missing() -> str | None:
 def find_notebooks(selection: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
     """notebooks/NN_*.py, or those whose name starts with one of ``selection`` ('01', '03_prefill')."""
     paths = sorted(folder.glob("[0-9][0-9]_*.py"))
+    if (folder / "index.py").is_file():  # the course index make workshop opens
+        paths.insert(0, folder / "index.py")
     if selection:
         paths = [p for p in paths if any(p.name.startswith(s) or p.stem == s for s in selection)]
     return paths
@@ -272,10 +274,11 @@ class MarimoServer:
 
 @contextmanager
 def marimo_server(folder: Path = NOTEBOOKS, quick: bool = True, startup_s: float = 60) -> Iterator[MarimoServer]:
-    """``marimo edit --headless --no-token`` on ``folder``, as ``make workshop`` serves it.
+    """``marimo edit`` on ``folder`` with the command line of ``make workshop`` (scripts/workshop.py),
+    without a token.
 
-    ``--session-ttl 0`` ends a notebook's kernel as soon as its page closes, so one server can
-    open the notebooks one after another without piling up kernels. ``quick`` sets
+    Its ``--session-ttl`` ends a notebook's kernel a few seconds after its page closes, so one
+    server can open the notebooks one after another without piling up kernels. ``quick`` sets
     INFER_LAB_QUICK=1 in the kernels' environment.
     """
     port = _free_port()
@@ -287,8 +290,7 @@ def marimo_server(folder: Path = NOTEBOOKS, quick: bool = True, startup_s: float
     else:
         env.pop("INFER_LAB_QUICK", None)
     log = tempfile.TemporaryFile(mode="w+")
-    command = [sys.executable, "-m", "marimo", "edit", "--headless", "--no-token", "--no-sandbox",
-               "--skip-update-check", "--session-ttl", "0", "--port", str(port), str(folder)]
+    command = _workshop().marimo_command(port, folder)
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     try:
@@ -302,6 +304,62 @@ def marimo_server(folder: Path = NOTEBOOKS, quick: bool = True, startup_s: float
             process.kill()
             process.wait()
         log.close()
+
+
+def _workshop() -> Any:
+    """scripts/workshop.py as a module (the command line of ``make workshop``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("infer_lab_workshop", REPO / "scripts" / "workshop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (bytes): the server and its kernels."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+class PeakMemory:
+    """Samples :func:`tree_rss_bytes` of a process every ``every_s`` seconds in a thread; keeps the peak."""
+
+    def __init__(self, pid: int, every_s: float = 0.5) -> None:
+        import threading
+
+        self.pid, self.every_s = pid, every_s
+        self.peak_bytes = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, tree_rss_bytes(self.pid))
+            self.samples += 1
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, tree_rss_bytes(self.pid))
 
 
 def _wait_until_serving(port: int, process: subprocess.Popen, log: Any, startup_s: float) -> None:

@@ -2,8 +2,12 @@
 
 Each chapter's parts run one after another at the sizes this device gets by default (quick on
 a CPU), in a fresh process per chapter, with the model loaded first (as the notebook's first
-cells do). The seconds of each part are what the notebook prints next to its button, and what
-``workshop/README.md`` and ``workshop/SELF_PACED.md`` quote.
+cells do). The seconds of each part are what the notebook prints next to its button (rounded by
+``units.fmt_duration``: "under 1 s", never "0 s"), and what ``workshop/README.md`` and
+``workshop/SELF_PACED.md`` quote; ``load_s`` (imports and model load) is what the first button
+of a model chapter adds in a fresh kernel. Before each chapter the script checks how many cores
+other programs keep busy, stores it beside the times and warns at the end when any was busy:
+measure on a quiet machine.
 
     python scripts/time_chapters.py                  # all chapters -> assets/results/chapter-times-cpu-DATE.json
     python scripts/time_chapters.py --only 01 07     # some chapters (merged into the newest file)
@@ -50,14 +54,21 @@ def main() -> int:
     previous = sorted((ROOT / "assets" / "results").glob("chapter-times-cpu-*.json"))
     data = json.loads(previous[-1].read_text()) if previous and args.only else {}
     entries = data.get("data", {}).get("chapters", {})
+    from infer_lab.timing import machine_load
+
+    busy = []
     for ch in chapters(args.only and [f"ch{n.zfill(2)}" for n in args.only]):
         cmd = [sys.executable, "-c", CHILD, ch.NUMBER] + ([args.size] if args.size else [])
-        print(f"[time] {ch.TITLE} ...", flush=True)
+        load = machine_load(1.0)
+        print(f"[time] {ch.TITLE} ... ({load.text()})", flush=True)
+        if load.busy:
+            busy.append(ch.NUMBER)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1
         entries[ch.NUMBER] = json.loads(proc.stdout.strip().splitlines()[-1])
+        entries[ch.NUMBER]["others_cores_before"] = load.others_cores  # other programs' CPU use, in cores
         print(f"[time] {ch.NUMBER}: " + ", ".join(f"{k} {v:.1f} s" for k, v in entries[ch.NUMBER]["seconds"].items()),
               flush=True)
     payload = {
@@ -70,6 +81,9 @@ def main() -> int:
     }
     out.write_text(json.dumps(payload, indent=1) + "\n")
     print(f"[time] wrote {out}")
+    if busy:
+        print(f"[time] WARNING: other programs were using the CPU before chapter(s) {', '.join(busy)}: those "
+              "times are too long for a quiet machine. Re-run them on a quiet machine (--only ...).", file=sys.stderr)
     return 0
 
 

@@ -1,9 +1,11 @@
 """Every notebook opens cleanly in a real browser, as a learner meets it with `make workshop`.
 
-One ``marimo edit --headless`` server for notebooks/ (at INFER_LAB_QUICK=1) and one headless
-Chromium; each notebook opens in its own page (two at a time), without pressing anything, and
-must settle within a minute with no error output, its title shown and at least one computed
-output. The checks are those
+One ``marimo edit --headless`` server for notebooks/ with the command line of ``make workshop``
+(scripts/workshop.py; at INFER_LAB_QUICK=1) and one headless Chromium; the course index and
+each notebook open in their own page (two at a time), without pressing anything, and must
+settle within a minute with no error output, their title shown and at least one computed
+output; each page is closed once read. Through that pass, the server and its kernels together
+must stay under 4 GiB resident (marimo's ``--session-ttl`` ends a kernel when its page closes). The checks are those
 of scripts/screenshot_notebooks.py: run it to see the screenshots when a test here fails.
 Skipped when chromium or playwright is missing (`make test` installs chromium when it can),
 except under CI=true, where a missing browser fails.
@@ -23,6 +25,8 @@ SETTLE_TIMEOUT_S = 60
 PARALLEL = 2  # notebooks open at once: one kernel each, CI has two cores
 TITLE_WITHIN_CELLS = 3
 COMPUTED_WITHIN_CELLS = 6
+PASS_MEMORY_LIMIT_BYTES = 4 * 2**30  # the server and all its kernels, through a whole pass
+PASS_MEMORY: dict[str, int] = {}  # filled by the reports fixture
 
 
 def _load_tool():
@@ -110,10 +114,13 @@ def reports(request, chromium_context):
     """The selected notebooks, opened through one ``marimo edit`` server, two at a time."""
     selected = [item.callspec.params["path"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_notebook_opens_cleanly_in_the_browser"]
-    with tool.marimo_server(quick=True) as server:
-        found = tool.visit_notebooks(chromium_context, server, selected, timeout_s=SETTLE_TIMEOUT_S,
-                                     parallel=PARALLEL)
-        return {report.name: report for report in found}
+    selected = selected or NOTEBOOKS  # the memory test alone: the whole pass
+    with tool.marimo_server(quick=True) as server, tool.PeakMemory(server.process.pid) as memory:
+        found = {report.name: report for report in tool.visit_notebooks(
+            chromium_context, server, selected, timeout_s=SETTLE_TIMEOUT_S, parallel=PARALLEL)}
+    PASS_MEMORY["peak_bytes"], PASS_MEMORY["samples"] = memory.peak_bytes, memory.samples
+    PASS_MEMORY["notebooks"] = len(found)
+    return found
 
 
 @pytest.mark.slow
@@ -145,3 +152,31 @@ def test_browser_check_sees_what_goes_wrong(tmp_path, chromium_context):
         assert expected in problems, f"{expected!r} not reported:\n{report.summary()}"
     assert report.cells[1].headings == ["A notebook that goes wrong"]
     assert any(c.computed and "42" in c.text for c in report.cells), report.summary()
+
+
+@pytest.mark.slow
+def test_a_pass_through_the_course_stays_under_4_gib(reports):
+    """Every notebook opened and its page closed, through the ``make workshop`` server: the peak
+    resident memory of the server plus its kernels stays under 4 GiB (kernels do not pile up)."""
+    if PASS_MEMORY["notebooks"] < len(NOTEBOOKS):
+        pytest.skip(f"only {PASS_MEMORY['notebooks']} of {len(NOTEBOOKS)} notebooks were selected")
+    assert PASS_MEMORY["samples"] > 3, PASS_MEMORY
+    peak = PASS_MEMORY["peak_bytes"]
+    print(f"peak RSS of the marimo server and its kernels over {len(reports)} notebooks: {peak / 2**30:.2f} GiB")
+    assert 0 < peak < PASS_MEMORY_LIMIT_BYTES, f"peak {peak / 2**30:.2f} GiB over {len(reports)} notebooks"
+
+
+def test_workshop_serves_with_a_session_ttl_and_opens_the_index():
+    """`make workshop` runs scripts/workshop.py, whose marimo command line ends kernels on tab close
+    and whose browser address is the course index (which exists)."""
+    workshop = tool._workshop()
+    makefile = (SCRIPT.parents[1] / "Makefile").read_text()
+    recipe = makefile.split("\nworkshop:", 1)[1].split("\n\n", 1)[0]
+    assert "scripts/workshop.py" in recipe
+    command = workshop.marimo_command(2718, token="secret")
+    assert command[command.index("--session-ttl") + 1] == str(workshop.SESSION_TTL_S)
+    assert 0 <= workshop.SESSION_TTL_S <= 30
+    assert command[-1] == str(workshop.NOTEBOOKS) and "edit" in command
+    url = workshop.index_url(2718, "secret")
+    assert url.endswith("?file=index.py&access_token=secret")
+    assert (workshop.NOTEBOOKS / workshop.INDEX).is_file()

@@ -13,6 +13,8 @@ from typing import Any
 
 from matplotlib.ticker import LogFormatter
 
+from .units import human
+
 
 def log_tick_label(x: float) -> str:
     """A log-axis tick as people write it: 512, 1k, 32k (powers of two ≥ 1024 in units of 1024,
@@ -24,9 +26,9 @@ def log_tick_label(x: float) -> str:
             if x >= size:
                 return f"{x / size:g}{unit}"
     for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= size:
-            return f"{x / size:.3g}{unit}"
-    return f"{x:,.0f}" if x >= 1 and float(x).is_integer() else f"{x:.3g}"
+        if x >= size * (1 - 5e-4):  # 999.6e9 reads '1T', not '1e+03G'
+            return f"{human(x / size)}{unit}"
+    return f"{x:,.0f}" if x >= 1 and float(x).is_integer() else human(x)
 
 
 class PlainLogFormatter(LogFormatter):
@@ -46,6 +48,27 @@ def plain_log_axes(fig: Any) -> Any:
                 axis.set_major_formatter(PlainLogFormatter(base))
                 axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=False))
     return fig
+
+
+FIGURE_KWARGS = frozenset({"figsize", "dpi", "facecolor", "edgecolor", "layout", "constrained_layout",
+                           "tight_layout", "frameon", "linewidth"})
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
+    """``(fig, axes)`` like ``pyplot.subplots``, built with matplotlib's object API only.
+
+    The figure belongs to no pyplot state: nothing else (a notebook's post-run hook, another
+    thread's ``plt.close('all')``) can close or redraw it while it is being saved. Figure
+    keywords (``figsize``...) go to :class:`~matplotlib.figure.Figure`, the rest to
+    :meth:`~matplotlib.figure.Figure.subplots`. Marimo, Jupyter (:mod:`infer_lab.course.jupyter`
+    saves it to PNG) and ``fig.savefig`` all show it.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**{k: kwargs.pop(k) for k in list(kwargs) if k in FIGURE_KWARGS})
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def finish(fig: Any) -> Any:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 import torch
 
 from .catalog import GPUSpec, get_gpu, resolve_gpu_name
-from .timing import summarize, time_call
+from .timing import BUSY_CORES, machine_load, summarize, time_call
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,25 @@ class Ceilings:
     matmul_dtype: str
     copy_bytes: int
     matmul_n: int
+    measured_at: float = 0.0  # Unix time (s) of the measurement
+    others_cores: float | None = None  # cores other processes kept busy just before (timing.machine_load)
+
+    @property
+    def busy(self) -> bool:
+        """Whether other processes were using the CPU when these ceilings were measured."""
+        return self.others_cores is not None and self.others_cores >= BUSY_CORES
+
+    def provenance(self, now: float | None = None) -> str:
+        """When these ceilings were measured and how busy the machine was, for the page."""
+        age = max(0.0, (time.time() if now is None else now) - self.measured_at)
+        when = f"{age:.0f} s ago" if age < 90 else f"{age / 60:.0f} min ago"
+        if self.others_cores is None:
+            return f"Ceilings measured {when}."
+        if self.busy:
+            return (f"Ceilings measured {when} while other programs kept {self.others_cores:.1f} cores busy: "
+                    "they are lower than this machine can do, and so is every prediction built on them. "
+                    "Measure them again on a quiet machine (the button measures afresh at every press).")
+        return f"Ceilings measured {when} on a quiet machine (other programs: {self.others_cores:.1f} cores)."
 
     @property
     def ridge_point(self) -> float:
@@ -193,9 +212,12 @@ def measure_matmul_flops(device: torch.device | str = "cpu", n: int = 1024, dtyp
     return 2 * n**3 / summarize(times).p50
 
 
-@lru_cache(maxsize=8)
-def _ceilings_cached(device: str, quick: bool) -> Ceilings:
+_CEILINGS: dict[tuple[str, bool], Ceilings] = {}  # the latest measurement per (device, quick)
+
+
+def _measure_ceilings(device: str, quick: bool) -> Ceilings:
     dev = torch.device(device)
+    others = machine_load(0.2).others_cores if dev.type == "cpu" else None
     if dev.type == "cuda":
         copy_bytes, n = (512 * 2**20, 4096) if quick else (2 * 2**30, 8192)
         dtype = torch.bfloat16
@@ -205,18 +227,24 @@ def _ceilings_cached(device: str, quick: bool) -> Ceilings:
     bw = measure_bandwidth(dev, copy_bytes, repeats=5 if quick else 20)
     flops = measure_matmul_flops(dev, n, dtype, repeats=3 if quick else 10)
     return Ceilings(device=str(dev), device_name=device_label(dev), bandwidth_Bps=bw, matmul_flops=flops,
-                    matmul_dtype=str(dtype).replace("torch.", ""), copy_bytes=copy_bytes, matmul_n=n)
+                    matmul_dtype=str(dtype).replace("torch.", ""), copy_bytes=copy_bytes, matmul_n=n,
+                    measured_at=time.time(), others_cores=others)
 
 
-def measure_ceilings(device: torch.device | str | None = None, quick: bool = True) -> Ceilings:
-    """Measured copy bandwidth and matmul FLOP/s of the device (cached per process).
+def measure_ceilings(device: torch.device | str | None = None, quick: bool = True, fresh: bool = False) -> Ceilings:
+    """Measured copy bandwidth and matmul FLOP/s of the device.
 
-    ``quick`` uses small sizes (under a second on a laptop CPU); the full run uses 2 GiB copies
-    and 8192^3 matmuls on a GPU.
+    The latest measurement per device and size is kept for the process; ``fresh=True``
+    measures again (and keeps that). ``quick`` uses small sizes (under a second on a laptop
+    CPU); the full run uses 2 GiB copies and 8192^3 matmuls on a GPU. On a CPU the result
+    records how busy other processes kept the machine (:attr:`Ceilings.provenance`).
     """
     dev = torch.device(device) if device is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
-    return _ceilings_cached(str(dev), quick)
+    key = (str(dev), quick)
+    if fresh or key not in _CEILINGS:
+        _CEILINGS[key] = _measure_ceilings(str(dev), quick)
+    return _CEILINGS[key]
 
 
 def ceilings_vs_spec(ceilings: Ceilings, spec: GPUSpec | None) -> list[dict[str, Any]]:

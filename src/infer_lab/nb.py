@@ -16,6 +16,7 @@ from typing import Any
 
 from .course.chapter import choose_size
 from .course.saved import SavedView, load_saved
+from .units import fmt_duration
 
 CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 
@@ -141,8 +142,15 @@ def button_time(chapter: Any, part: str) -> str:
     if seconds is None:
         return ""
     size = entry.get("size", "quick")
-    return (f"About {seconds:.0f} s at {size} sizes on {found[0].raw['environment'].get('hardware')}, "
-            f"measured {found[0].date}.")
+    took = fmt_duration(seconds)
+    text = (f"{'Under 1 s' if seconds < 1 else 'About ' + took} at {size} sizes on "
+            f"{found[0].raw['environment'].get('hardware')}, measured {found[0].date}")
+    load_s = entry.get("load_s")
+    first = next(iter(chapter.PARTS), None)
+    if getattr(chapter, "NEEDS_MODEL", False) and load_s is not None and part == first:
+        text += (f"; when the model is not loaded yet, loading it adds about {fmt_duration(load_s)} (the very "
+                 "first load on a machine also converts the embedded model once, see chapter 00)")
+    return text + "."
 
 
 def size_picker(device: Any = None) -> Any:

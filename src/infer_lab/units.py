@@ -43,10 +43,15 @@ def _num(value: float, digits: int) -> str:
     return f"{value:.0f}" if "e" in text else text
 
 
+SMALL = 1e-3  # below this, :func:`human` writes a power of ten
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) -> str:
     """A number rounded for people: ``digits`` significant figures, thousands separators, no exponent.
 
     ``24.869571912452834 -> '24.9'``, ``1536.0 -> '1,536'``, ``0.012345 -> '0.0123'``,
+    ``8.94e-08 -> '8.94 × 10⁻⁸'``,
     ``None`` or NaN -> ``'—'``. ``keep_zeros`` keeps trailing zeros (``14.96 -> '15.0'``), so a
     table column shows the same precision in every row.
     """
@@ -59,6 +64,10 @@ def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) 
         return "∞" if x > 0 else "-∞"
     if x == 0:
         return "0"
+    if abs(x) < SMALL:  # 8.94e-08 -> '8.94 × 10⁻⁸', never a row of zeros or an exponent in code style
+        exponent = math.floor(math.log10(abs(x)))
+        mantissa = f"{x / 10 ** exponent:.{max(digits - 1, 0)}f}".rstrip("0").rstrip(".")
+        return f"{mantissa} × 10{str(exponent).translate(SUPERSCRIPT)}"
     if abs(x) >= 10 ** (digits - 1):
         return f"{round(x):,}"
     decimals = digits - 1 - math.floor(math.log10(abs(x)))
@@ -66,6 +75,22 @@ def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) 
     if keep_zeros or "." not in text:
         return text
     return text.rstrip("0").rstrip(".")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A wall time for people: 'under 1 s', '4 s', '16 s', '2 min'; an em dash when unknown.
+
+    Never '0 s': a part that takes a few milliseconds reads 'under 1 s'.
+    """
+    if seconds is None or seconds != seconds:
+        return "—"
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {seconds}")
+    if seconds < 1:
+        return "under 1 s"
+    if seconds < 90:
+        return f"{round(seconds):.0f} s"
+    return f"{round(seconds / 60):.0f} min"
 
 
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:

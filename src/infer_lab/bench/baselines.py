@@ -171,7 +171,7 @@ def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: in
         max_batch_tokens=max(512, max(len(p) for p in workload.prompts)),
         max_requests_per_batch=max_num_seqs,
     )
-    generation = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0,
+    generation = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0,  # -1: EOS off, no warning
                                   max_new_tokens=max(workload.output_lens))
 
     def run() -> list[list[int]]:

@@ -31,7 +31,7 @@ from ..analysis.memory import (
     kv_bytes_per_token,
     weight_bytes,
 )
-from ..units import GB, fmt_bytes, require_positive
+from ..units import GB, fmt_bytes, human, require_positive
 from .tables import Column, people_table
 
 DEFAULTS_KV = {
@@ -144,9 +144,10 @@ def kv_visualizer_figure(curves: KVCurves):
     overhead): the KV curve crosses that one at the user count the fit reports, well before the
     GPU's line. A dot marks the chosen point (``users`` x ``context``).
     """
-    import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    from ..figures import subplots
+
+    fig, (a, b) = subplots(1, 2, figsize=(10, 3.6), sharey=True)
     total = curves.kv_bytes_total / GB
     a.plot(curves.tokens, [x / GB for x in curves.kv_bytes_vs_tokens], label="KV cache")
     a.plot([curves.context], [total], "ko")
@@ -158,13 +159,13 @@ def kv_visualizer_figure(curves: KVCurves):
               curves.gpu_memory_bytes or 0) / GB
     for ax in (a, b):
         ax.axhline(curves.weight_bytes / GB, color="k", ls="--", lw=1,
-                   label=f"weights ({curves.weight_dtype}, {curves.weight_bytes / GB:.3g} GB)")
+                   label=f"weights ({curves.weight_dtype}, {human(curves.weight_bytes / GB, 3)} GB)")
         if curves.gpu_memory_bytes:
             ax.axhline(curves.gpu_memory_bytes / GB, color="r", ls=":", lw=1,
-                       label=f"{curves.gpu} memory ({curves.gpu_memory_bytes / GB:.3g} GB)")
+                       label=f"{curves.gpu} memory ({human(curves.gpu_memory_bytes / GB, 3)} GB)")
         if curves.kv_budget_bytes and curves.kv_budget_bytes > 0:
             ax.axhline(curves.kv_budget_bytes / GB, color="tab:green", ls="-.", lw=1,
-                       label=f"room for KV after weights + overhead ({curves.kv_budget_bytes / GB:.3g} GB)")
+                       label=f"room for KV after weights + overhead ({human(curves.kv_budget_bytes / GB, 3)} GB)")
         ax.set_ylim(0, top * 1.08)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
@@ -237,8 +238,8 @@ def verdict(plans: list[CapacityPlan]) -> str:
         return "**No configuration meets these SLOs.** The last column says why, for each GPU."
     text = (
         f"**Cheapest that meets the SLOs: {best.n_gpus}x {best.gpu}**: {best.users:,} users, "
-        f"ITL {best.itl_ms:.3g} ms, TTFT {best.ttft_ms:,.0f} ms, {best.tokens_per_s:,.0f} tokens/s, "
-        f"${best.usd_per_hour:.2f}/h, ${best.usd_per_m_output_tokens:.3g} per million output tokens "
+        f"ITL {human(best.itl_ms, 3)} ms, TTFT {best.ttft_ms:,.0f} ms, {best.tokens_per_s:,.0f} tokens/s, "
+        f"${best.usd_per_hour:.2f}/h, ${human(best.usd_per_m_output_tokens, 3)} per million output tokens "
         "(roofline bounds: a real engine reaches a fraction)."
     )
     paradox = price_vs_cost(plans)
@@ -246,8 +247,8 @@ def verdict(plans: list[CapacityPlan]) -> str:
         text += (
             f"\n\nThe cheapest per hour, {paradox['cheapest_per_hour']} at "
             f"${paradox['cheapest_per_hour_usd_per_hour']:.2f}/h, costs "
-            f"${paradox['cheapest_per_hour_usd_per_m_tokens']:.3g} per million tokens: "
-            f"{paradox['cost_per_token_ratio']:.3g}× more per token than {paradox['cheapest_per_token']}."
+            f"${human(paradox['cheapest_per_hour_usd_per_m_tokens'])} per million tokens: "
+            f"{human(paradox['cost_per_token_ratio'])}× more per token than {paradox['cheapest_per_token']}."
         )
     return text
 
@@ -345,10 +346,9 @@ def kv_visualizer_ipywidget():
     }
 
     def render(**values):
-        import matplotlib.pyplot as plt
+        from .jupyter import show_figure
 
-        kv_visualizer_figure(kv_curves(**values))
-        plt.show()
+        show_figure(kv_visualizer_figure(kv_curves(**values)))
 
     out = w.interactive_output(render, controls)
     return w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]), out])

@@ -26,7 +26,7 @@ from ..hardware import (
     measure_ceilings,
 )
 from ..models import EMBEDDED_NAME
-from ..units import fmt_bytes
+from ..units import fmt_bytes, human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -211,7 +211,7 @@ def measure_ceilings_part(device: torch.device | str | None, sizes: Sizes,
                           model: ModelLike = EMBEDDED_NAME) -> CeilingsResult:
     """Measure the copy bandwidth and matmul FLOP/s of ``device`` and set them beside the datasheet."""
     info = detect(device)
-    ceilings = measure_ceilings(device, quick=sizes.quick_ceilings)
+    ceilings = measure_ceilings(device, quick=sizes.quick_ceilings, fresh=True)  # every press measures afresh
     return ceilings_result(ceilings, info, model, sizes.intensity_context)
 
 
@@ -271,12 +271,13 @@ def ceilings_text(result: CeilingsResult) -> str:
     datasheet = (f" The last column says how much of the {result.datasheet_name} datasheet you actually get."
                  if result.datasheet_name else "")
     return (
-        f"The **ridge point** is {c.ridge_point:.3g} FLOP per byte here ({c.matmul_dtype} matmul ÷ copy "
+        f"The **ridge point** is {human(c.ridge_point, 3)} FLOP per byte here ({c.matmul_dtype} matmul ÷ copy "
         f"bandwidth): code that does fewer FLOPs per byte it moves is memory-bound on this machine.{datasheet}\n\n"
         f"A decode step of {bf16.model} at batch {bf16.batch} (context {bf16.context:,}) does "
-        f"**{bf16.intensity:.2g} FLOP per byte in bf16** and {fp32.intensity:.2g} in fp32: each weight is read "
+        f"**{human(bf16.intensity, 2)} FLOP per byte in bf16** and {human(fp32.intensity, 2)} in fp32: each weight is read "
         f"once (2 or 4 bytes) for one multiply-add (2 FLOPs). In {here.dtype} that is "
         f"{c.ridge_point / here.intensity:,.0f}× below this machine's ridge point, so decode is memory-bound."
+        f"\n\n{c.provenance()}"
     )
 
 
@@ -285,8 +286,8 @@ def hello_text(hello: HelloResult) -> str:
             if hello.stopped_at_eos else f"reached the {hello.max_new_tokens}-token limit without an end-of-sequence token")
     return (
         f"**Q:** {hello.question}  **A:** {hello.answer}\n\n"
-        f"{hello.model} · {stop} · loaded in {hello.load_seconds:.3g} s · TTFT {hello.ttft_s * 1e3:.3g} ms · "
-        f"TPOT {hello.tpot_s * 1e3:.3g} ms/token · weights {fmt_bytes(hello.weight_bytes)}"
+        f"{hello.model} · {stop} · loaded in {human(hello.load_seconds, 3)} s · TTFT {human(hello.ttft_s * 1e3, 3)} ms · "
+        f"TPOT {human(hello.tpot_s * 1e3, 3)} ms/token · weights {fmt_bytes(hello.weight_bytes)}"
     )
 
 
@@ -355,14 +356,14 @@ def tables(result: Result) -> dict[str, Any]:
 
 def ceilings_figure(result: CeilingsResult, source: str):
     """Measured vs datasheet bandwidth and matmul rate, as bars (the datasheet bar only when there is one)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = subplots(1, 2, figsize=(9, 3.2))
     for ax, row in zip(axes, result.rows[:2], strict=True):
         labels = ["measured"] + (["datasheet"] if row.datasheet else [])
         values = [row.measured] + ([row.datasheet] if row.datasheet else [])
         bars = ax.bar(labels, values, color=["tab:blue", "tab:gray"][: len(values)])
-        ax.bar_label(bars, fmt="%.3g")
+        ax.bar_label(bars, fmt=human)
         ax.set_ylim(0, max(values) * 1.15)
         ax.set_ylabel(row.unit)
         ax.set_title(row.what + ("" if row.datasheet else f"\n{result.no_datasheet_reason.strip('— ()')}"),

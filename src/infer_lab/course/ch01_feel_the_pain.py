@@ -12,6 +12,7 @@ the length asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +28,9 @@ from ..harness import (
     synchronize,
     timed_generate,
 )
+from ..timing import MachineLoad, compare_spreads
 from ..units import GB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -133,6 +135,8 @@ class TTFTPoint:
     p90_s: float
     min_s: float
     repeats: int
+    max_s: float | None = None
+    machine: MachineLoad | None = field(default=None, compare=False)  # the busier check, before or after
 
 
 @dataclass(frozen=True)
@@ -229,13 +233,28 @@ def measure_memory(lm: Any, sizes: Sizes) -> MemoryResult:
 @torch.inference_mode()
 def measure_ttft(lm: Any, sizes: Sizes) -> list[TTFTPoint]:
     """Prefill time (TTFT) of one request for each prompt length, after a warm-up at that shape."""
+    before = check_machine()
     points = []
     for length in progress(sizes.ttft_lengths, desc="TTFT vs prompt length"):
         ids = lm.random_ids(1, length)
         timed_generate(lm, ids, 1, ignore_eos=True)  # warm-up at this shape
         s = summarize([timed_generate(lm, ids, 1, ignore_eos=True).ttft_s for _ in range(sizes.repeats)])
-        points.append(TTFTPoint(length, s.p50, s.p90, s.min, sizes.repeats))
-    return points
+        points.append(TTFTPoint(length, s.p50, s.p90, s.min, sizes.repeats, s.max))
+    machine = before.worst(check_machine())
+    return [dataclasses.replace(p, machine=machine) for p in points]
+
+
+def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
+    """Whether TTFT grew from the shortest to the longest prompt beyond the repeats' spread, with
+    the machine's load (``machine``, else the check stored with the points, else one taken now)."""
+    a, b = ttft[0], ttft[-1]
+    machine = machine or a.machine or check_machine()
+    outcome = compare_spreads([a.min_s, a.max_s if a.max_s is not None else a.p90_s],
+                              [b.min_s, b.max_s if b.max_s is not None else b.p90_s])
+    numbers = (f"TTFT p50 was {a.p50_s * 1e3:,.1f} ms at {a.prompt_len:,} tokens and {b.p50_s * 1e3:,.1f} ms at "
+               f"{b.prompt_len:,} tokens ({a.repeats} runs each).")
+    claim = (f"TTFT grows with the prompt, from {a.prompt_len:,} to {b.prompt_len:,} tokens")
+    return finding(outcome, claim, machine, f"beyond the spread of {a.repeats} runs per length, fastest to slowest") + " " + numbers
 
 
 @torch.inference_mode()
@@ -323,9 +342,7 @@ def summary(result: Result) -> str:
     if result.memory:
         lines.append(memory_text(result.memory))
     if result.ttft:
-        a, b = result.ttft[0], result.ttft[-1]
-        lines.append(f"TTFT grows from {a.p50_s * 1e3:.0f} ms at {a.prompt_len} tokens to "
-                     f"{b.p50_s * 1e3:.0f} ms at {b.prompt_len} tokens (p50 of {a.repeats} runs).")
+        lines.append(ttft_text(result.ttft))
     if result.serving:
         lines.append(serving_text(result.serving))
     if result.itl:
@@ -395,12 +412,13 @@ def memory_figure(memory: MemoryResult, source: str):
     Dots are measured after a real prefill; the line extends the measured bytes per token and
     says so, to show where the device memory runs out.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     per_token, weights = memory.kv_bytes_per_token, memory.weight_bytes
     users_context = 4096
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     panels = ((axes[0], "context", max(memory.max_context, max(p.context for p in memory.points)), 1,
                "context length (tokens), 1 user"),
               (axes[1], "users", 1024, users_context, f"concurrent users at {users_context:,} tokens each"))
@@ -432,9 +450,9 @@ def memory_figure(memory: MemoryResult, source: str):
 def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] | None = None,
                 saved_label: str = ""):
     """TTFT p50 (band to p90) vs prompt length; optionally a saved GPU curve beside it."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = subplots(figsize=(6, 3.6))
     x = [p.prompt_len for p in ttft]
     ax.plot(x, [p.p50_s * 1e3 for p in ttft], "o-", label="this machine (p50)")
     ax.fill_between(x, [p.p50_s * 1e3 for p in ttft], [p.p90_s * 1e3 for p in ttft], alpha=0.2, label="p50 to p90")
@@ -443,16 +461,16 @@ def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] 
     ax.set(xscale="log", yscale="log", xlabel="prompt length (tokens)", ylabel="time to first token (ms)")
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
-    ax.set_title(f"TTFT grows with context\n{source}", fontsize=10)
+    ax.set_title(f"TTFT vs prompt length\n{source}", fontsize=10)
     finish(fig)
     return fig
 
 
 def serving_figure(serving: ServingResult, source: str):
     """Each request's wait, prefill and decode: one at a time vs one batch."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharex=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
     for ax, mode in zip(axes, ("sequential", "batched"), strict=True):
         rows = [r for r in serving.requests if r.mode == mode]
         for r in rows:
@@ -475,9 +493,9 @@ def serving_figure(serving: ServingResult, source: str):
 
 def itl_figure(itl: list[ITLPoint], source: str):
     """Decode step p50 vs batch (one line per context), and total vs per-user tokens/s."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = subplots(1, 2, figsize=(10, 3.6))
     for ctx in sorted({p.context for p in itl}):
         line = sorted((p for p in itl if p.context == ctx), key=lambda p: p.batch)
         axes[0].plot([p.batch for p in line], [p.p50_s * 1e3 for p in line], "o-", label=f"context {ctx:,}")

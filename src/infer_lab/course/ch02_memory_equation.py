@@ -19,7 +19,7 @@ from ..analysis.memory import ModelLike, as_shape
 from ..analysis.params import param_counts
 from ..attention.kv_sizing import mla_ratio_explained
 from ..figures import finish
-from ..units import GB, KiB, fmt_bytes
+from ..units import GB, KiB, fmt_bytes, human
 from .calculator import DEFAULTS_KV, KVCurves, kv_curves, kv_visualizer_figure
 from .chapter import ChapterResult, choose_size, run_parts
 from .tables import Column, people_table
@@ -121,7 +121,7 @@ class MLATrap:
     naive: int  # the GQA formula applied blindly
     one_layer: int  # MLA for one layer
     variants: list[VariantRow]
-    per_layer_7b_model: str  # the talk's "about 14x": one MLA layer vs one MHA layer of a 7B model
+    per_layer_7b_model: str  # the often-quoted "about 14x": one MLA layer vs one MHA layer of a 7B model
     per_layer_7b_ratio: float
 
     @property
@@ -325,13 +325,13 @@ def mla_text(trap: MLATrap) -> str:
         f"{trap.qk_rope_head_dim}) × {trap.bytes_per_element} B = {trap.layers} × {width} × "
         f"{trap.bytes_per_element} B).\n"
         f"- The blind GQA formula with the config's `num_key_value_heads: {trap.config_kv_heads}`: "
-        f"{trap.naive:,} B/token, **{trap.naive_over_right:.3g}× too large**.\n"
-        f"- The pitfall of an existing workshop: MLA for one layer ({trap.one_layer:,} B) against MHA for all "
+        f"{trap.naive:,} B/token, **{human(trap.naive_over_right, 3)}× too large**.\n"
+        f"- A slip seen in published workshop material: MLA for one layer ({trap.one_layer:,} B) against MHA for all "
         f"layers ({trap.mha_all_layers:,} B) gives {trap.wrong_ratio:,.0f}×, inflated by the layer count. "
-        f"Over all layers on both sides the ratio is **{trap.right_ratio:.3g}×**. Against one MHA layer of a "
-        f"7B-class model ({trap.per_layer_7b_model}'s shape, all heads) it is {trap.per_layer_7b_ratio:.3g}× per "
+        f"Over all layers on both sides the ratio is **{human(trap.right_ratio, 3)}×**. Against one MHA layer of a "
+        f"7B-class model ({trap.per_layer_7b_model}'s shape, all heads) it is {human(trap.per_layer_7b_ratio, 3)}× per "
         "layer: the talk's corrected figure. It answers another question (a different model's layer); it does not "
-        f"fix the {trap.right_ratio:.3g}×, which is the like-for-like ratio (chapter 06 explains both)."
+        f"fix the {human(trap.right_ratio, 3)}×, which is the like-for-like ratio (chapter 06 explains both)."
     )
 
 
@@ -437,7 +437,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def check_text(check: CheckResult) -> str:
     worst = max(abs(r.measured_over_predicted - 1) for r in check.rows)
-    verdict = "the equation is exact" if worst == 0 else f"they differ by at most {100 * worst:.3g}%"
+    verdict = "the equation is exact" if worst == 0 else f"they differ by at most {human(100 * worst, 3)}%"
     return (f"Measured on **{check.model}**: predicted and measured bytes agree: {verdict}. "
             f"The KV counts {check.batch} sequences × {check.cached_tokens} cached tokens (the last generated "
             "token is never fed back, so it has no KV yet).")
@@ -528,22 +528,23 @@ def summary(result: Result) -> str:
 def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int, ...] = (1, 8, 32, 80),
                      max_tokens: int = 32768, gpu: str | None = None, weight_dtype: str = "bf16"):
     """KV bytes (GB = 1e9 B) vs tokens per user, one line per user count, on log axes; weights and GPU lines."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     shape = as_shape(model)
     tokens = np.unique(np.geomspace(128, max_tokens, 48).astype(int))
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     for u in users:
         ax.plot(tokens, [memory.kv_bytes(shape, int(t), u, kv_dtype) / GB for t in tokens], label=f"KV, {u:,} user{'' if u == 1 else 's'}")
     w = memory.weight_bytes(shape, weight_dtype).total / GB
-    ax.axhline(w, color="k", ls="--", lw=1, label=f"weights ({weight_dtype}) {w:.3g} GB")
+    ax.axhline(w, color="k", ls="--", lw=1, label=f"weights ({weight_dtype}) {human(w, 3)} GB")
     if gpu:
         from ..catalog import get_gpu
 
         spec = get_gpu(gpu)
         ax.axhline(spec.memory_bytes / GB, color="r", ls=":", lw=1,
-                   label=f"{spec.name} memory {spec.memory_bytes / GB:.3g} GB")
+                   label=f"{spec.name} memory {human(spec.memory_bytes / GB, 3)} GB")
     ax.set(xscale="log", yscale="log", xlabel="tokens per user (context), log scale", ylabel="GB (1e9 B), log scale")
     ax.set_xscale("log", base=2)
     ax.set_title(f"KV cache of {shape.name} ({shape.attention_kind}, KV in {kv_dtype}): analytic, no hardware",
@@ -686,7 +687,7 @@ def loop_text(model: ModelLike = "mistral-7b", context: int = 4096) -> str:
             if not share.head_params else f"{share.head_params:,} parameters of its own")
     return (
         f"Generating one token of **{share.model}** at {context:,} tokens of context takes "
-        f"{share.total_flops / 1e9:,.3g} GFLOP. **{share.layers_share:.1%}** of them are in the decoder layers "
+        f"{human(share.total_flops / 1e9, 3)} GFLOP. **{share.layers_share:.1%}** of them are in the decoder layers "
         f"({share.attention_flops / share.layers_flops:.1%} of those in attention over the cache), "
         f"{share.head_share:.1%} in the LM head ({head}), and none in the embedding, which is a lookup. "
         "Every one of these steps re-reads every weight, and the loop runs once per generated token. "
@@ -709,9 +710,9 @@ def flop_share_table(rows: list[FlopShare]):
 
 def flop_share_figure(rows: list[FlopShare]):
     """Stacked bars: share of a decode step's FLOPs in the layers (attention, the rest) and the LM head."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     names = [r.model for r in rows]
     att = [100 * r.attention_flops / r.total_flops for r in rows]
     rest = [100 * (r.layers_flops - r.attention_flops) / r.total_flops for r in rows]

@@ -19,6 +19,7 @@ import torch
 from ..analysis import roofline
 from ..analysis.roofline import Prediction, Roof, StepPrediction
 from ..figures import finish
+from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -128,6 +129,7 @@ class CompareResult:
     prefill_ops: list[OpRow]
     decode_ops: list[OpRow]
     threads: int
+    ceilings_note: str = ""  # when the roof's ceilings were measured, and how busy the machine was
 
 
 @dataclass
@@ -168,10 +170,10 @@ def datasheet_text(view: DatasheetView) -> str:
                 "whose intensity stays low")
     return (
         f"**{roof.name}** (datasheet): {roof.peak_flops / 1e12:,.0f} TFLOP/s bf16 dense, "
-        f"{roof.bandwidth_Bps / 1e12:.3g} TB/s, ridge point **{roof.ridge_point:.3g} FLOP/B**.\n\n"
-        f"Predicted for {view.model}: TTFT **{pred.ttft_s * 1e3:.3g} ms** for a {view.context:,}-token prompt "
+        f"{human(roof.bandwidth_Bps / 1e12, 3)} TB/s, ridge point **{human(roof.ridge_point, 3)} FLOP/B**.\n\n"
+        f"Predicted for {view.model}: TTFT **{human(pred.ttft_s * 1e3, 3)} ms** for a {view.context:,}-token prompt "
         f"(intensity {pred.prefill.intensity:,.0f} FLOP/B: {pred.prefill.bound}-bound); ITL "
-        f"**{pred.itl_s * 1e3:.3g} ms** at batch {view.batch:,} (intensity {pred.decode.intensity:.3g} FLOP/B: "
+        f"**{human(pred.itl_s * 1e3, 3)} ms** at batch {view.batch:,} (intensity {human(pred.decode.intensity, 3)} FLOP/B: "
         f"{pred.decode.bound}-bound), so {pred.tokens_per_s:,.0f} tokens/s in total. Critical batch, where "
         f"decode turns compute-bound: {critical}."
     )
@@ -181,7 +183,7 @@ def decode_intensity_text(model: str = "mistral-7b", context: int = 4096, dtype:
     """'about 1.0 FLOP per byte at batch 1', computed from the roofline's op count."""
     ops = roofline.decode_ops(model, 1, context, weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
     intensity = sum(o.flops for o in ops) / sum(o.bytes for o in ops)
-    return f"about {intensity:.2g} FLOP per byte at batch 1 ({model}, {dtype}, {context:,} tokens)"
+    return f"about {human(intensity, 2)} FLOP per byte at batch 1 ({model}, {dtype}, {context:,} tokens)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,7 +200,8 @@ def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
     from ..analysis.compare import dtype_name, explain_gaps, predicted_vs_measured, shape_of
     from ..hardware import measure_ceilings
 
-    roof = roofline.measured_roof(measure_ceilings(lm.device, quick=sizes.quick_ceilings))
+    ceilings = measure_ceilings(lm.device, quick=sizes.quick_ceilings, fresh=True)  # never a stale roof
+    roof = roofline.measured_roof(ceilings)
     raw = predicted_vs_measured(lm, prompt_lengths=sizes.prompt_lengths, contexts=sizes.contexts,
                                 batches=sizes.batches, new_tokens=sizes.new_tokens, repeats=sizes.repeats, roof=roof)
     shape, dtype = shape_of(lm), dtype_name(lm)
@@ -207,7 +210,8 @@ def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
     steps = [roofline.predict_prefill(shape, roof, 1, n, **kw), roofline.predict_decode(shape, roof, 1, n, **kw)]
     return CompareResult(lm.describe(), roof, [_comparison_row(r) for r in raw], explain_gaps(raw), steps,
                          op_rows(roofline.prefill_ops(shape, 1, n, **kw), roof),
-                         op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads())
+                         op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads(),
+                         ceilings.provenance())
 
 
 def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
@@ -235,8 +239,9 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 def compare_text(result: CompareResult) -> str:
     roof = result.roof
     return (f"Measured on **{result.model}**, torch threads: {result.threads}; roof: "
-            f"{roof.peak_flops / 1e9:,.3g} GFLOP/s and {roof.bandwidth_Bps / 1e9:,.3g} GB/s (measured here, ridge "
-            f"{roof.ridge_point:.3g} FLOP/B).\n\n" + "\n".join(f"- {line}" for line in result.gaps))
+            f"{human(roof.peak_flops / 1e9, 3)} GFLOP/s and {human(roof.bandwidth_Bps / 1e9, 3)} GB/s (measured here, ridge "
+            f"{human(roof.ridge_point, 3)} FLOP/B). {result.ceilings_note}\n\n"
+            + "\n".join(f"- {line}" for line in result.gaps))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,11 +298,12 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     A measured step sits at its predicted intensity and the FLOP/s it actually achieved
     (predicted FLOPs / measured time).
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from ..figures import subplots
+
     measured = [r for r in measured if r.unit == "ms" and r.flops]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     xs = [s.intensity for s in steps] + [o.intensity for g in ops.values() for o in g if o.flops and o.bytes]
     xs += [r.intensity for r in measured]
     lo, hi = max(min(xs + [roof.ridge_point]) / 4, 1e-2), max(xs + [roof.ridge_point]) * 4
@@ -305,7 +311,7 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     label = f"roof: {roof.name}" + ("" if roof.source in roof.name else f" ({roof.source})")
     ax.loglog(grid, [roof.attainable_flops(x) for x in grid], "k-", lw=2, label=label)
     ax.axvline(roof.ridge_point, color="grey", ls=":", lw=1)
-    ax.annotate(f"ridge {roof.ridge_point:.3g} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
+    ax.annotate(f"ridge {human(roof.ridge_point, 3)} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
                 xytext=(5, -15), textcoords="offset points")
     for phase, group in ops.items():
         for o in group:
@@ -342,12 +348,12 @@ def compare_figure(result: CompareResult):
 
 def ratio_figure(rows: list[ComparisonRow], title: str):
     """Measured / predicted time per timed row, on a log axis (1 = the roofline is reached)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     timed = [r for r in rows if r.unit == "ms"]
     labels = [f"{r.phase or r.quantity.split(' ')[0]} b{r.batch} n{r.context:,}" for r in timed]
     ratios = [r.measured_over_predicted for r in timed]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     phase_of = [r.phase or ("prefill" if "TTFT" in r.quantity or "prefill" in r.quantity else "decode") for r in timed]
     ax.bar(labels, ratios, color=[COLORS[p] for p in phase_of])
     ax.axhline(1, color="k", lw=1)
@@ -399,7 +405,7 @@ def saved() -> SavedView | None:
         figures={"ratio": ratio_figure(rows, f"HF eager on {src.device}: measured ÷ predicted (saved)")},
         notes=[
             "The roof is the copy bandwidth and bf16 matmul rate measured in that same run.",
-            f"A decode step at batch 1 and {b1.context:,} tokens should take {b1.predicted:.3g} ms on that roof; the "
+            f"A decode step at batch 1 and {b1.context:,} tokens should take {human(b1.predicted, 3)} ms on that roof; the "
             f"run's batch-1 steps took {lo:.0f}–{hi:.0f} ms ({lo / b1.predicted:.0f}–{hi / b1.predicted:.0f}×, a range "
             "because the run is noisy, the same range chapter 08 quotes): the eager loop launches hundreds of "
             "small kernels per token and waits on the CPU between them.",
@@ -492,10 +498,10 @@ def hierarchy_text(rows: list[HierarchyRow], gpu: str = "H100-SXM") -> str:
     if r.sram_bytes is None:
         return f"{gpu}: no on-chip figures on file ({memory_hierarchy_about().get('missing', '')})"
     return (
-        f"**{r.gpu}**: {fmt_bytes(r.hbm_bytes)} of {r.memory_type} at {r.hbm_bandwidth_Bps / 1e12:.3g} TB/s, against "
+        f"**{r.gpu}**: {fmt_bytes(r.hbm_bytes)} of {r.memory_type} at {human(r.hbm_bandwidth_Bps / 1e12, 3)} TB/s, against "
         f"{fmt_bytes(r.sram_bytes)} of on-chip SRAM (L1/shared memory of all SMs) at about "
-        f"{r.sram_bandwidth_Bps / 1e12:.3g} TB/s and an L2 of {fmt_bytes(r.l2_bytes)}. HBM is "
-        f"{r.hbm_over_sram_bytes:,.0f}× larger; SRAM is {r.sram_over_hbm_bandwidth:.2g}× faster. Weights and KV "
+        f"{human(r.sram_bandwidth_Bps / 1e12, 3)} TB/s and an L2 of {fmt_bytes(r.l2_bytes)}. HBM is "
+        f"{r.hbm_over_sram_bytes:,.0f}× larger; SRAM is {human(r.sram_over_hbm_bandwidth, 2)}× faster. Weights and KV "
         "live in HBM and stream through SRAM at every step: that stream is what decode waits on, and what "
         "FlashAttention keeps small by tiling inside SRAM."
     )
@@ -509,12 +515,12 @@ def decode_wait_text(model: str = "mistral-7b", gpu: str = "H100-SXM", context: 
     turn = (f"Only at a batch of about **{cb:,}** does the step turn compute-bound." if cb else
             "At this context it never turns compute-bound: each sequence brings its own KV to read.")
     return (
-        f"A decode step of **{one.model}** at batch 1 and {context:,} tokens does {one.intensity:.2g} FLOP per byte it "
+        f"A decode step of **{one.model}** at batch 1 and {context:,} tokens does {human(one.intensity, 2)} FLOP per byte it "
         f"moves; the **{one.gpu}** needs {one.ridge_point:,.0f} FLOP/B to keep its tensor cores busy (the ridge). "
-        f"So on the roofline its compute units are busy {one.compute_s * 1e6:,.3g} µs of a {one.time_s * 1e3:.3g} ms "
+        f"So on the roofline its compute units are busy {human(one.compute_s * 1e6, 3)} µs of a {human(one.time_s * 1e3, 3)} ms "
         f"step and **wait on memory {one.waiting_fraction:.1%} of the time**. {turn} Real kernels reach only part "
-        "of the datasheet bandwidth, so the measured step is longer still; the talk's \"up to 90%\" is on the "
-        "conservative side of this bound."
+        "of the datasheet bandwidth, so the measured step is longer still. The often-quoted claim that decode "
+        "leaves the compute units waiting \"up to 90%\" of the time is on the conservative side of this bound."
     )
 
 
@@ -539,9 +545,9 @@ def decode_wait_table(rows: list[DecodeWait]):
 
 def hierarchy_figure(rows: list[HierarchyRow]):
     """Capacity against bandwidth, log-log: each GPU's HBM (circles) and on-chip SRAM (triangles)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots(figsize=(7, 4.2))
     for i, r in enumerate(x for x in rows if x.sram_bytes):
         color = f"C{i % 10}"
         ax.scatter(r.hbm_bytes / 1e9, r.hbm_bandwidth_Bps / 1e12, marker="o", color=color, s=40)
@@ -556,7 +562,7 @@ def hierarchy_figure(rows: list[HierarchyRow]):
     known = [x for x in rows if x.sram_bytes]
     size = statistics.median(x.hbm_over_sram_bytes for x in known)
     speed = statistics.median(x.sram_over_hbm_bandwidth for x in known)
-    ax.set_title(f"The memory hierarchy: on-chip SRAM is {size:,.0f}× smaller and {speed:.2g}× faster than HBM "
+    ax.set_title(f"The memory hierarchy: on-chip SRAM is {size:,.0f}× smaller and {human(speed, 2)}× faster than HBM "
                  f"(medians of {len(known)} GPUs)\ncatalog data (vendor whitepapers and datasheets), no hardware",
                  fontsize=9)
     ax.legend(fontsize=6, ncol=2, loc="lower right")
@@ -567,9 +573,9 @@ def hierarchy_figure(rows: list[HierarchyRow]):
 
 def decode_wait_figure(curves: dict[str, list[DecodeWait]]):
     """Share of a decode step spent waiting on memory against the batch, one line per GPU (log x)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     for gpu, rows in curves.items():
         ax.semilogx([r.batch for r in rows], [100 * r.waiting_fraction for r in rows], "o-", ms=3, label=gpu)
     first = next(iter(curves.values()))[0]

@@ -20,7 +20,7 @@ import torch
 from ..analysis import capacity, memory
 from ..analysis.capacity import GPU_COUNTS, CapacityPlan, Workload
 from ..figures import finish
-from ..units import GB
+from ..units import GB, human
 from .calculator import DEFAULTS_CAPACITY, CalculatorResult, capacity_plans, plans_table
 from .chapter import ChapterResult, choose_size, run_parts
 from .tables import Column, people_table
@@ -163,12 +163,12 @@ def preset_line(p: PresetResult) -> str:
             return f"{head}: it does not fit on any catalog configuration of up to {max(GPU_COUNTS)} GPUs."
         return f"{head}: no configuration meets the SLOs (the table says why for each GPU)."
     b = p.best
-    line = (f"{head}: the cheapest meeting the SLOs is {b.n_gpus}x {b.gpu}, {b.users:,} users, ITL {b.itl_ms:.3g} ms, "
-            f"${b.usd_per_m_output_tokens:.3g} per million output tokens.")
+    line = (f"{head}: the cheapest meeting the SLOs is {b.n_gpus}x {b.gpu}, {b.users:,} users, ITL {human(b.itl_ms, 3)} ms, "
+            f"${human(b.usd_per_m_output_tokens, 3)} per million output tokens.")
     pvc = p.price_vs_cost
     if pvc and pvc.expensive_gpu_wins:
         line += (f" The cheapest per hour, {pvc.cheapest_per_hour} at ${pvc.cheapest_per_hour_usd_per_hour:.2f}/h, "
-                 f"costs {pvc.cost_per_token_ratio:.3g}× more per token than {pvc.cheapest_per_token} at "
+                 f"costs {human(pvc.cost_per_token_ratio, 3)}× more per token than {pvc.cheapest_per_token} at "
                  f"${pvc.cheapest_per_token_usd_per_hour:.2f}/h.")
     elif pvc:
         line += " Here the cheapest GPU per hour is also the cheapest per token."
@@ -253,9 +253,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def cost_figure(plans: list[CapacityPlan], title: str):
     """$ per hour against $ per million output tokens, one point per configuration that fits (log-log)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     shown = [p for p in plans if p.usd_per_m_output_tokens is not None]
     for p in shown:
         ax.scatter(p.usd_per_hour, p.usd_per_m_output_tokens, color="tab:green" if p.meets_slo else "tab:red")
@@ -283,11 +283,13 @@ def calculator_figure(calc: CalculatorResult):
 
 def tradeoff_figure(result: TradeoffResult):
     """Max users against context, log-log from one user up; a context where nobody fits is marked."""
-    import matplotlib.pyplot as plt
+    import matplotlib
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(6.5, 3.8))
     top = max([p.max_users for p in result.points] + [1])
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, model in enumerate(dict.fromkeys(p.model for p in result.points)):
         color = colors[i % len(colors)]
         pts = [p for p in result.points if p.model == model]
@@ -305,7 +307,7 @@ def tradeoff_figure(result: TradeoffResult):
     ax.set_yscale("log")
     ax.set_ylim(0.5, top * 3)
     ax.set(xlabel="context per user (tokens), log scale", ylabel="max concurrent users, log scale")
-    ax.set_title(f"Context against users on one {result.gpu} ({result.memory_bytes / GB:.3g} GB, "
+    ax.set_title(f"Context against users on one {result.gpu} ({human(result.memory_bytes / GB, 3)} GB, "
                  f"{result.memory_fraction:.0%} usable), bf16: analytic", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")

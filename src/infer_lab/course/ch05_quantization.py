@@ -26,7 +26,7 @@ from ..catalog import get_gpu, list_gpus
 from ..figures import finish
 from ..models import EMBEDDED_GGUF
 from ..quant import compare_methods, layer_error_stats, linear_input_outliers, parse_method
-from ..units import MB, fmt_bytes
+from ..units import MB, fmt_bytes, human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -285,16 +285,24 @@ def baseline_note(embedded: bool, formats: FormatsResult | None = None) -> str:
         "measured against a model that has already paid one 4-bit rounding, so it shows the cost of a "
         "*second* rounding onto another grid, not of quantizing a full-precision model."
     )
-    origin = formats.by_method().get(f"q4_1-g{ORIGIN_GROUP}") if formats else None
-    if origin:
-        others = [s for s in formats.summary() if s.method != origin.method and s.bits_per_weight < 8]
-        worst = ", ".join(f"{s.method} {100 * s.rel_error_mean:.1f}%" for s in others)
-        text += (
-            f" Measured: re-quantized to Q4_1 with groups of {ORIGIN_GROUP}, {origin.exact_layers} of "
-            f"{origin.layers} checked layers come back bit for bit (largest error {origin.max_abs:.3g}); the "
-            f"other 4-bit grids move the same weights by {worst} (mean relative error per layer)."
-        )
-    return text
+    proof = baseline_proof(formats) if formats else ""
+    return text + (" " + proof if proof else "")
+
+
+def baseline_proof(formats: FormatsResult) -> str:
+    """The measured proof that the embedded baseline is Q4_1 ('' without that format): shown under
+    the formats part, once, while the note itself stands once at the top of the notebook."""
+    origin = formats.by_method().get(f"q4_1-g{ORIGIN_GROUP}")
+    if not (formats.embedded and origin):
+        return ""
+    others = [s for s in formats.summary() if s.method != origin.method and s.bits_per_weight < 8]
+    worst = ", ".join(f"{s.method} {100 * s.rel_error_mean:.1f}%" for s in others)
+    return (
+        f"Measured proof that the baseline is already 4-bit: re-quantized to Q4_1 with groups of {ORIGIN_GROUP}, "
+        f"{origin.exact_layers} of {origin.layers} checked layers come back bit for bit (largest error "
+        f"{human(origin.max_abs)}); the other 4-bit grids move the same weights by {worst} (mean relative "
+        "error per layer)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,8 +318,8 @@ def formats_text(formats: FormatsResult) -> str:
         f"**{best.method}**, {100 * best.rel_error_mean:.2f}% mean relative error at "
         f"{best.bits_per_weight:.2f} bits per weight (scales included)."
     ]
-    note = baseline_note(formats.embedded, formats)
-    return "\n\n".join(lines + ([note] if note else []))
+    proof = baseline_proof(formats)
+    return "\n\n".join(lines + ([proof] if proof else []))
 
 
 def compare_text(comparison: Comparison, embedded: bool) -> str:
@@ -422,10 +430,10 @@ def kv_text(kv: KVResult, embedded: bool) -> str:
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
     lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.embedded:
+        lines.append(baseline_note(True))
     if result.formats:
         lines.append(formats_text(result.formats))
-    elif result.embedded:
-        lines.append(baseline_note(True))
     if result.compare:
         lines.append(compare_text(result.compare, result.embedded))
     if result.outliers:
@@ -502,10 +510,11 @@ def tables(result: Result) -> dict[str, Any]:
 
 def formats_figure(formats: FormatsResult, source: str):
     """Relative reconstruction error of every checked layer, one marker series per format."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(8, 3.6))
     for s in formats.summary():
         rows = [r for r in formats.layers if r.method == s.method]
         exact = " — exact, every layer" if s.exact_layers == s.layers else ""
@@ -522,11 +531,11 @@ def formats_figure(formats: FormatsResult, source: str):
 
 def compare_figure(comparison: Comparison, source: str):
     """Bars of exact weight MB per method, with perplexity (or top-1 agreement) on a second axis."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     rows = comparison.rows
     names = [r.method for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     ax.bar(names, [r.weight_bytes / MB for r in rows], color="#4c72b0")
     ax.set(ylabel="weight memory (MB = 1e6 B, exact)", ylim=(0, None))
     twin = ax.twinx()
@@ -545,10 +554,10 @@ def compare_figure(comparison: Comparison, source: str):
 
 def outliers_figure(outliers: list[OutlierRow], source: str):
     """Largest / median input feature per layer (a log axis when the ratios span a decade or more)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     ratios = [r.max_over_median for r in outliers]
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = subplots(figsize=(7, 3))
     ax.bar(range(len(outliers)), ratios, color="#c44e52")
     if max(ratios) / min(ratios) >= 10:
         ax.set_yscale("log")

@@ -51,7 +51,7 @@ from ..bench.attention import (
 )
 from ..figures import finish
 from ..hardware import device_label, measure_bandwidth
-from ..units import fmt_bytes
+from ..units import fmt_bytes, human
 from .ch05_quantization import baseline_note
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
@@ -291,7 +291,7 @@ def equivalence_text(rows: list[EquivalenceRow]) -> str:
     worst = max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in rows)
     equal = sum(r.equal for r in rows)
     return (f"**{equal} of {len(rows)}** variant/path pairs equal SDPA within {EQUIVALENCE_TOL:g} (fp32) in prefill "
-            f"and in cached decode; the largest difference is {worst:.2g}.")
+            f"and in cached decode; the largest difference is {human(worst, 2)}.")
 
 
 def memory_text(rows: list[VariantMemory]) -> str:
@@ -353,6 +353,7 @@ def timing_text(timing: TimingResult) -> str:
     text = (f"On {timing.device} ({threads_text(timing.threads)}): at {longest:,} tokens the fastest available SDPA "
             f"backend is **{fastest.backend}** ({fastest.time_s_p50 * 1e3:.2f} ms); "
             f"{len(timing.backends) - len(ok)} of {len(timing.backends)} backend/length pairs cannot run here. "
+            + (unavailable_text(timing) + " " if len(ok) < len(timing.backends) else "") +
             f"Decode attention over {few.context:,} tokens takes {few.time_s_p50 * 1e6:.0f} µs with {few.kv_heads} KV "
             f"head(s) and {many.time_s_p50 * 1e6:.0f} µs with {many.kv_heads}: {many.kv_bytes / few.kv_bytes:.0f}× "
             f"the bytes for {many.time_s_p50 / few.time_s_p50:.1f}× the time, against "
@@ -424,7 +425,7 @@ PREDICTED_COLUMNS = [
 BACKEND_COLUMNS = [
     Column("backend", "SDPA backend", "text"), Column("seq_len", "sequence (tokens)", "int"),
     Column("time_s_p50", "time p50 (ms)", scale=1e3, missing="— (not available here)"),
-    Column("score_matrix_bytes", "score matrix (math backend)", "bytes"), Column("reason", "why not", "text"),
+    Column("score_matrix_bytes", "score matrix (math backend)", "bytes"),
 ]
 DECODE_COLUMNS = [
     Column("kv_heads", "KV heads", "int"), Column("context", "context (tokens)", "int"),
@@ -467,7 +468,29 @@ def prediction_table(rows: list[PredictedDecode]):
 
 
 def backend_table(timing: TimingResult):
-    return people_table(timing.backends, BACKEND_COLUMNS)
+    """The backends that ran here (those that cannot are named in :func:`unavailable_text`)."""
+    return people_table([b for b in timing.backends if b.available], BACKEND_COLUMNS)
+
+
+def plain_reason(reason: str) -> str:
+    """PyTorch's refusal of a backend in words for the page (its raw message never reaches it)."""
+    lowered = reason.lower()
+    if "no viable backend" in lowered or "not compiled" in lowered or "cuda" in lowered:
+        return "no kernel for this device and dtype in this PyTorch build (it is a GPU kernel)"
+    if "out of memory" in lowered:
+        return "out of memory at this length"
+    return "refused by PyTorch on this device"
+
+
+def unavailable_text(timing: TimingResult) -> str:
+    """The backends that could not run, grouped by reason, in one sentence ('' when all ran)."""
+    groups: dict[str, list[str]] = {}
+    for b in timing.backends:
+        if not b.available:
+            names = groups.setdefault(plain_reason(b.reason), [])
+            if b.backend not in names:
+                names.append(b.backend)
+    return " ".join(f"Not run here: **{', '.join(names)}**: {why}." for why, names in groups.items())
 
 
 def decode_table(timing: TimingResult):
@@ -498,10 +521,10 @@ def tables(result: Result) -> dict[str, Any]:
 
 def kv_figure(rows: list[VariantMemory], title: str):
     """Horizontal bars of KV bytes per token (all layers, log scale) per model and variant."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     labels = [f"{r.model} · {r.variant}" for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.2))
+    fig, ax = subplots(figsize=(7, 0.3 * len(rows) + 1.2))
     ax.barh(labels, [r.kv_bytes_per_token for r in rows], color="#55a868")
     ax.set_xscale("log")
     ax.invert_yaxis()
@@ -516,9 +539,9 @@ def kv_figure(rows: list[VariantMemory], title: str):
 
 def hbm_figure(rows: list[HBMRow], title: str):
     """Naive vs tiled attention HBM traffic against sequence length (log-log)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6, 3.4))
+    fig, ax = subplots(figsize=(6, 3.4))
     x = [r.seq_len for r in rows]
     ax.loglog(x, [r.naive_bytes for r in rows], "o-", label="naive (writes and re-reads S and P)")
     ax.loglog(x, [r.tiled_bytes for r in rows], "s-", label="tiled / flash (re-reads K, V per query tile)")
@@ -531,10 +554,10 @@ def hbm_figure(rows: list[HBMRow], title: str):
 
 def scorecard_figure(rows: list[ScorecardRow], title: str):
     """Two panels per variant: KV bytes per token (memory) and predicted decode tokens/s at max users."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     names = [f"{r.model} · {r.variant}" for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
+    fig, (left, right) = subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
     left.barh(names, [r.kv_bytes_per_token for r in rows], color="#55a868")
     left.set_xscale("log")
     left.set_xlabel("KV bytes per token, all layers (log)")
@@ -549,10 +572,10 @@ def scorecard_figure(rows: list[ScorecardRow], title: str):
 
 def quality_figure(quality: QualityResult, source: str):
     """Perplexity of each variant relative to the model as trained (log axis: MQA without uptraining is far off)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     rows = quality.rows
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    fig, ax = subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     ratios = [r.perplexity_ratio for r in rows]
     ax.barh([r.variant for r in rows], [x - 1 for x in ratios], left=1, color="#8172b3")  # bars start at 1×
     ax.set_xscale("log")
@@ -567,11 +590,12 @@ def quality_figure(quality: QualityResult, source: str):
 
 def timing_figure(timing: TimingResult):
     """SDPA backend time vs length, and decode attention time vs KV heads with its bandwidth prediction."""
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:,.4g}")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    from ..figures import subplots
+
+    plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
+    fig, (left, right) = subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(b.backend for b in timing.backends):
         ok = [b for b in timing.backends if b.backend == name and b.available]
         if ok:

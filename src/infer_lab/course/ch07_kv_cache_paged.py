@@ -601,9 +601,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def cache_figure(cache: CacheResult, source: str):
     """Decode step time vs position, and cumulative work (2 × params × tokens) vs position, per KV mode."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (left, right) = subplots(1, 2, figsize=(11, 3.8))
     unit, unit_name = (1e12, "TFLOP") if sum(p.flops for p in cache.points) > 1e13 else (1e9, "GFLOP")
     for mode, colour, label in (("nocache", "tab:red", "no cache (recompute all)"),
                                 ("paged", "tab:blue", "paged KV cache")):
@@ -635,12 +635,12 @@ def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste], source: str)
     reserved-but-empty at the end of each request's life). Each segment wide enough is labelled
     with its share of the bar, and each bar with its wasted fraction.
     """
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     timeline = bool(rows) and isinstance(rows[0], LayoutWaste)
     labels = [r.label + (f"\n{r.steps:,} steps, {r.peak_running} at once (peak)" if timeline else "") for r in rows]
     totals = [sum(seg[2] for seg in r.segments()) / GB for r in rows]
-    fig, ax = plt.subplots(figsize=(8.5, 1.6 + 0.8 * len(rows)))
+    fig, ax = subplots(figsize=(8.5, 1.6 + 0.8 * len(rows)))
     left = [0.0] * len(rows)
     for k, (legend, colour, _) in enumerate(rows[0].segments()):  # one segment of every bar at a time
         widths = [r.segments()[k][2] / GB for r in rows]

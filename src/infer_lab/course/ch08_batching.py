@@ -39,8 +39,9 @@ from ..bench.engine import (
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
 from ..figures import finish
 from ..harness import progress
+from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedResult, SavedView, load_saved
 from .tables import Column, people_table
 
@@ -429,6 +430,7 @@ def contenders_text(contenders: Sequence[Contender] | None = None) -> str:
 # One run per contender: ratios closer to 1 than this are not read as differences (run-to-run
 # spread of a throughput on a shared 2-core machine is of this order; repeat the run to see it).
 SINGLE_RUN_NOISE = 0.10
+ENGINE_CONTINUOUS = "continuous batching (engine)"
 
 
 def _versus(ratio: float) -> str:
@@ -436,12 +438,31 @@ def _versus(ratio: float) -> str:
     return "within one run's noise of" if abs(ratio - 1) < SINGLE_RUN_NOISE else f"{ratio:.2f}×"
 
 
-def batching_text(result: BatchingResult) -> str:
-    """The contenders against the slowest of them, every number from ``result``."""
+def batching_outcome(result: BatchingResult) -> str:
+    """SUPPORTED when the engine's continuous batching served the workload fastest of all contenders
+    by more than one run's noise (``SINGLE_RUN_NOISE``), INCONCLUSIVE when the fastest other contender
+    is within that noise, else CONTRADICTED."""
+    engine = next((r for r in result.rows if r.name == ENGINE_CONTINUOUS), None)
+    others = [r.output_tokens_per_s for r in result.rows if r.name != ENGINE_CONTINUOUS]
+    if engine is None or not others:
+        return INCONCLUSIVE
+    ratio = engine.output_tokens_per_s / max(others)
+    if abs(ratio - 1) < SINGLE_RUN_NOISE:
+        return INCONCLUSIVE
+    return SUPPORTED if ratio > 1 else CONTRADICTED
+
+
+def batching_text(result: BatchingResult, machine: MachineLoad | None = None) -> str:
+    """The verdict (continuous batching fastest?) with the machine's load (``machine``, else a check
+    taken now, right after the run), then the contenders against the slowest, every number from
+    ``result``."""
     rows = sorted(result.rows, key=lambda r: r.output_tokens_per_s)
     base = rows[0]
-    lines = [f"Workload: {workload_text(result.workload)}. One run of each contender, on a machine that may be "
-             f"shared: a ratio within {SINGLE_RUN_NOISE:.0%} of 1 is not a difference, and any ratio is this run's, "
+    machine = machine or check_machine()
+    lines = [finding(batching_outcome(result), "the engine's continuous batching serves this workload faster "
+                     "than every other contender", machine, "one run per contender"),
+             f"Workload: {workload_text(result.workload)}. One run of each contender: a ratio within "
+             f"{SINGLE_RUN_NOISE:.0%} of 1 is not a difference, and any ratio is this run's, "
              "not a constant (press the button again to see how much it moves)."]
     for r in rows[1:]:
         lines.append(f"**{r.name}** served it at **{r.output_tokens_per_s:.1f} output tokens/s**, "
@@ -576,14 +597,16 @@ def _wrap(text: str, width: int = 90) -> str:
 
 def batching_figure(batching: BatchingResult, source: str):
     """One bar per contender: throughput, idle slots, and TTFT / ITL at p50, p90, p99 (ms)."""
-    import matplotlib.pyplot as plt
+    import matplotlib
     import numpy as np
+
+    from ..figures import subplots
 
     rows = batching.rows
     names = [textwrap.fill(r.name, 24) for r in rows]
-    colours = [plt.get_cmap("tab10")(i) for i in range(len(rows))]
+    colours = [matplotlib.colormaps["tab10"](i) for i in range(len(rows))]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    fig, axes = subplots(2, 2, figsize=(13, 8.5))
     axes = axes.ravel()
     axes[0].bar(x, [r.output_tokens_per_s for r in rows], color=colours)
     axes[0].set(ylabel="output tokens/s")
@@ -597,7 +620,7 @@ def batching_figure(batching: BatchingResult, source: str):
     for ax, key in ((axes[2], "ttft_ms"), (axes[3], "itl_ms")):
         for j, q in enumerate(("p50", "p90", "p99")):
             values = [getattr(r, f"{key}_{q}") or 0.0 for r in rows]
-            ax.bar(x + (j - 1) * width, values, width, label=q, color=plt.get_cmap("Greys")(0.4 + 0.25 * j))
+            ax.bar(x + (j - 1) * width, values, width, label=q, color=matplotlib.colormaps["Greys"](0.4 + 0.25 * j))
         for i, r in enumerate(rows):
             if getattr(r, f"{key}_p50") is None:
                 ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
@@ -624,9 +647,9 @@ def _log_if_wide(ax: Any, axis: str, values: list[float]) -> None:
 
 def sweep_figure(sweep: list[SweepPoint], source: str):
     """Total output tokens/s vs tokens/s per user, one point per concurrency (the serving frontier)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     xs, ys = [p.tokens_per_s_per_user for p in sweep], [p.output_tokens_per_s for p in sweep]
     ax.plot(xs, ys, "o-")
     for p in sweep:
@@ -652,9 +675,9 @@ def _plain_log_ticks(ax: Any, batches: list[int]) -> None:
 
 def predicted_figure(predicted: PredictedResult, source: str):
     """Predicted (roofline) and measured engine decode step time vs batch size, log-log."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     batches = [p.batch for p in predicted.points]
     ax.plot(batches, [p.predicted_ms for p in predicted.points], "*-",
             label=f"predicted (roofline on {predicted.roof})")
@@ -670,9 +693,9 @@ def predicted_figure(predicted: PredictedResult, source: str):
 
 def paths_figure(paths: list[PathRow], source: str):
     """Tokens/s per user (1 / ITL p50) of each decode path, with the ITL in ms on each bar."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(paths) + 1.8))
+    fig, ax = subplots(figsize=(7, 0.5 * len(paths) + 1.8))
     ax.barh([r.label for r in paths], [r.tokens_per_s_per_user for r in paths])
     for i, r in enumerate(paths):
         ax.text(r.tokens_per_s_per_user, i, f" {r.itl_ms_p50:.1f} ms", va="center", fontsize=9)
@@ -751,9 +774,9 @@ def launch_overhead_text() -> str:
 
 
 def _anchor_figure(rows: list[AnchorRow], device: str, model: str):
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     batches = [r.batch for r in rows]
     ax.plot(batches, [r.graph_step_ms for r in rows], "o-", label="naive decode in a CUDA graph")
     hf = [r for r in rows if r.hf_step_ms is not None]

@@ -389,9 +389,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def granularity_figure(match: MatchResult, source: str):
     """Tokens reused vs tokens shared, one line per cache, block edges in grey, the diagonal dotted."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = subplots(figsize=(6.5, 3.8))
     for cache, marker in zip(CACHES, ("s", "o"), strict=True):
         ks = match.shared_values()
         ax.plot(ks, [match.reused(cache, k) for k in ks], marker=marker, label=f"{cache} (measured)")
@@ -411,14 +411,15 @@ def granularity_figure(match: MatchResult, source: str):
 
 def workloads_figure(w: WorkloadsResult, source: str):
     """Hit rate, prefill tokens computed and TTFT p50 per workload, one bar per cache."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     names = w.workloads()
     caches = ("none", *CACHES)
     x = np.arange(len(names))
     width = 0.8 / len(caches)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = subplots(1, 3, figsize=(13, 3.8))
     panels = (("hit_rate", 100, "hit rate (% of prompt tokens looked up)"),
               ("prefill_tokens_computed", 1, "prefill tokens computed"),
               ("ttft_p50_s", 1e3, "TTFT p50 (ms)"))

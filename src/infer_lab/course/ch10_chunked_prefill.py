@@ -20,8 +20,8 @@ import torch
 from ..engine import Engine, EngineConfig, SamplingParams
 from ..figures import finish
 from ..progress import progress
-from ..timing import summarize
-from .chapter import ChapterResult, choose_size, run_parts
+from ..timing import MachineLoad, compare_spreads, summarize
+from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -100,6 +100,21 @@ class ChunkingResult:
     sizes: Sizes
     steps: list[StepPoint]
     runs: list[RunSummary]  # without chunking, then with
+    machine: MachineLoad | None = field(default=None, compare=False)  # the busier check, before or after
+
+    def decode_step_spread_s(self) -> float:
+        """Timing noise: the widest range (max - min, seconds) of decode-only step times in one run."""
+        spreads = []
+        for chunking in (False, True):
+            times = [p.step_s for p in self.steps_of(chunking) if p.prefill_tokens == 0]
+            if len(times) > 1:
+                spreads.append(max(times) - min(times))
+        return max(spreads, default=0.0)
+
+    def outcome(self) -> str:
+        """Whether chunking lowered the decoders' worst gap by more than the decode-step noise."""
+        return compare_spreads([self.run(True).decoder_itl_max_s], [self.run(False).decoder_itl_max_s],
+                               margin=self.decode_step_spread_s())
 
     def run(self, chunking: bool) -> RunSummary:
         return next(r for r in self.runs if r.chunking == chunking)
@@ -146,12 +161,13 @@ def measure_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
     if sizes.chunk_tokens <= sizes.decoders:
         raise ValueError(f"a {sizes.chunk_tokens}-token budget leaves no room for prefill beside "
                          f"{sizes.decoders} decoding requests: raise chunk_tokens above the decoders")
+    before = check_machine()
     steps, runs = [], []
     for chunking in progress((False, True), desc="without and with chunking"):
         run_steps, summary = run_scenario(lm, sizes, chunking)
         steps += run_steps
         runs.append(summary)
-    return ChunkingResult(sizes, steps, runs)
+    return ChunkingResult(sizes, steps, runs, before.worst(check_machine()))
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -164,11 +180,15 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 # Words, tables and figures
 
 
-def chunking_text(c: ChunkingResult) -> str:
-    """The spike, its flattening and the TTFT price, every number from ``c``."""
+def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
+    """The verdict (does chunking lower the worst gap beyond the noise?), then the spike, its
+    flattening and the TTFT price, every number from ``c``."""
     whole, chunked = c.run(False), c.run(True)
     spike = max(c.steps_of(False), key=lambda p: p.step_s)
-    return (
+    machine = machine or c.machine or check_machine()
+    verdict = finding(c.outcome(), "chunking lowers the decoding requests' worst gap between two tokens", machine,
+                      f"by more than the {c.decode_step_spread_s() * 1e3:,.1f} ms that decode-only steps varied")
+    return verdict + " " + (
         f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step of "
         f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**; the {c.sizes.decoders} decoding "
         f"requests' worst gap between two tokens was **{whole.decoder_itl_max_s * 1e3:,.0f} ms** "
@@ -289,9 +309,9 @@ def tables(result: Result) -> dict[str, Any]:
 
 def chunking_figure(c: ChunkingResult, source: str):
     """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+    fig, (left, right) = subplots(1, 2, figsize=(12, 3.8))
     for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
         steps, label = c.steps_of(chunking), c.run(chunking).label
         left.plot([p.step for p in steps], [p.step_s * 1e3 for p in steps], ".-", color=colour, label=label)

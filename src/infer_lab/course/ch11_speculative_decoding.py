@@ -655,9 +655,9 @@ def formula_text(alpha: float, k: int, cost_ratio: float, verify_ratio: float = 
 
 def formula_figure(alpha: float, cost_ratio: float, verify_ratio: float = 1.0):
     """Analytic: tokens per pass and speedup vs k at one alpha, c and v, with neighbouring alphas."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, axes = subplots(1, 2, figsize=(10, 3.4))
     ks = list(K_RANGE)
     for a in sorted({round(alpha, 2), 0.5, 0.7, 0.9}):
         style = dict(lw=2.5, color="k") if a == round(alpha, 2) else dict(lw=1, alpha=0.6)
@@ -799,9 +799,9 @@ COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:b
 
 def sweep_figure(sweep: SweepResult, source: str):
     """Tokens per pass and speedup vs k (measured dots, predicted lines), and the acceptance shape."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig, axes = subplots(2, 2, figsize=(11, 7.5))
     ks = list(K_RANGE)
     for color, proposer in zip(COLORS, sweep.proposers(), strict=False):
         line = sweep.of(proposer)
@@ -850,10 +850,10 @@ def sweep_figure(sweep: SweepResult, source: str):
 
 def workloads_figure(result: WorkloadResult, source: str):
     """Per-prompt speedup and tokens per pass, grounded vs chat."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
     configs = list(dict.fromkeys((p.proposer, p.k) for p in result.points))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.9 + 0.32 * len(result.points)), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(11, 0.9 + 0.32 * len(result.points)), sharey=True)
     labels = [f"{p.workload}: {p.prompt} ({p.proposer}, k={p.k})" for p in result.points]
     colors = ["tab:green" if p.workload == "grounded" else "tab:gray" for p in result.points]
     y = list(range(len(result.points)))
@@ -873,9 +873,9 @@ def workloads_figure(result: WorkloadResult, source: str):
 
 def batch_figure(result: BatchResult, source: str):
     """Measured speedup vs batch with the roofline's, and the analytic verification cost to batch 1024."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = subplots(1, 2, figsize=(11, 4))
     b = [p.batch for p in result.points]
     axes[0].plot(b, [p.speedup for p in result.points], "o-", label="measured (wall)")
     axes[0].plot(b, [p.roofline_speedup for p in result.points], "s--", label="roofline: tokens/pass ÷ step cost")
@@ -910,9 +910,9 @@ def _mechanism_cost(method: str) -> float:
 def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, source: str = ""):
     """Speedup vs draft cost c: the papers (hollow, cited, at c computed from a catalog config) and
     our proposers (stars, measured); and the extra parameters each mechanism adds (computed)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = subplots(1, 2, figsize=(12, 4.6))
     ax = axes[0]
     x_max = 0.62
     if sweep is not None:

@@ -423,12 +423,13 @@ def tables(result: Result) -> dict[str, Any]:
 
 def variants_figure(v: VariantsResult, source: str):
     """Output tokens/s and TTFT p50/p99 per variant, under the same load."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from ..figures import subplots
 
     names = [r.variant for r in v.runs]
     y = np.arange(len(names))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.55 * len(names) + 1.8), sharey=True)
+    fig, (left, right) = subplots(1, 2, figsize=(12, 0.55 * len(names) + 1.8), sharey=True)
     left.barh(y, [r.served.output_tokens_per_s or 0 for r in v.runs], color="tab:blue")
     left.set(yticks=y, yticklabels=names, xlabel="output tokens/s", xlim=(0, None))
     for q, offset, colour in (("p50", -0.2, "tab:orange"), ("p99", 0.2, "tab:red")):
@@ -535,7 +536,7 @@ OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         "ours",
         {"prefix_cache": "radix", "chunked_prefill": True, "max_num_batched_tokens": 64},
     ),
-    # The talks' ladder: KV quantization shrinks KV memory for about the same throughput.
+    # The ladder as talks on inference present it: KV quantization shrinks KV memory for about the same throughput.
     "+ KV cache int8": ("ours", {"prefix_cache": "radix", "kv_dtype": "int8"}),
     "+ speculative (n-gram)": ("ours", {"prefix_cache": "radix", "speculative": "ngram"}),
 }
@@ -743,9 +744,9 @@ def decision_chart_frame(measured: list[dict[str, Any]] | None = None):
 
 def plot_decision_chart():
     """A flowchart-style figure: questions on the left, the engine each answer leads to on the right."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
+    fig, ax = subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.5, len(DECISION_CHART) - 0.2)
     ax.axis("off")

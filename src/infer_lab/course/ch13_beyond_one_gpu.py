@@ -5,7 +5,7 @@
    all-reduce cost fitted (latency + bandwidth) and held against the step time.
 2. **Scaling on catalogued GPUs** (analytic): TP 1/2/4/8 ITL is sublinear; on PCIe replicas
    beat TP; the Pareto frontier of speed vs throughput per GPU with energy and $ per token; the
-   "fast mode" the talk describes, computed.
+   "fast mode" a public talk on inference described (about 6x compute for 2x speed), computed.
 3. **Serving a cluster** (the simulator): colocated vs prefill/decode disaggregated, for a
    prefill-heavy (summarize) and a decode-heavy (story) workload: TTFT/ITL percentiles, goodput
    per GPU, the best P:D, the tail ITL, and the throughput ceiling.
@@ -52,7 +52,7 @@ PARTS = {
     "check": "Check the simulator against our engine",
 }
 
-# The talk's claims (course brief section 6), kept as cited numbers to compare the model with.
+# Claims quoted in a public talk on LLM inference, kept as cited numbers to compare the model with.
 TALK_FAST_MODE_COMPUTE = 6.0  # "about 6x compute per token ..."
 TALK_FAST_MODE_SPEEDUP = 2.0  # "... for about 2x speed"
 TALK_TP_SPEEDUP_AT_4 = 2.0  # "4x GPUs gave about 2x speed"
@@ -420,12 +420,12 @@ def sweep_table(tp: TPResult):
 def tp_figure(tp: TPResult):
     """Left: all-reduce time vs message size (measured, fitted, and NVLink's model for scale).
     Right: the decode step split into compute and all-reduces, per run, and the prediction."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
     from ..analysis.parallel import ring_allreduce_s
+    from ..figures import subplots
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.9))
+    fig, (ax, bx) = subplots(1, 2, figsize=(11, 3.9))
     pts = tp.sweep.points
     x = np.array([p.message_bytes for p in pts], dtype=float)
     ax.errorbar(x, [p.p50_s * 1e6 for p in pts], yerr=[[0] * len(pts), [(p.p90_s - p.p50_s) * 1e6 for p in pts]],
@@ -503,7 +503,7 @@ class LayoutRow:
 
 @dataclass(frozen=True)
 class TalkPoint:
-    """The first frontier point (from the fast-mode baseline) that costs the talk's compute ratio."""
+    """The first frontier point (from the fast-mode baseline) that costs the quoted compute ratio."""
 
     compute_ratio: float
     speedup: float
@@ -605,7 +605,7 @@ def scaling_text(s: ScalingResult) -> str:
         f"{sxm4.itl_ms:.1f} ms at TP4 "
         f"({sxm4.speedup_vs_tp1:.2f}x for 4x the GPUs; all-reduces are {sxm4.allreduce_share:.0%} of the step), "
         f"{sxm8.itl_ms:.1f} ms at TP8 ({sxm8.speedup_vs_tp1:.2f}x). On PCIe TP4 gives {pcie4.speedup_vs_tp1:.2f}x. "
-        f"The talk said 4x GPUs gave about {TALK_TP_SPEEDUP_AT_4:.0f}x: this model is more optimistic, because "
+        f"A public talk on inference reported that 4x GPUs gave about {TALK_TP_SPEEDUP_AT_4:.0f}x the speed: this model is more optimistic, because "
         "it assumes every GPU runs at its roofline and NCCL's best latencies; real kernels at small per-GPU "
         "batches lose more.",
         f"**A small model {'is slower' if small2.itl_ms > small1.itl_ms else 'gains little'} with TP:** "
@@ -638,14 +638,14 @@ def scaling_text(s: ScalingResult) -> str:
             f"{f.fast.usd_per_m_tokens:.2f} vs {f.baseline.usd_per_m_tokens:.2f}). {ENERGY_ASSUMPTION}"
         )
         t = s.at_talk_compute
-        reach = (f"the model reaches the talk's {TALK_FAST_MODE_COMPUTE:.0f}x compute only at {t.speedup:.2f}x speed "
+        reach = (f"the model reaches the quoted {TALK_FAST_MODE_COMPUTE:.0f}x compute only at {t.speedup:.2f}x speed "
                  f"({t.layout}, batch {t.batch})" if t else
-                 f"no point on this frontier costs the talk's {TALK_FAST_MODE_COMPUTE:.0f}x compute")
+                 f"no point on this frontier costs the quoted {TALK_FAST_MODE_COMPUTE:.0f}x compute")
         on_frontier = sorted({p.layout for p in s.frontier if p.on_frontier})
         how = ("the same layout at a smaller batch" if f.fast.layout == f.baseline.layout
                else f"{f.fast.layout} instead of {f.baseline.layout}, at batch {f.fast.batch}")
         lines.append(
-            f"**What the model shows, and where it differs from the talk:** the talk's fast mode spends about "
+            f"**What the model shows, and where it differs from the quote:** a public talk on inference described a provider's \"fast mode\" that spends about "
             f"{TALK_FAST_MODE_COMPUTE:.0f}x compute for about {TALK_FAST_MODE_SPEEDUP:.0f}x speed, by giving each user "
             f"more GPUs. This model does not reproduce that mechanism. Its frontier is made of "
             f"{', '.join(on_frontier)} only"
@@ -655,7 +655,7 @@ def scaling_text(s: ScalingResult) -> str:
             f"**{how}**: speed bought mostly by serving fewer users at once, and {reach}. What is real in both: speed "
             "per user costs GPU time per token, at an increasing rate. What the model leaves out, and a product pays: "
             "kernels far from the roofline at batch 1-8, all-reduce latencies worse than NCCL's best, a tail-latency "
-            "SLO. The talk does not say which model, GPU or batch it meant; read its 6x as a claim about one product."
+            "SLO. The quote does not say which model, GPU or batch it meant; read its 6x as a claim about one product."
         )
     return "\n\n".join(lines)
 
@@ -861,10 +861,11 @@ MODE_COLUMNS = [
 
 def cluster_figure(c: ClusterResult):
     """ITL CDFs per workload and mode: prefill interference is the tail."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(c.workloads), figsize=(11, 3.8))
+    from ..figures import subplots
+
+    fig, axes = subplots(1, len(c.workloads), figsize=(11, 3.8))
     q = np.linspace(0, 1, QUANTILES)
     for ax, w in zip(np.atleast_1d(axes), c.workloads, strict=True):
         for mode, values in w.itl_quantiles_ms.items():
@@ -886,7 +887,7 @@ def cluster_figure(c: ClusterResult):
 
 @dataclass(frozen=True)
 class WaferPoint:
-    """The talk's wafer-scale claims next to what the vendor's figures compute (cited, not catalogued)."""
+    """The quoted wafer-scale claims next to what the vendor's figures compute (cited, not catalogued)."""
 
     chip: str
     label: str
@@ -986,9 +987,9 @@ def hetero_text(h: HeteroResult) -> str:
         + (f"The decode GPUs set ITL and goodput, so against all {h.decode_gpu} the mix changes only the price: "
            f"{1 - usd['mix'] / usd['all_d']:.0%} less per hour, and nothing else. "
            if abs((het.itl_ms_p50 or 0) - (homo_d.itl_ms_p50 or 0)) < 0.05 * (homo_d.itl_ms_p50 or 1) else "")
-        + "The talk's case, compute-dense prefill chips with SRAM/bandwidth-dense decode chips, needs two chips "
+        + "The quoted case, compute-dense prefill chips with SRAM/bandwidth-dense decode chips, needs two chips "
         "that differ in kind: the cited pairing below, not this pair.",
-        f"**Cited data point, not a catalog GPU:** {w.chip} ({w.label}). The talk: about "
+        f"**Cited data point, not a catalog GPU:** {w.chip} ({w.label}). Quoted in a public talk on inference: about "
         f"{w.claimed_tokens_per_s:,.0f} tok/s vs {w.claimed_h100_tokens_per_s:,.0f} on an H100 ({w.claimed_speedup:.0f}x), "
         f"and on-chip bandwidth '{w.bandwidth_ratio_claimed:,.0f}x' an H100's HBM. The vendor's own 21 PB/s over the "
         f"catalog's H100 HBM is **{w.bandwidth_ratio:,.0f}x**, not {w.bandwidth_ratio_claimed:,.0f}x. A {w.model} needs "
@@ -1026,9 +1027,9 @@ AFD_COLUMNS = [
 
 
 def wafer_rows(w: WaferPoint) -> list[dict[str, Any]]:
-    rows = [{"what": "talk: tokens/s (wafer vs H100)", "value": f"{w.claimed_tokens_per_s:,.0f} vs "
-             f"{w.claimed_h100_tokens_per_s:,.0f}", "source": "cited (the talk)"},
-            {"what": "talk: bandwidth vs H100 HBM", "value": f"{w.bandwidth_ratio_claimed:,.0f}x", "source": "cited (the talk)"},
+    rows = [{"what": "quoted: tokens/s (wafer vs H100)", "value": f"{w.claimed_tokens_per_s:,.0f} vs "
+             f"{w.claimed_h100_tokens_per_s:,.0f}", "source": "cited (a public talk)"},
+            {"what": "quoted: bandwidth vs H100 HBM", "value": f"{w.bandwidth_ratio_claimed:,.0f}x", "source": "cited (a public talk)"},
             {"what": "vendor 21 PB/s / catalog H100 3.35 TB/s", "value": f"{w.bandwidth_ratio:,.0f}x", "source": "computed"},
             {"what": f"wafers to hold {w.model} in SRAM", "value": f"{w.chips_to_hold_weights}", "source": "computed"}]
     rows += [{"what": f"batch-1 bandwidth bound, {chip}", "value": f"{v:,.0f} tok/s", "source": "computed (a bound)"}

@@ -23,6 +23,7 @@ import torch
 
 from ..analysis import memory, roofline
 from ..figures import finish
+from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -181,10 +182,10 @@ def tiers_text(result: TiersResult) -> str:
     short, long = result.rows[0], result.rows[-1]
     pcie = next(iter(TIER_LINKS))
     return (
-        f"{result.model} served on {result.roof}: a {short.context:,}-token prefix holds {short.kv_bytes / 1e9:.3g} GB "
-        f"of KV; recomputing it takes {short.recompute_s * 1e3:.3g} ms of prefill, fetching it from {pcie} "
-        f"{short.fetch_s[pcie] * 1e3:.3g} ms. At {long.context:,} tokens: {long.recompute_s * 1e3:,.0f} ms against "
-        f"{long.fetch_s[pcie] * 1e3:,.0f} ms, **{long.recompute_s / long.fetch_s[pcie]:.2g}× faster to fetch**. Prefill "
+        f"{result.model} served on {result.roof}: a {short.context:,}-token prefix holds {human(short.kv_bytes / 1e9, 3)} GB "
+        f"of KV; recomputing it takes {human(short.recompute_s * 1e3, 3)} ms of prefill, fetching it from {pcie} "
+        f"{human(short.fetch_s[pcie] * 1e3, 3)} ms. At {long.context:,} tokens: {long.recompute_s * 1e3:,.0f} ms against "
+        f"{long.fetch_s[pcie] * 1e3:,.0f} ms, **{human(long.recompute_s / long.fetch_s[pcie], 2)}× faster to fetch**. Prefill "
         "grows faster than linearly with the prefix (attention is quadratic) while a copy grows linearly, so a "
         "cheaper, bigger tier pays more the longer the shared prefix: roofline bounds on both sides."
     )
@@ -203,10 +204,10 @@ def eviction_direction(sizes: Sizes) -> Direction:
     hbm = get_gpu(sizes.gpu).memory_bytes
     seven_b = "mistral-7b"
     mla = mla_ratio_explained(mha_7b_model=seven_b)["7b_layer"]
-    text = (f"One {sizes.long_context:,}-token request to {report.model} holds **{report.kv_bytes_per_user / 1e9:.3g} GB** "
+    text = (f"One {sizes.long_context:,}-token request to {report.model} holds **{human(report.kv_bytes_per_user / 1e9, 3)} GB** "
             f"of KV in bf16, {report.kv_bytes_per_user / hbm:.0%} of an {sizes.gpu}'s memory before any weights. "
-            f"fp8 KV halves it to {fp8 / 1e9:.3g} GB; one layer of MLA's latent cache (DeepSeek-V3) holds "
-            f"{mla.ratio:.3g}× less per token than one multi-head layer of a 7B-class model ({seven_b}'s "
+            f"fp8 KV halves it to {human(fp8 / 1e9, 3)} GB; one layer of MLA's latent cache (DeepSeek-V3) holds "
+            f"{human(mla.ratio, 3)}× less per token than one multi-head layer of a 7B-class model ({seven_b}'s "
             "shape, all heads). "
             "Eviction keeps only the tokens attention still "
             "uses; compression keeps all of them in fewer bits or dimensions. Both trade some quality for users, "
@@ -221,8 +222,8 @@ def tiers_direction(sizes: Sizes) -> Direction:
     t = tiers(sizes.model, sizes.gpu, (sizes.long_context,))
     row = t.rows[0]
     pcie = next(iter(TIER_LINKS))
-    text = (f"Recomputing a {row.context:,}-token prefix on {t.roof} takes **{row.recompute_s:.3g} s** of prefill; "
-            f"its {row.kv_bytes / 1e9:.3g} GB of KV comes back from {pcie} in **{row.fetch_s[pcie]:.3g} s** (each of "
+    text = (f"Recomputing a {row.context:,}-token prefix on {t.roof} takes **{human(row.recompute_s, 3)} s** of prefill; "
+            f"its {human(row.kv_bytes / 1e9, 3)} GB of KV comes back from {pcie} in **{human(row.fetch_s[pcie], 3)} s** (each of "
             f"the {t.n_gpus} GPUs over its own link). "
             "Prefix caching keeps such KV in HBM while it fits; a tiered cache spills it to CPU memory, local "
             "disk or other machines and fetches it back instead of recomputing.")
@@ -241,9 +242,9 @@ def disaggregation_direction(sizes: Sizes) -> Direction:
     move = link_time_s(kv, "infiniband-ndr400", n)
     text = (f"On {roof.name}, one {sizes.prompt:,}-token prompt of {memory.as_shape(sizes.model).name} is "
             f"{prefill * 1e3:,.0f} ms of prefill: **{prefill / step:,.0f} decode steps** that {sizes.decode_batch} "
-            f"users sharing the GPUs wait through ({step * 1e3:.3g} ms each; {n} GPUs, the fewest whose memory "
+            f"users sharing the GPUs wait through ({human(step * 1e3, 3)} ms each; {n} GPUs, the fewest whose memory "
             f"holds the weights and those {sizes.decode_batch} users' KV at {sizes.prompt:,} tokens). Separate prefill and decode pools "
-            f"remove that stall; moving the prompt's {kv / 1e9:.3g} GB of KV between servers over InfiniBand NDR "
+            f"remove that stall; moving the prompt's {human(kv / 1e9, 3)} GB of KV between servers over InfiniBand NDR "
             f"costs {move * 1e3:,.0f} ms, {move / prefill:.0%} of the prefill it replaces. Chunked prefill is the "
             "single-GPU answer; disaggregation and multi-node routing are the fleet's.")
     return Direction("disaggregation", "Disaggregated and multi-node serving", text,
@@ -260,7 +261,7 @@ def kernels_direction(sizes: Sizes) -> Direction:
     if sol:
         b1 = sol[0]
         measured = (f"On {b1.device} ({b1.date}, saved), a plain CUDA-graph decode of {b1.model} at batch 1 took "
-                    f"**{b1.measured_ms:.3g} ms** per token against {b1.predicted_ms:.3g} ms on the datasheet roof: "
+                    f"**{human(b1.measured_ms, 3)} ms** per token against {human(b1.predicted_ms, 3)} ms on the datasheet roof: "
                     f"{b1.predicted_ms / b1.measured_ms:.0%} of the roofline's speed. ")
     else:
         measured = "No saved GPU decode in this checkout (assets/results/*sol-decode*.json). "
@@ -345,7 +346,7 @@ def saved() -> SavedView | None:
         source=src,
         tables={"Decode step, measured vs the datasheet roofline (context 512)": people_table(rows, SOL_COLUMNS)},
         figures={"sol_vs_roofline": sol_figure(rows)},
-        notes=[f"cuBLAS GEMV, masked SDPA, no fusion: up to {worst.measured_over_predicted:.3g}× the roofline time "
+        notes=[f"cuBLAS GEMV, masked SDPA, no fusion: up to {human(worst.measured_over_predicted, 3)}× the roofline time "
                f"(batch {worst.batch}). Fused kernels and paged attention are what close it.",
                f"Measured by: {src.command}"],
     )
@@ -403,9 +404,9 @@ def summary(result: Result) -> str:
 
 def tiers_figure(result: TiersResult):
     """Recompute (prefill) vs fetch over each link, against the prefix length, log-log."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     xs = [r.context for r in result.rows]
     ax.loglog(xs, [r.recompute_s * 1e3 for r in result.rows], "o-", color="k", label=f"recompute: prefill on {result.roof}")
     for name in TIER_LINKS:
@@ -422,9 +423,9 @@ def tiers_figure(result: TiersResult):
 
 def sol_figure(rows: list[SolRow]):
     """Saved step times next to the roofline, by batch (log x)."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = subplots(figsize=(7, 3.6))
     xs = [r.batch for r in rows]
     ax.semilogx(xs, [r.measured_ms for r in rows], "x-", label="measured: CUDA-graph decode (saved)")
     ax.semilogx(xs, [r.predicted_ms for r in rows], "o--", color="k", label="roofline (datasheet)")

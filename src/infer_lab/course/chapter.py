@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, machine_load
+
 SIZES = ("quick", "full")
 QUICK_ENV = "INFER_LAB_QUICK"
 
@@ -66,3 +68,38 @@ def run_parts(
         setattr(result, key, functions[key]())
         result.seconds[key] = time.perf_counter() - t0
     return result
+
+
+def check_machine(sample_s: float = 0.3) -> MachineLoad:
+    """What else is using the CPU right now (see :func:`infer_lab.timing.machine_load`)."""
+    return machine_load(sample_s)
+
+
+def finding(outcome: str, claim: str, machine: MachineLoad | None, spread: str = "") -> str:
+    """The verdict of a timed part as markdown: the claim when the spread supports it, otherwise
+    the word *inconclusive* with the reason; never the opposite of the claim as a finding.
+
+    ``outcome`` is one of :data:`~infer_lab.timing.SUPPORTED`, ``INCONCLUSIVE`` or
+    ``CONTRADICTED`` (from :func:`~infer_lab.timing.compare_spreads`); ``claim`` is the
+    heading's lesson as a sentence without its full stop ("TTFT grows with the prompt");
+    ``spread`` names the evidence ("beyond the spread of 3 runs per length").
+    """
+    if outcome not in (SUPPORTED, INCONCLUSIVE, CONTRADICTED):
+        raise ValueError(f"outcome must be {SUPPORTED}, {INCONCLUSIVE} or {CONTRADICTED}, got {outcome!r}")
+    busy = machine is not None and machine.busy
+    where = f" ({spread})" if spread else ""
+    machine_line = f" {machine.text()}" if machine is not None else ""
+    if outcome == SUPPORTED:
+        text = f"**This run shows it:** {claim}{where}."
+        if busy:
+            text += machine_line + " The direction held anyway; the sizes of the numbers would not."
+        return text
+    if outcome == INCONCLUSIVE:
+        reason = f"the spread of its numbers{where} is wider than the effect, so it cannot show that {claim}."
+    else:
+        reason = (f"its numbers{where} point the other way, so it cannot show that {claim}; read it as a "
+                  "failed measurement, not as the opposite lesson.")
+    advice = (" Close other programs and press the button again." if busy else
+              " Press the button again; when it stays this way, the effect is smaller than this "
+              "machine's timing noise at these sizes (a larger size setting shows it more clearly).")
+    return f"**Inconclusive on this run:** {reason}{machine_line}{advice}"

@@ -74,13 +74,20 @@ def say(text: str) -> None:
 
 
 def show_figure(fig: Any) -> None:
-    """Display a matplotlib figure as a PNG (whatever the backend) and close it."""
-    import matplotlib.pyplot as plt
+    """Display a matplotlib figure as a PNG (whatever the backend).
+
+    Course figures are built without pyplot (:func:`infer_lab.figures.subplots`), so no other
+    thread of the kernel (a subshell's post-run hook closing every pyplot figure) can touch one
+    while it is saved here; a pyplot figure passed in is closed afterwards, as before.
+    """
     from IPython.display import Image, display
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    if getattr(fig.canvas, "manager", None) is not None:  # a pyplot figure: release it
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     display(Image(data=buf.getvalue()))
 
 

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 from ..figures import finish
+from ..units import human
 from .tables import Column, people_table
 
 TITLE = "Why inference cost matters"
@@ -310,7 +311,7 @@ def volumes_text(result: OpenerResult) -> str:
 
     lines = [f"- **{v.label()}**: {v.who}, {v.where} (said {v.reported})." for v in result.volumes]
     lines += [f"- {g.earlier.as_of} → {g.later.as_of}: **{human(g.factor)}×** in {g.months} months, "
-              f"{100 * g.monthly_growth:.3g}% a month compounded (doubling every {g.doubling_months:.2g} months)."
+              f"{human(100 * g.monthly_growth, 3)}% a month compounded (doubling every {human(g.doubling_months, 2)} months)."
               for g in result.growth]
     o = result.overall
     lines.append(f"- Over {o.months} months: **{human(o.factor)}×**. The latest is "
@@ -328,8 +329,8 @@ def cost_text(result: OpenerResult) -> str:
              f"{result.costs[0].price_date}: a real engine costs more):"]
     for c in result.costs:
         lines.append(f"- **{c.model}** on {c.n_gpus}× {c.gpu} ({c.parallelism}, {c.users:,} users, "
-                     f"{c.tokens_per_s:,.0f} output tokens/s, ${c.usd_per_hour:.2f}/h): ${c.usd_per_m_tokens:.3g} per "
-                     f"million output tokens and ${c.usd_per_m_input_tokens:.3g} per million prompt tokens. Every "
+                     f"{c.tokens_per_s:,.0f} output tokens/s, ${c.usd_per_hour:.2f}/h): ${human(c.usd_per_m_tokens, 3)} per "
+                     f"million output tokens and ${human(c.usd_per_m_input_tokens, 3)} per million prompt tokens. Every "
                      f"token priced as output: **{_usd(c.usd_per_month)} a month** and about "
                      f"**{approx(c.gpus_busy)} GPUs** busy around the clock (the upper bound); every token priced as "
                      f"prompt: {_usd(c.usd_per_month_all_input)} (the lower bound); at an assumed "
@@ -339,9 +340,9 @@ def cost_text(result: OpenerResult) -> str:
                  f"{ASSUMED_INPUT_PER_OUTPUT:.0f}:1 is the course's assumption, the two bounds are what is certain.")
     t = result.training
     lines.append(f"- Training is paid once: {t.model} was trained on {t.qualifier} {tokens_in_words(t.training_tokens)} "
-                 f"tokens, about {t.training_flops:.2g} FLOP (6 × parameters × tokens). Inference at 2 × parameters "
+                 f"tokens, about {human(t.training_flops, 2)} FLOP (6 × parameters × tokens). Inference at 2 × parameters "
                  f"per token (prompt or output alike) matches it after {tokens_in_words(t.tokens_to_match)} tokens: "
-                 f"**{t.hours_at_volume:.2g} hours** of the reported monthly volume, if that volume all went through one "
+                 f"**{human(t.hours_at_volume, 2)} hours** of the reported monthly volume, if that volume all went through one "
                  f"{t.model}-sized model. It does not: it spans many models of many sizes, so read this as a scale, "
                  "not a like-for-like comparison. Then the meter keeps running.")
     return "\n".join(lines)
@@ -350,10 +351,10 @@ def cost_text(result: OpenerResult) -> str:
 def batch_text(result: OpenerResult) -> str:
     first, last = result.batch_costs[0], result.batch_costs[-1]
     return (f"Why the cost per token falls as volume rises: {result.batch_model} on one {result.batch_gpu} costs "
-            f"${first.usd_per_m_tokens:.3g} per million tokens with {first.users} user and "
-            f"${last.usd_per_m_tokens:.3g} with {last.users:,} (what its memory holds at {CONTEXT:,} tokens): "
+            f"${human(first.usd_per_m_tokens, 3)} per million tokens with {first.users} user and "
+            f"${human(last.usd_per_m_tokens, 3)} with {last.users:,} (what its memory holds at {CONTEXT:,} tokens): "
             f"**{first.usd_per_m_tokens / last.usd_per_m_tokens:,.0f}× cheaper**, because one decode step reads "
-            f"the weights once for the whole batch. Its ITL goes from {first.itl_ms:.3g} to {last.itl_ms:.3g} ms: "
+            f"the weights once for the whole batch. Its ITL goes from {human(first.itl_ms, 3)} to {human(last.itl_ms, 3)} ms: "
             "that is the latency the volume buys its cost with.")
 
 
@@ -391,9 +392,9 @@ def tables(result: OpenerResult) -> dict[str, Any]:
 
 def volumes_figure(result: OpenerResult):
     """The reported volumes on a log axis against the month they refer to."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     xs, ys = [v.as_of_year for v in result.volumes], [v.value for v in result.volumes]
     ax.semilogy(xs, ys, "o-", color="tab:red")
     for v in result.volumes:
@@ -411,9 +412,9 @@ def volumes_figure(result: OpenerResult):
 
 def batch_figure(result: OpenerResult):
     """$ per million output tokens against concurrent users on one GPU, log-log, with the ITL."""
-    import matplotlib.pyplot as plt
+    from ..figures import subplots
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots(figsize=(7, 3.8))
     users = [b.users for b in result.batch_costs]
     ax.loglog(users, [b.usd_per_m_tokens for b in result.batch_costs], "o-", label="$ per M output tokens")
     ax.set(xlabel="concurrent users (decode batch), log scale", ylabel="$ per million output tokens, log scale")
@@ -442,7 +443,7 @@ def notes(result: OpenerResult) -> str:
         "Open with the bill, not the model. Training is a one-off capital cost; inference is an operating cost "
         "that grows with every user, every token and every session, for as long as the product lives. "
         f"Read the curve: {result.overall.factor:,.0f}× in {result.overall.months} months, "
-        f"{100 * result.growth[-1].monthly_growth:.2g}% a month over the last year. "
+        f"{human(100 * result.growth[-1].monthly_growth, 2)}% a month over the last year. "
         f"Then make it concrete: at the latest volume, a {c.model}-class model on the cheapest GPU the planner finds "
         f"would cost up to {_usd(c.usd_per_month)} a month if every token were an output token (the upper bound; "
         f"{_usd(c.usd_per_month_all_input)} if every token were a prompt token), at roofline speed, which no real "

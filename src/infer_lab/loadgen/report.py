@@ -62,10 +62,11 @@ def _title(results: dict[str, Any]) -> str:
 
 def plot_latency_vs_load(results: dict[str, Any]):
     """TTFT, TPOT, ITL and E2E p50/p90/p99 (ms) against load, one panel per metric."""
-    import matplotlib.pyplot as plt
 
     rows = sorted(results["pooled"], key=lambda r: r["load"])
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    from ..figures import subplots
+
+    fig, axes = subplots(1, 4, figsize=(15, 3.6))
     x = [r["load"] for r in rows]
     for ax, metric in zip(axes, ("ttft", "tpot", "itl", "e2e"), strict=True):
         for q, style in (("p50", "-o"), ("p90", "--s"), ("p99", ":^")):
@@ -82,11 +83,12 @@ def plot_latency_vs_load(results: dict[str, Any]):
 
 def plot_throughput_vs_load(results: dict[str, Any]):
     """Output tokens/s and requests/s (and goodput when SLOs are set) against load."""
-    import matplotlib.pyplot as plt
 
     rows = sorted(results["pooled"], key=lambda r: r["load"])
     x = [r["load"] for r in rows]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    from ..figures import subplots
+
+    fig, (a1, a2) = subplots(1, 2, figsize=(10, 3.6))
     a1.plot(x, [r["output_tokens_per_s"] or 0 for r in rows], "-o")
     a1.set_ylabel("output tokens/s")
     a2.plot(
@@ -112,14 +114,15 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 def plot_pareto(results: dict[str, Any]):
     """Tokens/s per user (1000 / TPOT p50) against total output tokens/s, with the Pareto frontier."""
-    import matplotlib.pyplot as plt
 
     rows = [
         r
         for r in results["pooled"]
         if r.get("tokens_per_s_per_user") and r.get("output_tokens_per_s")
     ]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(5.5, 4))
     pts = [(r["output_tokens_per_s"], r["tokens_per_s_per_user"]) for r in rows]
     ax.scatter([p[0] for p in pts], [p[1] for p in pts])
     for r, p in zip(rows, pts, strict=True):

@@ -1,4 +1,4 @@
-"""Chapter 02's exercises: the talk's 42 GB, MLA's cache, quantized weight bytes, and who fits."""
+"""Chapter 02's exercises: the often-quoted 42 GB, MLA's cache, quantized weight bytes, and who fits."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def check_max_users(fns, r) -> None:
 
 
 EXERCISES = [
-    Exercise("kv_gb_70b_128k", "The talk's 42 GB", "predict",
+    Exercise("kv_gb_70b_128k", "The often-quoted 42 GB", "predict",
              "Predict the KV cache of one 128k-token sequence on Llama-3-70B in GB; checked against the "
              "memory equation on its config.", check_kv_gb_70b_128k),
     Exercise("mla_kv_bytes_per_token", "What MLA caches", "implement",

@@ -1,0 +1,211 @@
+"""A timed part run while other processes load the CPU says so on the page, and never states an
+inverted lesson as its finding (chapters 01 §2, 08 §1 and 10).
+
+The hog is two spinning processes (one per core of the 2-core CI machine). The machine check
+itself is tested under that hog; each chapter's text is then tested twice: on a real tiny
+measurement taken under the hog (01 and 10), and on results whose numbers point against the
+lesson, with the busy check (01, 08 and 10) and with a quiet one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from infer_lab.course import ch01_feel_the_pain as ch01
+from infer_lab.course import ch08_batching as ch08
+from infer_lab.course import ch10_chunked_prefill as ch10
+from infer_lab.course.chapter import finding
+from infer_lab.timing import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    MachineLoad,
+    compare_spreads,
+    machine_load,
+)
+
+QUIET = MachineLoad(others_cores=0.02, cores=2, load1=0.1, sample_s=0.3)
+HOG_PROCESSES = max(2, os.cpu_count() or 2)
+
+
+@pytest.fixture(scope="module")
+def hog():
+    """Processes spinning on every core for the module's tests; ended by their own pids."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOG_PROCESSES)]
+    time.sleep(0.5)
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread while the hog spins: two OpenMP threads on two contended cores stall at
+    every barrier, which would make a tiny measurement take minutes."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def busy(hog) -> MachineLoad:
+    return machine_load(0.3)
+
+
+def test_the_machine_check_sees_the_hog(busy):
+    assert busy.busy and busy.others_cores >= 1.0, busy
+    assert "busy" in busy.text() and f"of its {busy.cores} cores" in busy.text()
+
+
+def test_a_quiet_check_is_not_busy_and_says_so():
+    assert not QUIET.busy and "quiet" in QUIET.text()
+    assert MachineLoad(None, 2, None, 0.3).busy is False
+    assert QUIET.worst(replace(QUIET, others_cores=1.5)).others_cores == 1.5
+
+
+def test_spreads_decide_supported_contradicted_or_inconclusive():
+    assert compare_spreads([1.0, 1.2], [2.0, 2.5]) == SUPPORTED
+    assert compare_spreads([2.0, 2.5], [1.0, 1.2]) == CONTRADICTED
+    assert compare_spreads([1.0, 2.1], [2.0, 2.5]) == INCONCLUSIVE
+    assert compare_spreads([1.0], [1.5], margin=0.6) == INCONCLUSIVE
+    with pytest.raises(ValueError):
+        compare_spreads([], [1.0])
+    with pytest.raises(ValueError, match="outcome"):
+        finding("maybe", "x", QUIET)
+
+
+def _says_inconclusive_not_the_opposite(text: str) -> None:
+    assert "Inconclusive on this run" in text, text
+    assert "This run shows it" not in text, text
+
+
+# --- 01 §2: TTFT grows with the prompt
+
+
+def _ttft(short_s: list[float], long_s: list[float], machine: MachineLoad) -> list[ch01.TTFTPoint]:
+    def point(length, samples):
+        s = sorted(samples)
+        return ch01.TTFTPoint(length, s[len(s) // 2], s[-1], s[0], len(s), s[-1], machine)
+    return [point(32, short_s), point(512, long_s)]
+
+
+def test_01_ttft_inverted_numbers_are_inconclusive_with_the_busy_machine_named(busy):
+    text = ch01.ttft_text(_ttft([0.050, 0.060, 0.055], [0.020, 0.025, 0.030], busy))
+    _says_inconclusive_not_the_opposite(text)
+    assert "machine was busy" in text and "Close other programs" in text
+
+
+def test_01_ttft_overlapping_spread_is_inconclusive_even_on_a_quiet_machine():
+    text = ch01.ttft_text(_ttft([0.020, 0.022, 0.060], [0.030, 0.031, 0.032], QUIET))
+    _says_inconclusive_not_the_opposite(text)
+    assert "machine was quiet" in text
+
+
+def test_01_ttft_separated_spread_states_the_lesson():
+    text = ch01.ttft_text(_ttft([0.020, 0.021, 0.022], [0.090, 0.095, 0.100], QUIET))
+    assert text.startswith("**This run shows it:** TTFT grows with the prompt") and "Inconclusive" not in text
+
+
+def test_01_ttft_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
+    sizes = replace(ch01.sizes("cpu", "quick"), ttft_lengths=[8, 32], repeats=3)
+    points = ch01.measure_ttft(embedded, sizes)
+    assert points[0].machine is not None and points[0].machine.busy
+    text = ch01.ttft_text(points)
+    assert "machine was busy" in text
+    assert "This run shows it" in text or "Inconclusive on this run" in text
+
+
+# --- 08 §1: continuous batching is the fastest contender
+
+
+def _batching(engine_tokens_per_s: float) -> ch08.BatchingResult:
+    w = ch08.batching_workload(ch08.sizes("cpu", "quick"))
+    rows = [ch08.ContenderRow("HF one at a time", 10.0, 1.0), ch08.ContenderRow("HF padded batch", 30.0, 2.0),
+            ch08.ContenderRow(ch08.ENGINE_CONTINUOUS, engine_tokens_per_s, 1.5)]
+    return ch08.BatchingResult(w, rows)
+
+
+def test_08_continuous_batching_slowest_is_inconclusive_with_the_busy_machine_named(busy):
+    text = ch08.batching_text(_batching(5.0), busy)
+    _says_inconclusive_not_the_opposite(text)
+    assert "machine was busy" in text
+
+
+def test_08_continuous_batching_fastest_states_the_lesson_and_still_names_a_busy_machine(busy):
+    assert ch08.batching_text(_batching(60.0), QUIET).startswith("**This run shows it:**")
+    text = ch08.batching_text(_batching(60.0), busy)
+    assert "This run shows it" in text and "machine was busy" in text
+
+
+def test_08_checks_the_machine_itself_when_no_check_is_given(hog):
+    assert "machine was busy" in ch08.batching_text(_batching(5.0))
+
+
+# --- 10: chunking lowers the worst gap
+
+
+def _chunking(whole_max_s: float, chunked_max_s: float, noise_s: float, machine: MachineLoad) -> ch10.ChunkingResult:
+    sizes = replace(ch10.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=4, chunk_tokens=16,
+                    arrive_at_step=1)
+    steps = [ch10.StepPoint(chunking, i, 0.010 + (noise_s if i == 0 else 0.0), 0, 2)
+             for chunking in (False, True) for i in range(3)]
+    steps += [ch10.StepPoint(False, 3, whole_max_s, 48, 2), ch10.StepPoint(True, 3, chunked_max_s, 14, 2)]
+    runs = [ch10.RunSummary(False, None, 4, 50, 1, 0.010, whole_max_s, whole_max_s),
+            ch10.RunSummary(True, 16, 7, 16, 4, 0.010, chunked_max_s, 0.05)]
+    return ch10.ChunkingResult(sizes, steps, runs, machine)
+
+
+def test_10_chunked_worst_gap_worse_is_inconclusive_with_the_busy_machine_named(busy):
+    text = ch10.chunking_text(_chunking(0.020, 0.060, 0.002, busy))
+    _says_inconclusive_not_the_opposite(text)
+    assert "machine was busy" in text
+
+
+def test_10_a_gain_within_the_step_noise_is_inconclusive():
+    text = ch10.chunking_text(_chunking(0.060, 0.040, 0.030, QUIET))
+    _says_inconclusive_not_the_opposite(text)
+
+
+def test_10_a_gain_beyond_the_noise_states_the_lesson():
+    text = ch10.chunking_text(_chunking(0.120, 0.015, 0.002, QUIET))
+    assert text.startswith("**This run shows it:** chunking lowers")
+
+
+def test_10_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
+    tiny = replace(ch10.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, chunk_tokens=16,
+                   arrive_at_step=1)
+    c = ch10.measure_chunking(embedded, tiny)
+    assert c.machine is not None and c.machine.busy
+    text = ch10.chunking_text(c)
+    assert "machine was busy" in text
+    assert "This run shows it" in text or "Inconclusive on this run" in text
+
+
+# --- ceilings: measured again on request, never silently stale
+
+
+def test_ceilings_are_measured_again_on_request_and_say_when_and_how_busy(hog, one_thread):
+    from infer_lab.hardware import measure_ceilings
+
+    first = measure_ceilings("cpu", quick=True, fresh=True)
+    assert measure_ceilings("cpu", quick=True) is first  # kept for the process...
+    again = measure_ceilings("cpu", quick=True, fresh=True)
+    assert again is not first and again.measured_at >= first.measured_at  # ...until asked again
+    assert again.busy and "other programs kept" in again.provenance()
+    assert "s ago" in again.provenance(now=again.measured_at + 5)
+    assert "min ago" in again.provenance(now=again.measured_at + 600)
+    quiet = replace(again, others_cores=0.0)
+    assert "quiet machine" in quiet.provenance()

@@ -1,0 +1,146 @@
+"""What reaches the page: numbers written for people, library warnings and errors kept off it.
+
+Scientific notation (``2.61e+03 ms``, ``1e+03T``) and rows of zeros (``0.0000000894``) must not
+appear in a chapter's text, tables or figure labels; PyTorch's and transformers' raw messages
+must not land in a table cell or an output box.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from infer_lab.figures import log_tick_label
+from infer_lab.units import human
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "infer_lab"
+SCIENTIFIC = re.compile(r"\d(?:\.\d+)?e[+-]?\d", re.IGNORECASE)
+ZEROS = re.compile(r"0\.0000\d")
+# An f-string or %-format that writes exponents for large or small values (".3g").
+G_FORMAT = re.compile(r"\{[^{}]*:[,]?\.\d+g\}|fmt=\"%\.\d+g\"")
+
+
+def assert_for_people(text: str, where: str) -> None:
+    assert not SCIENTIFIC.search(text), f"{where}: scientific notation in {SCIENTIFIC.search(text).group()!r}"
+    assert not ZEROS.search(text), f"{where}: a row of zeros in {text[max(0, ZEROS.search(text).start() - 20):][:60]!r}"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (2610.0, "2,610"), (24.869571912452834, "24.9"), (0.012345, "0.0123"), (8.94e-08, "8.94 × 10⁻⁸"),
+    (3.67e-05, "3.67 × 10⁻⁵"), (1e-4, "1 × 10⁻⁴"), (-2.5e-6, "-2.5 × 10⁻⁶"), (0.001, "0.001"),
+])
+def test_human_numbers_never_use_exponents_or_rows_of_zeros(value, expected):
+    assert human(value) == expected
+    assert_for_people(human(value), f"human({value})")
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (999.6e9, "1T"), (1.5e12, "1.5T"), (2.61e3, "2.61k"), (999.9e3, "1M"), (4096, "4G" if False else "4k"),
+    (0.0000367, "3.67 × 10⁻⁵"), (12, "12"),
+])
+def test_tick_labels_are_short_and_plain(value, expected):
+    assert log_tick_label(value) == expected
+
+
+def test_no_course_text_formats_numbers_with_exponents():
+    """The chapter modules, the opener, the calculator and the figure helpers write numbers with
+    :func:`~infer_lab.units.human`, never with a ``.3g`` format that turns 2610 into 2.61e+03."""
+    files = sorted((SRC / "course").glob("*.py")) + [SRC / "figures.py"]
+    found = [f"{p.relative_to(SRC)}:{i}: {m.group()}" for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) for m in G_FORMAT.finditer(line)]
+    assert not found, "\n".join(found)
+
+
+def _chapter_outputs(ch, parts: list[str]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    result = ch.measure(None, ch.sizes("cpu", "quick"), parts)
+    texts = [ch.summary(result)] + [frame.to_string() for frame in ch.tables(result).values()]
+    for fig in ch.figures(result).values():
+        fig.canvas.draw()
+        for ax in fig.axes:
+            texts += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() + ax.texts]
+            texts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        texts += [t.get_text() for t in fig.texts]
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize(("number", "parts"), [("04", None), ("14", None), ("03", ["datasheet"]),
+                                               ("13", ["scaling", "plan"])])
+def test_chapter_outputs_without_a_model_are_written_for_people(number, parts):
+    from infer_lab.course import chapter
+
+    assert_for_people(_chapter_outputs(chapter(number), parts), f"chapter {number}")
+
+
+def test_unavailable_sdpa_backends_are_named_in_words_not_pytorch_errors():
+    from infer_lab.bench.attention import BackendTime
+    from infer_lab.course import ch06_attention_variants as ch06
+
+    raw = ("No viable backend for scaled_dot_product_attention was found. This is likely due to turning off "
+           "both the math kernel and the fused kernels.")
+    backends = [BackendTime(name, n, 4, 32, 1000, name == "math", 0.001 if name == "math" else None,
+                            "" if name == "math" else raw)
+                for n in (64, 128) for name in ("math", "efficient", "cudnn")]
+    decode = [ch06.DecodeAttentionTime(1, 64, 1, 1000, 1e-5), ch06.DecodeAttentionTime(4, 64, 1, 4000, 2e-5)]
+    timing = ch06.TimingResult(backends, decode, "CPU", 1e10, 2)
+    table = ch06.backend_table(timing).to_string()
+    text = ch06.timing_text(timing)
+    for shown in (table, text):
+        assert "viable" not in shown and "fused kernels" not in shown
+    assert "efficient, cudnn" in text and text.count("Not run here") == 1
+    assert "efficient" not in table and "math" in table
+
+
+def test_the_4bit_baseline_note_stands_once_in_the_chapter_summary():
+    from infer_lab.course import ch05_quantization as ch05
+
+    result = ch05.Result(embedded=True)
+    assert ch05.summary(result).count("The baseline is already 4-bit") == 1
+
+
+# --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run)
+
+PYPLOT_ALLOWED = {"course/jupyter.py"}  # show_figure releases a pyplot figure a learner passes in
+
+
+def test_no_course_or_library_figure_code_uses_pyplot():
+    """Every figure the course shows is built with :func:`infer_lab.figures.subplots`; pyplot is
+    imported only where a finished figure is released (tour, slides, load-generator report)."""
+    roots = [SRC / "course", SRC / "analysis", SRC / "bench", SRC / "cluster", SRC / "parallel"]
+    files = [p for root in roots for p in root.rglob("*.py")] + [SRC / "figures.py", SRC / "nb.py"]
+    found = [str(p.relative_to(SRC)) for p in files
+             if re.search(r"^\s*(import matplotlib\.pyplot|from matplotlib import pyplot)", p.read_text(), re.M)
+             and str(p.relative_to(SRC)) not in PYPLOT_ALLOWED]
+    assert not found, f"pyplot state in figure code: {found}"
+
+
+def test_course_figures_survive_a_close_all_from_another_thread():
+    """A figure from the course is not in pyplot's registry: ``plt.close('all')`` (what a Jupyter
+    subshell's post-run hook does) leaves it whole, and it still saves a drawn PNG."""
+    import io
+    import threading
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from infer_lab.course import chapter
+
+    ch04 = chapter("04")
+    figs = ch04.figures(ch04.measure(None, ch04.sizes("cpu", "quick")))
+    assert figs and not plt.get_fignums()
+    closer = threading.Thread(target=plt.close, args=("all",))
+    closer.start()
+    closer.join()
+    for name, fig in figs.items():
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=50)
+        pixels = Image.open(io.BytesIO(buf.getvalue())).convert("L")
+        lo, hi = pixels.getextrema()
+        assert hi - lo > 100, f"figure {name} came out blank"
