@@ -21,6 +21,11 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.engine import Engine, EngineConfig, SamplingParams
+
 
 @app.cell(hide_code=True)
 def _():
@@ -68,11 +73,58 @@ def _(ch08, mo, model_picker, nb, size_picker, weights_picker):
 
 
 @app.cell(hide_code=True)
+def _(ch08, mo, nb, sizes):
+    steps_button = mo.ui.run_button(label=ch08.PARTS["steps"])
+    mo.vstack([
+        mo.md(f"""
+    ## 1 · Static vs continuous, step by step
+
+    The experiment is the function below, `serve`: it builds an engine with one batching policy,
+    serves every request (all arriving at once), and keeps the engine's own record of each step.
+    The cell after it runs `serve` for both policies with the same number of batch slots. The
+    requests are skewed like real answers: one in four is {sizes.steps_max_output}
+    tokens long, the rest a few tokens.
+
+    **Predict first:** with 4 slots, which policy takes more steps, and by how much? What happens
+    with as many slots as requests?
+
+    Who joins the batch is decided by the scheduler's admission step, the engine's real code
+    (`Scheduler.admit` in `src/infer_lab/engine/scheduler.py`):
+    """),
+        mo.md(ch08.admission_code()),
+        mo.md(f"{steps_button} {nb.button_time(ch08, 'steps')}"),
+    ])
+    return (steps_button,)
+
+
+@app.function
+def serve(lm, prompts, output_lens, policy, max_num_seqs):
+    """Serve every request at once with one batching policy; return the engine's step records."""
+    config = EngineConfig(policy=policy, max_num_seqs=max_num_seqs,
+                          max_model_len=max(map(len, prompts)) + max(output_lens) + 1)
+    engine = Engine.from_loaded(lm, config)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in output_lens]
+    engine.generate(prompts, params)
+    return list(engine.step_log)  # one StepRecord per step: requests run, slots idle, time
+
+
+@app.cell
+def static_vs_continuous(ch08, lm, mo, nb, sizes, steps_button):
+    mo.stop(not nb.pressed(steps_button), nb.placeholder(steps_button))
+    prompts, output_lens = ch08.steps_requests(lm, sizes)  # the same requests for both policies
+    slots = 4  # batch slots (max_num_seqs): change it, then press the button again
+    runs = {policy: serve(lm, prompts, output_lens, policy, max_num_seqs=slots)
+            for policy in ("static", "continuous")}
+    mo.vstack([ch08.steps_figure(runs, slots, lm.describe()), mo.md(ch08.steps_text(runs, slots))])
+    return (runs,)
+
+
+@app.cell(hide_code=True)
 def _(ch08, mo, nb):
     batching_button = mo.ui.run_button(label=ch08.PARTS["batching"])
     mo.vstack([
         mo.md("""
-    ## 1 · Contenders on one workload
+    ## 2 · Contenders on one workload
 
     Every contender serves the same requests, with varied output lengths, all arriving at
     once. The engine rows run the same engine and differ only in the scheduler's policy. On a
@@ -101,7 +153,7 @@ def _(batching_button, ch08, lm, mo, nb, sizes):
 def _(ch08, mo, nb):
     sweep_button = mo.ui.run_button(label=ch08.PARTS["sweep"])
     mo.md(f"""
-    ## 2 · The Pareto frontier: per-user speed vs total throughput
+    ## 3 · The Pareto frontier: per-user speed vs total throughput
 
     Raise the number of concurrent requests: total tokens/s climbs (the weights are read once
     per step for everyone), but each step gets slower, so every user sees fewer tokens/s. A
@@ -129,7 +181,7 @@ def _(ch08, lm, mo, nb, sizes, sweep_button):
 def _(ch08, mo, nb):
     predicted_button = mo.ui.run_button(label=ch08.PARTS["predicted"])
     mo.md(f"""
-    ## 3 · Predicted vs measured decode step
+    ## 4 · Predicted vs measured decode step
 
     The roofline of chapter 03 predicts a decode step from its FLOPs and bytes on the ceilings
     **measured on this machine** (copy bandwidth, matmul FLOP/s). Next to it: the engine's own
@@ -159,7 +211,7 @@ def _(ch08, mo, nb):
     paths_batch = mo.ui.dropdown(["1", "4", "16"], value="1", label="batch")
     paths_compile = mo.ui.checkbox(label="also torch.compile (tens of seconds to compile)")
     mo.md(f"""
-    ## 4 · Where a GPU decode step goes: launches, not math
+    ## 5 · Where a GPU decode step goes: launches, not math
 
     {ch08.launch_overhead_text()}
 

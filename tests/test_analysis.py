@@ -359,7 +359,8 @@ def test_plan_bad_input():
 
 
 def test_predicted_vs_measured_bytes_agree_within_one_percent(embedded):
-    from infer_lab.analysis.compare import explain_gaps, predicted_vs_measured
+    from infer_lab.analysis.compare import explain_gaps
+    from infer_lab.bench.hf_predicted import predicted_vs_measured
     from infer_lab.hardware import measure_ceilings
 
     roof = roofline.measured_roof(measure_ceilings("cpu", quick=True))

@@ -10,11 +10,10 @@ a laptop CPU when the course was last measured.
 from __future__ import annotations
 
 import html
-import os
 import re
 from typing import Any
 
-from .course.chapter import choose_size
+from .course.chapter import choose_size, has_gpu, loadable_models, model_choice  # noqa: F401 (the notebooks' names)
 from .course.saved import SavedView, load_saved
 from .units import fmt_duration
 
@@ -158,47 +157,6 @@ def size_picker(device: Any = None) -> Any:
     import marimo as mo
 
     return mo.ui.dropdown(options=["quick", "full"], value=choose_size(device), label="sizes")
-
-
-def has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def model_choice() -> tuple[str, str]:
-    """(model, weights) for the notebooks: ``$INFER_LAB_MODEL``/``$INFER_LAB_WEIGHTS``, else the
-    embedded SmolLM2 on a CPU and a Mistral-7B-shape random model on a GPU."""
-    model = os.environ.get("INFER_LAB_MODEL")
-    weights = os.environ.get("INFER_LAB_WEIGHTS")
-    if model:
-        return model, weights or "pretrained"
-    if has_gpu():
-        return "mistral-7b", weights or "random"
-    return "smollm2-135m", weights or "pretrained"
-
-
-def loadable_models(device: Any = None) -> list[str]:
-    """Catalogued models whose weights fit this device's free memory in its default dtype.
-
-    On a laptop CPU that is the embedded model and a few small ones; a 7B model in fp32 (29 GB)
-    is left out rather than offered only to fail.
-    """
-    from .analysis.memory import weight_bytes
-    from .catalog import list_models
-    from .models import free_memory_bytes, resolve_device
-
-    dev = resolve_device(device or "auto")
-    fmt = "bf16" if dev.type == "cuda" else "fp32"
-    free = free_memory_bytes(dev)
-    fits = []
-    for name in list_models():
-        try:
-            if weight_bytes(name, fmt).total < 0.9 * free:
-                fits.append(name)
-        except (ValueError, KeyError):
-            continue
-    return fits
 
 
 def model_pickers() -> tuple[Any, Any]:

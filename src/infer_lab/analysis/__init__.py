@@ -1,7 +1,8 @@
 """The analytic model of inference: parameters, the memory equation, the roofline, the capacity planner.
 
-Everything works from a catalog name or an HF ``config.json`` with no weights. ``compare``
-puts the predictions next to measurements of a loaded model. The figures, tables and widgets that
+Everything works from a catalog name or an HF ``config.json`` with no weights, and nothing here
+measures: ``compare`` reads predictions against measured rows, and the measuring lives in
+:mod:`infer_lab.bench` (``bench.hf_predicted``, ``bench.predicted``). The figures, tables and widgets that
 show them belong to the course chapters (:mod:`infer_lab.course`), not to this package.
 """
 

@@ -13,7 +13,7 @@ split evenly across the N ranks (the roof's ceilings are N times one GPU's, so e
 1/N of its one-GPU time), except the K/V cache when there are fewer KV heads than ranks (or
 an MLA latent): those heads are replicated, and so are their reads. On top of that the step
 pays 2 x layers ring all-reduces of (tokens in the step x hidden x activation bytes) on the
-GPU's interconnect (:func:`infer_lab.analysis.parallel.ring_allreduce_s`), not overlapped with
+GPU's interconnect (:func:`infer_lab.analysis.collectives.ring_allreduce_s`), not overlapped with
 compute. The vocab-parallel LM head's logit gather is not counted. So N GPUs are never N times
 faster: see :mod:`infer_lab.analysis.parallel` for pipeline and data parallelism.
 """
@@ -21,10 +21,11 @@ faster: see :mod:`infer_lab.analysis.parallel` for pipeline and data parallelism
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..units import require_positive
+from .collectives import kv_replication, tp_allreduces
 from .memory import (
     ModelLike,
     as_shape,
@@ -454,12 +455,8 @@ def shard_ops(ops: list[OpCost], shape: ModelShape, tp: int) -> list[OpCost]:
     """The ops of a step as a TP group of ``tp`` runs them, summed over its ranks.
 
     Everything splits evenly except the K/V reads and writes of replicated KV heads
-    (:func:`infer_lab.analysis.parallel.kv_replication`).
+    (:func:`infer_lab.analysis.collectives.kv_replication`).
     """
-    from dataclasses import replace
-
-    from .parallel import kv_replication
-
     factor = kv_replication(shape, tp)
     if factor == 1:
         return ops
@@ -482,8 +479,6 @@ def _tp_step(
 ) -> StepPrediction:
     if roof.tp <= 1:
         return predict_step(ops, roof, phase, batch, tokens)
-    from .parallel import tp_allreduces
-
     comm = tp_allreduces(shape, roof.tp, tokens, roof.link, act_dtype)
     return predict_step(
         shard_ops(ops, shape, roof.tp),

@@ -32,6 +32,7 @@ from ..analysis.memory import (
     weight_bytes,
 )
 from ..units import GB, fmt_bytes, human, require_positive
+from .ipython import ipywidgets_module, say
 from .tables import Column, people_table
 
 DEFAULTS_KV = {
@@ -321,20 +322,9 @@ def capacity_controls(mo: Any):
 # Jupyter / Colab front-end
 
 
-def _ipywidgets():
-    try:
-        import ipywidgets
-    except ImportError as exc:
-        raise ImportError(
-            "the Jupyter/Colab widgets need ipywidgets: pip install ipywidgets "
-            "(in marimo, use kv_controls / capacity_controls instead)"
-        ) from exc
-    return ipywidgets
-
-
 def kv_visualizer_ipywidget():
     """An ipywidgets app (VBox) for the KV visualizer; display it in Jupyter or Colab."""
-    w = _ipywidgets()
+    w = ipywidgets_module()
     models, gpus = _choices()
     d = DEFAULTS_KV
     controls = {
@@ -356,7 +346,7 @@ def kv_visualizer_ipywidget():
 
 def capacity_calculator_ipywidget():
     """An ipywidgets app (VBox) for the capacity calculator; display it in Jupyter or Colab."""
-    w = _ipywidgets()
+    w = ipywidgets_module()
     models, gpus = _choices()
     d = DEFAULTS_CAPACITY
     controls = {
@@ -376,10 +366,8 @@ def capacity_calculator_ipywidget():
     def render(**values):
         from IPython.display import display
 
-        from .jupyter import say  # dollars as dollars: Jupyter reads $...$ as LaTeX
-
         result = capacity_plans(**values)
-        say(result.verdict)
+        say(result.verdict)  # dollars as dollars: Jupyter reads $...$ as LaTeX
         display(plans_table(result.plans).style.hide(axis="index"))
 
     for control in controls.values():  # whole labels, not "users (0=…"

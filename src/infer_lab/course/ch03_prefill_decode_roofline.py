@@ -4,7 +4,7 @@
    step, its FLOPs, bytes and arithmetic intensity, and ``max(FLOPs / peak, bytes / bandwidth)``
    (:mod:`infer_lab.analysis.roofline`).
 2. On this machine (measured): the same arithmetic on the ceilings measured here, next to what
-   the harness measures (:func:`infer_lab.analysis.compare.predicted_vs_measured`): bytes must
+   the harness measures (:func:`infer_lab.bench.hf_predicted.predicted_vs_measured`): bytes must
    agree to within 1 %; times do not, and the ratio is the lesson.
 """
 
@@ -197,7 +197,8 @@ def _comparison_row(r: dict[str, Any]) -> ComparisonRow:
 
 def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
     """The roofline on this machine's measured ceilings against the harness, for ``lm``."""
-    from ..analysis.compare import dtype_name, explain_gaps, predicted_vs_measured, shape_of
+    from ..analysis.compare import dtype_name, explain_gaps, shape_of
+    from ..bench.hf_predicted import predicted_vs_measured
     from ..hardware import measure_ceilings
 
     ceilings = measure_ceilings(lm.device, quick=sizes.quick_ceilings, fresh=True)  # never a stale roof
@@ -221,7 +222,7 @@ def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
 
 def save_compare(result: CompareResult, lm: Any):
     """Save a GPU comparison under ``assets/results`` (what :func:`saved` shows elsewhere); return the path."""
-    from ..analysis.compare import save_results
+    from ..bench.hf_predicted import save_results
     from .saved import results_dir
 
     return save_results(comparison_records(result.rows), lm, result.roof, results_dir())

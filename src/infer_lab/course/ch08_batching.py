@@ -1,5 +1,11 @@
 """Chapter 08, "Batching": who runs each step, how big the batch is, and what one step costs.
 
+0. **Static vs continuous, step by step** (counted): the notebook's own experiment,
+   ``serve`` in ``notebooks/08_batching.py`` (an ``@app.function`` that builds an
+   ``EngineConfig(policy=..., max_num_seqs=...)`` and keeps the engine's step records), run for
+   both policies on requests with a few long answers among many short ones. This module only
+   sizes, draws and shows it; :func:`run_steps` executes the notebook's function for the tour,
+   the tests and the Jupyter edition (:mod:`infer_lab.course.notebook_code`).
 1. **Contenders on one workload** (measured): the same requests, with varied output lengths,
    all arriving at t = 0, served by each contender of :data:`CONTENDERS`. Today: the engine
    with static batching and with continuous (iteration-level) batching. A contender is a
@@ -20,6 +26,7 @@ the HF eager step), labelled as saved.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 import textwrap
 from collections.abc import Callable, Sequence
@@ -42,6 +49,7 @@ from ..harness import progress
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
 from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedResult, SavedView, load_saved
 from .tables import Column, people_table
 
@@ -50,6 +58,7 @@ SLUG = "batching"
 TITLE = "08 · Batching: static vs continuous, the Pareto frontier, the decode step"
 NEEDS_MODEL = True
 PARTS = {
+    "steps": "Run static and continuous batching, step by step",
     "batching": "Serve the workload with every contender",
     "sweep": "Run the concurrency sweep",
     "predicted": "Measure predicted vs measured decode steps",
@@ -77,6 +86,8 @@ class Sizes:
     paths_prompt_len: int
     paths_output_len: int
     seed: int = 0
+    steps_requests: int = 16  # the step-by-step part: requests, all at t = 0
+    steps_max_output: int = 24  # one in four answers this long, the rest 2 .. max // 4 tokens
 
 
 def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
@@ -101,7 +112,99 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     return Sizes(size, requests=32, concurrency=8, prompt_len=16, max_output=64,
                  sweep_concurrencies=(1, 2, 4, 8, 16), sweep_waves=2, sweep_output_len=32,
                  predicted_batches=CPU_BATCHES, predicted_steps=8,
-                 paths_batch=1, paths_prompt_len=128, paths_output_len=64)
+                 paths_batch=1, paths_prompt_len=128, paths_output_len=64,
+                 steps_requests=32, steps_max_output=48)
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 0: static vs continuous, step by step (the experiment is the notebook's `serve`)
+
+POLICIES = ("static", "continuous")
+STEPS_SLOTS = 4  # batch slots; the notebook's experiment cell starts at the same number
+LONG_SHARE = 0.25  # share of long answers in the step-by-step workload
+
+
+def steps_requests(lm: Any, sizes: Sizes) -> tuple[list[list[int]], list[int]]:
+    """Prompt token ids and output lengths (tokens) for the step-by-step part, seeded.
+
+    Real output lengths are skewed: most answers are short, a few are long. So one in four
+    (:data:`LONG_SHARE`) gets ``steps_max_output`` tokens and the rest 2 .. ``steps_max_output // 4``.
+    A static batch then runs as long as its longest member while its short ones sit done.
+    """
+    rng = random.Random(sizes.seed)
+    top = sizes.steps_max_output
+    lens = [top if rng.random() < LONG_SHARE else rng.randint(2, max(2, top // 4))
+            for _ in range(sizes.steps_requests)]
+    prompts = workload(lm, sizes.steps_requests, sizes.prompt_len, seed=sizes.seed)
+    return prompts, lens
+
+
+@dataclass(frozen=True)
+class StepsResult:
+    """Both policies' step records (:class:`~infer_lab.engine.StepRecord`) on the same requests."""
+
+    slots: int
+    output_lens: tuple[int, ...]
+    runs: dict[str, list[Any]]
+
+
+def run_steps(lm: Any, sizes: Sizes, slots: int = STEPS_SLOTS) -> StepsResult:
+    """Run the notebook's own experiment (``serve`` of ``notebooks/08_batching.py``) for both policies."""
+    serve = notebook_function(NUMBER, "serve")
+    prompts, lens = steps_requests(lm, sizes)
+    runs = {policy: serve(lm, prompts, lens, policy, max_num_seqs=slots) for policy in POLICIES}
+    return StepsResult(slots, tuple(lens), runs)
+
+
+def idle_slot_steps(records: Sequence[Any]) -> int:
+    """Slot-steps nobody used: the sum of each step's idle slots."""
+    return sum(r.idle_slots for r in records)
+
+
+def admission_code() -> str:
+    """The scheduler's admission step, the library's real code, as a markdown code block."""
+    from ..engine.scheduler import Scheduler
+
+    return "```python\n" + textwrap.dedent(inspect.getsource(Scheduler.admit)).rstrip() + "\n```"
+
+
+def steps_text(runs: dict[str, list[Any]], slots: int) -> str:
+    """Steps and idle slots of both policies, every number from the engine's step records."""
+    static, cont = runs["static"], runs["continuous"]
+    s_idle, c_idle = idle_slot_steps(static), idle_slot_steps(cont)
+    return (f"With **{slots} slots**, static batching took **{len(static)} steps** and continuous batching "
+            f"**{len(cont)}**: static took **{len(static) / len(cont):.2f}×** the steps for the same tokens. "
+            f"Static left {s_idle} of its {len(static) * slots} slot-steps idle ({s_idle / len(static):.2f} "
+            f"slots per step), continuous {c_idle} of {len(cont) * slots} ({c_idle / len(cont):.2f} per step). "
+            "A static batch runs as long as its longest request, so its short ones finish and wait; "
+            "continuous batching gives a freed slot to the next request in the very next step. "
+            "The gap needs more requests than slots: with as many slots as requests both policies admit "
+            "everyone in the first step and take the same steps, and with one slot both serve one request "
+            "at a time.")
+
+
+def steps_figure(runs: dict[str, list[Any]], slots: int, source: str = ""):
+    """Per step, the slots each policy filled and the ones it left idle (grey)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.9 * len(runs) + 0.6), sharex=True)
+    for ax, (policy, records) in zip(axes, runs.items(), strict=True):
+        steps = range(len(records))
+        busy = [r.num_seqs for r in records]
+        ax.bar(steps, busy, width=1.0, color="tab:blue" if policy == "continuous" else "tab:orange",
+               label="running requests")
+        ax.bar(steps, [r.idle_slots for r in records], bottom=busy, width=1.0, color="0.85", label="idle slots")
+        ax.set_ylim(0, slots)
+        ax.set_ylabel("slots")
+        ax.set_title(f"{policy} batching: {len(records)} steps, {idle_slot_steps(records)} idle slot-steps",
+                     fontsize=10, loc="left")
+    axes[0].legend(loc="upper right", fontsize=8, ncols=2)
+    axes[-1].set_xlabel("engine step")
+    if source:
+        fig.suptitle(source, fontsize=9)
+    return finish(fig)
+
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,6 +497,7 @@ class Result(ChapterResult):
     """Chapter 08's measurements; a part not run is ``None``."""
 
     model: str = ""
+    steps: StepsResult | None = None
     batching: BatchingResult | None = None
     sweep: list[SweepPoint] | None = None
     predicted: PredictedResult | None = None
@@ -405,6 +509,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
     result = Result(size=sizes.size, model=lm.describe())
     return run_parts(result, parts, PARTS, {
+        "steps": lambda: run_steps(lm, sizes),
         "batching": lambda: measure_batching(lm, sizes),
         "sweep": lambda: measure_sweep(lm, sizes),
         "predicted": lambda: measure_predicted(lm, sizes),
@@ -516,6 +621,8 @@ def paths_text(paths: list[PathRow]) -> str:
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
     lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.steps:
+        lines.append(steps_text(result.steps.runs, result.steps.slots))
     if result.batching:
         lines.append(batching_text(result.batching))
     if result.sweep:
@@ -709,6 +816,8 @@ def paths_figure(paths: list[PathRow], source: str):
 
 def figures(result: Result) -> dict[str, Any]:
     out = {}
+    if result.steps:
+        out["steps"] = steps_figure(result.steps.runs, result.steps.slots, result.model)
     if result.batching:
         out["batching"] = batching_figure(result.batching, result.model)
     if result.sweep:

@@ -1,4 +1,4 @@
-"""What every chapter module shares: choosing sizes, timing its parts, the base of its results."""
+"""What every chapter module shares: choosing sizes and the model, timing its parts, the base of its results."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from typing import Any
 
 import torch
 
+from ..analysis.memory import weight_bytes
+from ..catalog import list_models
+from ..models import free_memory_bytes, resolve_device
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, machine_load
 
 SIZES = ("quick", "full")
@@ -32,6 +35,42 @@ def choose_size(device: torch.device | str | None = None, size: str | None = Non
     dev = torch.device(device) if device is not None else None
     on_gpu = dev.type == "cuda" if dev is not None else torch.cuda.is_available()
     return "full" if on_gpu else "quick"
+
+
+def has_gpu() -> bool:
+    """True when torch sees a CUDA GPU."""
+    return torch.cuda.is_available()
+
+
+def model_choice() -> tuple[str, str]:
+    """(model, weights) for the notebooks: ``$INFER_LAB_MODEL``/``$INFER_LAB_WEIGHTS``, else the
+    embedded SmolLM2 on a CPU and a Mistral-7B-shape random model on a GPU."""
+    model = os.environ.get("INFER_LAB_MODEL")
+    weights = os.environ.get("INFER_LAB_WEIGHTS")
+    if model:
+        return model, weights or "pretrained"
+    if has_gpu():
+        return "mistral-7b", weights or "random"
+    return "smollm2-135m", weights or "pretrained"
+
+
+def loadable_models(device: Any = None) -> list[str]:
+    """Catalogued models whose weights fit this device's free memory in its default dtype.
+
+    On a laptop CPU that is the embedded model and a few small ones; a 7B model in fp32 (29 GB)
+    is left out rather than offered only to fail.
+    """
+    dev = resolve_device(device or "auto")
+    fmt = "bf16" if dev.type == "cuda" else "fp32"
+    free = free_memory_bytes(dev)
+    fits = []
+    for name in list_models():
+        try:
+            if weight_bytes(name, fmt).total < 0.9 * free:
+                fits.append(name)
+        except (ValueError, KeyError):
+            continue
+    return fits
 
 
 @dataclass

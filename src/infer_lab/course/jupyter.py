@@ -25,7 +25,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .chapter import choose_size
+from .chapter import choose_size, has_gpu, loadable_models, model_choice
+from .ipython import ipywidgets_module, say
 
 AUTORUN_ENV = "INFER_LAB_AUTORUN"
 # Explorer functions below, in the order of the marimo notebook's control cells they stand in for.
@@ -43,9 +44,7 @@ def autorun() -> bool:
 
 
 def _widgets():
-    from .calculator import _ipywidgets
-
-    return _ipywidgets()
+    return ipywidgets_module()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,20 +56,6 @@ def md(text: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(textwrap.dedent(text).strip()))
-
-
-def say(text: str) -> None:
-    """Display computed markdown, whose ``$`` are dollars, not LaTeX.
-
-    Jupyter typesets ``$2.49/h, $0.08`` as math in a Markdown output (inside a widget's output
-    area too), and backslash escapes do not survive every renderer. So the text goes out as HTML
-    with each ``$`` in its own element, where no math delimiter can pair it with the next one.
-    """
-    import markdown
-    from IPython.display import HTML, display
-
-    body = markdown.markdown(textwrap.dedent(text).strip(), extensions=["tables", "sane_lists"])
-    display(HTML(body.replace("$", "<span>$</span>")))
 
 
 def show_figure(fig: Any) -> None:
@@ -113,8 +98,6 @@ def show_result(chapter: ModuleType, result: Any) -> None:
 
 def show_saved(chapter: ModuleType, only_without_gpu: bool = True) -> None:
     """The chapter's saved GPU results, labelled as saved (nothing when none, or on a GPU)."""
-    from ..nb import has_gpu
-
     view = chapter.saved()
     if view is None or (only_without_gpu and has_gpu()):
         return
@@ -137,8 +120,6 @@ class ChapterPanel:
     """Sizes (and model) for one chapter, and one run button per part with its output area."""
 
     def __init__(self, chapter: ModuleType, lm: Any = None, size: str | None = None) -> None:
-        from ..nb import loadable_models, model_choice
-
         w = _widgets()
         self.chapter = chapter
         self._lm = lm

@@ -156,25 +156,29 @@ class Scheduler:
             if budget is not None:
                 budget -= n
 
-        # 2. Admit waiting requests (never in a step that had to preempt).
-        admit = not out.preempted and (cfg.policy == "continuous" or not self.running)
-        while (
-            admit
-            and self.waiting
-            and len(self.running) < cfg.max_num_seqs
-            and (budget is None or budget > 0)
-        ):
+        # 2. Admit waiting requests.
+        self.admit(out, budget)
+        out.idle_slots = cfg.max_num_seqs - len(out.scheduled)
+        return out
+
+    def admit(self, out: SchedulerOutput, budget: int | None) -> None:
+        """Step 2 of :meth:`schedule`: waiting requests join, oldest first, into ``out``.
+
+        One joins while a batch slot is free, the step's token budget (``None``: none) lasts and
+        the KV cache can hold its prompt. Static batching admits only into an empty batch; no
+        policy admits in a step that had to preempt.
+        """
+        cfg = self.config
+        if out.preempted or (cfg.policy == "static" and self.running):
+            return
+        while self.waiting and len(self.running) < cfg.max_num_seqs and (budget is None or budget > 0):
             seq = self.waiting[0]
-            hit = None
-            if self.prefix_cache is not None and seq.num_computed == 0 and not seq.block_table:
-                hit = self.prefix_cache.attach(seq)
-            n = self._tokens_to_compute(seq)
-            if budget is not None:
-                n = min(n, budget)
+            hit = self._attach_prefix(seq)
+            n = self._tokens_to_compute(seq) if budget is None else min(self._tokens_to_compute(seq), budget)
             if not self.kv.can_allocate(seq, n):
                 if self.prefix_cache is not None:
                     self.prefix_cache.detach(seq)
-                break
+                return  # no memory: it waits, and so does everyone behind it
             self.waiting.popleft()
             if hit is not None and seq.num_preemptions == 0:
                 seq.num_cached_prompt_tokens = hit
@@ -182,10 +186,11 @@ class Scheduler:
             self.kv.allocate(seq, n)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            out.scheduled.append(
-                ScheduledSequence(seq, 0 if not self.kv.stores_kv else seq.num_computed, n)
-            )
-            if budget is not None:
-                budget -= n
-        out.idle_slots = cfg.max_num_seqs - len(out.scheduled)
-        return out
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed if self.kv.stores_kv else 0, n))
+            budget = None if budget is None else budget - n
+
+    def _attach_prefix(self, seq: Sequence) -> int | None:
+        """Prompt tokens a fresh request finds cached (the prefix cache attaches their blocks), else None."""
+        if self.prefix_cache is None or seq.num_computed or seq.block_table:
+            return None
+        return self.prefix_cache.attach(seq)

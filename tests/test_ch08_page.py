@@ -1,0 +1,102 @@
+"""Notebook 08's page is the experiment: ``serve`` in the notebook runs the engine, the chapter module
+only shows it, and changing a number in the notebook's experiment cell changes the result the way
+the chapter says it does."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from infer_lab.course import ch08_batching as ch08
+from infer_lab.course.notebook_code import load_functions, notebook_function, notebook_path
+from infer_lab.engine.scheduler import Scheduler
+
+CELL_NUMBER = "    slots = 4  # batch slots (max_num_seqs)"
+
+
+def test_the_experiment_runs_from_the_notebook_file():
+    serve = notebook_function("08", "serve")
+    assert inspect.getsourcefile(serve) == str(notebook_path("08"))
+    code = inspect.getsource(serve)
+    assert "EngineConfig(policy=policy, max_num_seqs=max_num_seqs" in code
+    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
+    assert len(code.splitlines()) <= 15
+    # the chapter module calls the notebook's function, it does not build engines of its own for it
+    assert "notebook_function(NUMBER, \"serve\")" in inspect.getsource(ch08.run_steps)
+    assert CELL_NUMBER in notebook_path("08").read_text()
+
+
+def test_the_loader_runs_setup_and_functions_only(tmp_path):
+    path = tmp_path / "99_x.py"
+    path.write_text(
+        "import marimo\napp = marimo.App()\n\nwith app.setup:\n    import marimo as mo\n    import math\n\n"
+        "@app.function\ndef area(r):\n    return math.pi * r * r\n\n"
+        "@app.cell\ndef _():\n    raise RuntimeError('cells do not run')\n"
+    )
+    functions = load_functions(path)
+    assert list(functions) == ["area"]
+    assert functions["area"](1.0) == pytest.approx(3.14159, rel=1e-5)
+    with pytest.raises(LookupError, match="no @app.function 'nope'"):
+        notebook_function("08", "nope")
+
+
+def test_the_page_shows_the_schedulers_real_admission_step():
+    shown = ch08.admission_code()
+    assert inspect.getsource(Scheduler.admit).strip().splitlines()[0].strip() in shown
+    assert 'cfg.policy == "static" and self.running' in shown
+    assert len(shown.splitlines()) <= 32  # short enough for a slide
+
+
+def test_static_takes_at_least_1_3x_the_steps_at_quick_size(embedded):
+    result = ch08.run_steps(embedded, ch08.sizes("cpu", "quick"))
+    static, cont = result.runs["static"], result.runs["continuous"]
+    tokens = sum(result.output_lens)
+    for records in (static, cont):  # each step gives every running request one token
+        assert sum(r.num_seqs for r in records) == tokens
+        assert sum(r.decode_tokens for r in records) + len(result.output_lens) == tokens
+    assert len(static) >= 1.3 * len(cont)
+    static_idle = ch08.idle_slot_steps(static) / len(static)
+    assert static_idle >= 1.0  # visibly idle: at least one of the 4 slots per step on average
+    assert static_idle > 1.5 * ch08.idle_slot_steps(cont) / len(cont)
+    text = ch08.steps_text(result.runs, result.slots)
+    assert f"**{len(static)} steps**" in text and f"**{len(cont)}**" in text
+
+
+def _edited_notebook(tmp_path, slots: int):
+    """Notebook 08 with its experiment cell's number changed, imported as a module (marimo's own API)."""
+    source = notebook_path("08").read_text()
+    assert source.count(CELL_NUMBER) == 1
+    path = tmp_path / "nb08_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 4", f"= {slots}")))
+    spec = importlib.util.spec_from_file_location("nb08_edited", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nb08_edited"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("nb08_edited", None)
+    return module
+
+
+@pytest.mark.slow
+def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(embedded, tmp_path):
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    sizes = ch08.sizes("cpu", "quick")
+    pressed = SimpleNamespace(value=True)
+    runs = {}
+    for slots in (4, sizes.steps_requests):
+        cell = _edited_notebook(tmp_path, slots).static_vs_continuous
+        _, defs = cell.run(ch08=ch08, lm=embedded, mo=mo, nb=nb, sizes=sizes, steps_button=pressed)
+        runs[slots] = {policy: len(records) for policy, records in defs["runs"].items()}
+    # 4 slots: static waits for each batch's longest request; as many slots as requests: no gap
+    assert runs[4]["static"] >= 1.3 * runs[4]["continuous"]
+    assert runs[sizes.steps_requests]["static"] == runs[sizes.steps_requests]["continuous"]
+    assert runs[sizes.steps_requests]["static"] < runs[4]["static"]
