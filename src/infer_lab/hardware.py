@@ -10,6 +10,7 @@ import os
 import platform
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
