@@ -430,3 +430,143 @@ def test_the_tokenizer_queue_is_capped(embedded):
     assert first.status_code == 200
     assert second.status_code == 503 and second.json()["error"]["code"] == "tokenizer_busy"
     assert second.headers["retry-after"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. What the server does not implement is refused by name, never a 200 that ignores it
+
+
+@pytest.mark.parametrize(
+    "route, change, param",
+    [
+        ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                  "tool_choice": "required"}, "tools"),
+        ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/completions", {"echo": True}, "echo"),
+        ("/v1/completions", {"best_of": 3}, "best_of"),
+        ("/v1/completions", {"suffix": "end"}, "suffix"),
+        ("/v1/completions", {"logprobs": 2}, "logprobs"),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/completions", {"max_token": 5}, "max_token"),  # misspelled
+        ("/v1/completions", {"n": 2}, "n"),
+        ("/v1/completions", {"temperature": float("nan")}, "temperature"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+         "messages.0.content"),
+    ],
+    ids=["tools", "response_format", "echo", "best_of", "suffix", "logprobs", "top_logprobs",
+         "penalty", "misspelled", "n_2", "nan_temperature", "image_part"],
+)
+def test_unimplemented_and_unknown_parameters_are_a_clear_400(guarded, route, change, param):
+    body = {"model": MODEL, "max_tokens": 2}
+    body.update({"prompt": "Hi"} if route == "/v1/completions"
+                else {"messages": [{"role": "user", "content": "Hi"}]})
+    body.update(change)
+    resp = httpx.post(guarded.url + route, content=json.dumps(body),
+                      headers={**AUTH, "Content-Type": "application/json"}, timeout=60)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"].startswith(param) and isinstance(error["code"], str)
+    if param == "temperature":
+        assert "NaN" in error["message"] and "2" not in error["message"]
+    elif param == "max_token":
+        assert "unknown parameter" in error["message"]
+    elif param not in ("n", "messages.0.content"):
+        assert "not supported" in error["message"] and param in error["message"]
+
+
+def test_the_openai_client_still_works_with_its_own_fields(guarded):
+    import openai
+
+    client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+        temperature=0, user="someone", stream=True, stream_options={"include_usage": True},
+    )
+    chunks = list(chat)
+    assert chunks[-1].usage.completion_tokens == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. A shutdown past its timeout ends every request with an error the client can read
+
+
+def test_shutdown_past_its_timeout_ends_streams_with_an_error_event_and_others_with_503(embedded):
+    app = build_app(embedded, "ours", max_model_len=512, block_size=16, num_blocks=64)
+    srv = ServerThread(app, shutdown_timeout_s=0.5).start()
+    long = {**OK, "prompt": "Count:", "max_tokens": 500, "ignore_eos": True}
+    got: dict = {}
+
+    def stream():
+        with httpx.stream("POST", srv.url + "/v1/completions", json={**long, "stream": True},
+                          timeout=60) as resp:
+            got["stream"] = [ln for ln in resp.iter_lines() if ln.startswith("data:")]
+
+    def plain():
+        got["plain"] = httpx.post(srv.url + "/v1/completions", json=long, timeout=60)
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
+    for t in threads:
+        t.start()
+    _wait(lambda: app.state.backend.stats()["running"] == 2, 60, "both requests running")
+    srv.stop(timeout_s=30)
+    for t in threads:
+        t.join(30)
+    lines = got["stream"]
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2][5:])["error"]
+    assert error["code"] == "server_shutting_down" and error["type"] == "server_error"
+    plain = got["plain"]
+    assert plain.status_code == 503 and plain.json()["error"]["code"] == "server_shutting_down"
+    assert app.state.backend.engine.kv.pool.all_free()
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Smaller defects
+
+
+def test_the_api_key_comes_from_a_file_or_the_environment(tmp_path):
+    import argparse
+
+    from infer_lab.commands.serve import resolve_api_key
+
+    def args(**kw):
+        return argparse.Namespace(**{"api_key": None, "api_key_file": None, **kw})
+
+    keyfile = tmp_path / "key"
+    keyfile.write_text("sk-from-file\n")
+    assert resolve_api_key(args(api_key_file=str(keyfile)), {}) == "sk-from-file"
+    assert resolve_api_key(args(), {"INFER_LAB_API_KEY": "sk-env"}) == "sk-env"
+    assert resolve_api_key(args(api_key="sk-cli"), {}) == "sk-cli"
+    assert resolve_api_key(args(), {}) is None
+    with pytest.raises(ValueError, match="one way only"):
+        resolve_api_key(args(api_key="a"), {"INFER_LAB_API_KEY": "b"})
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        resolve_api_key(args(api_key_file=str(tmp_path / "empty")), {})
+
+
+def test_a_cancelled_request_is_counted_once_and_a_hang_up_mid_body_is_no_400(guarded):
+    backend = _backend(guarded)
+    name = "infer_lab:request_success_total"
+    before = _metric(guarded, name, finished_reason="cancelled")
+    before_400 = _metric(guarded, "infer_lab:request_errors_total", status="400")
+    body = {**OK, "prompt": "Tell me a story.", "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(guarded.url + "/v1/completions", json=body, headers=AUTH, timeout=1.0)
+    _wait(lambda: _metric(guarded, name, finished_reason="cancelled") >= before + 1, 60,
+          "the cancellation")
+    _wait_idle(guarded)
+    time.sleep(0.3)  # a second count, if any, would have landed by now
+    assert _metric(guarded, name, finished_reason="cancelled") == before + 1
+    # Half a body, then the client hangs up: nothing was malformed, so no 400 is counted.
+    s = socket.create_connection((guarded.host, guarded.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + f"Authorization: Bearer {KEY}\r\nContent-Length: 500\r\n\r\n".encode() + b'{"mo')
+    time.sleep(0.3)
+    s.close()
+    gone = "infer_lab:client_disconnects_total"
+    _wait(lambda: _metric(guarded, gone, stage="body") >= 1, 10, "the hang-up to be seen")
+    assert _metric(guarded, "infer_lab:request_errors_total", status="400") == before_400
+    assert backend.engine.kv.pool.all_free()
