@@ -449,14 +449,14 @@ def test_the_tokenizer_queue_is_capped(embedded):
         ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
         ("/v1/completions", {"presence_penalty": 0.5}, "presence_penalty"),
         ("/v1/completions", {"max_token": 5}, "max_token"),  # misspelled
-        ("/v1/completions", {"n": 2}, "n"),
+        ("/v1/completions", {"n": 17}, "n"),
         ("/v1/completions", {"temperature": float("nan")}, "temperature"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
          "messages.0.content"),
     ],
     ids=["tools", "response_format", "echo", "best_of", "suffix", "logprobs", "top_logprobs",
-         "penalty", "misspelled", "n_2", "nan_temperature", "image_part"],
+         "penalty", "misspelled", "n_17", "nan_temperature", "image_part"],
 )
 def test_unimplemented_and_unknown_parameters_are_a_clear_400(guarded, route, change, param):
     body = {"model": MODEL, "max_tokens": 2}
@@ -570,3 +570,46 @@ def test_a_cancelled_request_is_counted_once_and_a_hang_up_mid_body_is_no_400(gu
     _wait(lambda: _metric(guarded, gone, stage="body") >= 1, 10, "the hang-up to be seen")
     assert _metric(guarded, "infer_lab:request_errors_total", status="400") == before_400
     assert backend.engine.kv.pool.all_free()
+
+
+# ---------------------------------------------------------------------------------------------
+# n > 1: several answers to one prompt, sharing its KV blocks through the prefix cache
+
+
+def test_n_answers_match_single_requests_and_share_the_prompt_blocks(embedded):
+    app = build_app(embedded, "ours", max_model_len=256, block_size=16, num_blocks=64,
+                    max_num_seqs=4, prefix_cache="radix")
+    prompt = "The history of the city of Paris began " * 4  # several full 16-token blocks
+    with ServerThread(app) as srv:
+        url = srv.url + "/v1/completions"
+        greedy = httpx.post(url, json={**OK, "prompt": prompt, "max_tokens": 6, "n": 3},
+                            timeout=120).json()
+        ids = embedded.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        ref = embedded.model.generate(ids["input_ids"], max_new_tokens=6, do_sample=False)
+        expected = embedded.tokenizer.decode(ref[0, ids["input_ids"].shape[1]:])
+        assert [c["index"] for c in greedy["choices"]] == [0, 1, 2]
+        assert [c["text"] for c in greedy["choices"]] == [expected] * 3  # transformers' greedy
+        n_prompt = ids["input_ids"].shape[1]
+        assert greedy["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": 18,
+                                   "total_tokens": n_prompt + 18}
+        # The two later answers found the first one's prompt blocks in the cache.
+        hits = app.state.backend.stats()["prefix_cache_hits"]
+        assert hits >= 2 * (n_prompt // 16) * 16
+        # Sampled: answer i is the single request with seed + i, so each is reproducible.
+        body = {**OK, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0,
+                "seed": 11}
+        together = httpx.post(url, json={**body, "n": 2}, timeout=120).json()["choices"]
+        alone = [httpx.post(url, json={**body, "seed": 11 + i}, timeout=120).json()["choices"][0]
+                 ["text"] for i in range(2)]
+        assert [c["text"] for c in together] == alone
+        # Streamed: every chunk names its answer, and the answers are the same.
+        with httpx.stream("POST", url, json={**body, "n": 2, "stream": True},
+                          timeout=120) as resp:
+            lines = [json.loads(ln[5:]) for ln in resp.iter_lines()
+                     if ln.startswith("data:") and ln != "data: [DONE]"]
+        streamed = ["", ""]
+        for chunk in lines:
+            streamed[chunk["choices"][0]["index"]] += chunk["choices"][0]["text"]
+        assert streamed == alone
+        _wait(app.state.backend.is_idle, 60, "idle")
+        assert app.state.backend.engine.blocks_in_use_by_requests() == 0

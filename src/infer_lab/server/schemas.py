@@ -33,6 +33,7 @@ MAX_STOP_CHARS = 256
 # before its items are validated.
 MAX_MESSAGES = 2048
 MAX_CONTENT_PARTS = 256
+MAX_N = 16  # answers per request: each takes an engine slot
 # OpenAI parameters this server does not implement: refused by name, never accepted and
 # ignored (a client would get a wrong answer with a 200 instead of an error).
 UNSUPPORTED = {
@@ -241,7 +242,11 @@ def request_models(
         )
         seed: Seed | None = None
         stop: Stop | None = None
-        n: json_int(ge=1, le=1) = Field(default=1, description="only 1 is supported")  # type: ignore[valid-type]
+        n: json_int(ge=1, le=MAX_N) = Field(  # type: ignore[valid-type]
+            default=1,
+            description="answers to the same prompt; they share its KV blocks when the "
+            "engine has a prefix cache",
+        )
         stream: StrictBool = False
         stream_options: StreamOptions | None = None
         ignore_eos: StrictBool = Field(
@@ -331,7 +336,7 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
             name,
         )
     if loc == ["n"] and kind in ("less_than_equal", "greater_than_equal"):
-        return "invalid request: n: only n=1 is supported (one answer per request)", "n"
+        return f"invalid request: n: must be from 1 to {MAX_N} answers per request", "n"
     if kind == "finite_number" and loc:
         name = ".".join(str(p) for p in loc)
         return f"invalid request: {name}: must be a finite number, not NaN or infinity", name
