@@ -445,8 +445,8 @@ def test_the_tokenizer_queue_is_capped(embedded):
         ("/v1/completions", {"echo": True}, "echo"),
         ("/v1/completions", {"best_of": 3}, "best_of"),
         ("/v1/completions", {"suffix": "end"}, "suffix"),
-        ("/v1/completions", {"logprobs": 2}, "logprobs"),
-        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"logprobs": 2, "stream": True}, "logprobs"),
+        ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
         ("/v1/completions", {"presence_penalty": 0.5}, "presence_penalty"),
         ("/v1/completions", {"max_token": 5}, "max_token"),  # misspelled
         ("/v1/completions", {"n": 17}, "n"),
@@ -455,7 +455,7 @@ def test_the_tokenizer_queue_is_capped(embedded):
             {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
          "messages.0.content"),
     ],
-    ids=["tools", "response_format", "echo", "best_of", "suffix", "logprobs", "top_logprobs",
+    ids=["tools", "response_format", "echo", "best_of", "suffix", "logprobs_stream", "top_logprobs_alone",
          "penalty", "misspelled", "n_17", "nan_temperature", "image_part"],
 )
 def test_unimplemented_and_unknown_parameters_are_a_clear_400(guarded, route, change, param):
@@ -472,7 +472,7 @@ def test_unimplemented_and_unknown_parameters_are_a_clear_400(guarded, route, ch
         assert "NaN" in error["message"] and "2" not in error["message"]
     elif param == "max_token":
         assert "unknown parameter" in error["message"]
-    elif param not in ("n", "messages.0.content"):
+    elif param not in ("n", "messages.0.content", "logprobs", "top_logprobs"):
         assert "not supported" in error["message"] and param in error["message"]
 
 
@@ -613,3 +613,49 @@ def test_n_answers_match_single_requests_and_share_the_prompt_blocks(embedded):
         assert streamed == alone
         _wait(app.state.backend.is_idle, 60, "idle")
         assert app.state.backend.engine.blocks_in_use_by_requests() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# logprobs / top_logprobs, against transformers' own generate()
+
+
+def test_logprobs_match_transformers_generate(guarded, embedded):
+    import math
+
+    import torch
+
+    prompt = "The capital of France is"
+    ids = embedded.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = embedded.model.generate(
+        ids, max_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True
+    )
+    ref_ids = out.sequences[0, ids.shape[1]:].tolist()
+    ref = [torch.log_softmax(step[0].float(), -1) for step in out.logits]
+    body = {**OK, "prompt": prompt, "max_tokens": 5, "logprobs": 3, "ignore_eos": True}
+    got = httpx.post(guarded.url + "/v1/completions", json=body, headers=AUTH, timeout=60).json()
+    lp = got["choices"][0]["logprobs"]
+    assert len(lp["token_logprobs"]) == 5 == len(lp["tokens"]) == len(lp["top_logprobs"])
+    for i, token in enumerate(ref_ids):
+        assert math.isclose(lp["token_logprobs"][i], float(ref[i][token]), abs_tol=2e-4)
+        top_values, top_ids = ref[i].topk(3)
+        expected = {embedded.tokenizer.decode([t]): v for t, v in
+                    zip(top_ids.tolist(), top_values.tolist())}
+        assert lp["top_logprobs"][i].keys() == expected.keys()
+        for key, value in expected.items():
+            assert math.isclose(lp["top_logprobs"][i][key], value, abs_tol=2e-4)
+    assert "".join(lp["tokens"]) == got["choices"][0]["text"]
+    assert lp["text_offset"][0] == 0
+    # The chat shape, through the official client.
+    import openai
+
+    client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=2,
+    )
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    for entry in content:
+        # Greedy: the chosen token is the most likely one.
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.logprob - 1e-6
+        assert entry.logprob <= 0 and bytes(entry.bytes).decode("utf-8", "replace") == entry.token

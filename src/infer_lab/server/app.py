@@ -64,6 +64,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
+from .logprobs import chat_logprobs, completion_logprobs, score_tokens
 from .metrics import ServerMetrics
 from .schemas import (
     SEED_MAX,
@@ -410,6 +411,20 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 param="max_tokens",
                 code="context_length_exceeded",
             )
+        try:
+            top_k = body.top_logprobs_wanted()
+        except ValueError as exc:
+            raise APIError(400, f"invalid request: {exc}", param="top_logprobs") from None
+        if top_k is not None and body.stream:
+            raise APIError(
+                400,
+                "logprobs with stream=true is not implemented: ask without streaming",
+                param="logprobs",
+                code="unsupported_parameter",
+            )
+        if top_k is not None and getattr(getattr(backend, "lm", None), "model", None) is None:
+            raise APIError(400, "this backend cannot compute logprobs", param="logprobs",
+                           code="unsupported_parameter")
         if app.state.draining:
             raise APIError(
                 OVERLOADED, "the server is shutting down", "server_error",
@@ -453,12 +468,24 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
             await _wait_started(request, started[:1])
             started += [new_run(i) for i in range(1, n)]
             await _wait_started(request, started[1:])
-            return await _respond(request, body, started, chat)
+            return await _respond(request, body, started, chat, top_k)
         except BaseException:
             for run in started:
                 run.abandon()
                 runs.discard(run)
             raise
+
+    async def _logprobs(run: "_Run", chat: bool, top_k: int | None) -> dict[str, Any] | None:
+        if top_k is None:
+            return None
+        lm = backend.lm  # type: ignore[attr-defined]
+        answer = list(run.text.token_ids)
+        scores = await off_loop(
+            score_tokens, lm.model, run.request.prompt_ids, answer, top_k, lm.device
+        )
+        if chat:
+            return chat_logprobs(tokenizer, answer, scores)
+        return completion_logprobs(tokenizer, answer, scores, top_k)
 
     async def _wait_started(request: Request, group: list["_Run"]) -> None:
         """Wait for each run's first token; a 503 if one gets none within the queue timeout."""
@@ -478,7 +505,9 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         finally:
             watcher.cancel()
 
-    async def _respond(request: Request, body: Any, group: list["_Run"], chat: bool):
+    async def _respond(
+        request: Request, body: Any, group: list["_Run"], chat: bool, top_k: int | None
+    ):
         first = group[0]
         meta = {
             "id": ("chatcmpl-" if chat else "cmpl-") + first.request.request_id,
@@ -524,7 +553,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         for i, run in enumerate(group):
             text = "".join(texts[i])
             choice: dict[str, Any] = {"index": i, "finish_reason": run.finish_reason,
-                                      "logprobs": None}
+                                      "logprobs": await _logprobs(run, chat, top_k)}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
             else:
