@@ -181,7 +181,7 @@ def test_seeded_sampling_is_reproducible(ours):
         "unknown_model",
         "long_prompt",
         "max_tokens_too_large",
-        "n_2",
+        "n_17",
         "no_key",
         "wrong_key",
         "unknown_route",
@@ -199,7 +199,7 @@ def test_errors_get_openai_bodies_and_the_server_keeps_serving(ours, case):
         "unknown_model": dict(json={**ok, "model": "gpt-17"}, headers=auth),
         "long_prompt": dict(json={**ok, "prompt": "word " * 400}, headers=auth),
         "max_tokens_too_large": dict(json={**ok, "max_tokens": 10_000}, headers=auth),
-        "n_2": dict(json={**ok, "n": 2}, headers=auth),
+        "n_17": dict(json={**ok, "n": 17}, headers=auth),
         "no_key": dict(json=ok),
         "wrong_key": dict(json=ok, headers={"Authorization": "Bearer nope"}),
     }

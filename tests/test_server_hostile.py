@@ -430,3 +430,232 @@ def test_the_tokenizer_queue_is_capped(embedded):
     assert first.status_code == 200
     assert second.status_code == 503 and second.json()["error"]["code"] == "tokenizer_busy"
     assert second.headers["retry-after"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. What the server does not implement is refused by name, never a 200 that ignores it
+
+
+@pytest.mark.parametrize(
+    "route, change, param",
+    [
+        ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                                  "tool_choice": "required"}, "tools"),
+        ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("/v1/completions", {"echo": True}, "echo"),
+        ("/v1/completions", {"best_of": 3}, "best_of"),
+        ("/v1/completions", {"suffix": "end"}, "suffix"),
+        ("/v1/completions", {"logprobs": 2, "stream": True}, "logprobs"),
+        ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),
+        ("/v1/completions", {"presence_penalty": 0.5}, "presence_penalty"),
+        ("/v1/completions", {"max_token": 5}, "max_token"),  # misspelled
+        ("/v1/completions", {"n": 17}, "n"),
+        ("/v1/completions", {"temperature": float("nan")}, "temperature"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+         "messages.0.content"),
+    ],
+    ids=["tools", "response_format", "echo", "best_of", "suffix", "logprobs_stream", "top_logprobs_alone",
+         "penalty", "misspelled", "n_17", "nan_temperature", "image_part"],
+)
+def test_unimplemented_and_unknown_parameters_are_a_clear_400(guarded, route, change, param):
+    body = {"model": MODEL, "max_tokens": 2}
+    body.update({"prompt": "Hi"} if route == "/v1/completions"
+                else {"messages": [{"role": "user", "content": "Hi"}]})
+    body.update(change)
+    resp = httpx.post(guarded.url + route, content=json.dumps(body),
+                      headers={**AUTH, "Content-Type": "application/json"}, timeout=60)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"].startswith(param) and isinstance(error["code"], str)
+    if param == "temperature":
+        assert "NaN" in error["message"] and "2" not in error["message"]
+    elif param == "max_token":
+        assert "unknown parameter" in error["message"]
+    elif param not in ("n", "messages.0.content", "logprobs", "top_logprobs"):
+        assert "not supported" in error["message"] and param in error["message"]
+
+
+def test_the_openai_client_still_works_with_its_own_fields(guarded):
+    import openai
+
+    client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+        temperature=0, user="someone", stream=True, stream_options={"include_usage": True},
+    )
+    chunks = list(chat)
+    assert chunks[-1].usage.completion_tokens == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. A shutdown past its timeout ends every request with an error the client can read
+
+
+def test_shutdown_past_its_timeout_ends_streams_with_an_error_event_and_others_with_503(embedded):
+    app = build_app(embedded, "ours", max_model_len=512, block_size=16, num_blocks=64)
+    srv = ServerThread(app, shutdown_timeout_s=0.5).start()
+    long = {**OK, "prompt": "Count:", "max_tokens": 500, "ignore_eos": True}
+    got: dict = {}
+
+    def stream():
+        with httpx.stream("POST", srv.url + "/v1/completions", json={**long, "stream": True},
+                          timeout=60) as resp:
+            got["stream"] = [ln for ln in resp.iter_lines() if ln.startswith("data:")]
+
+    def plain():
+        got["plain"] = httpx.post(srv.url + "/v1/completions", json=long, timeout=60)
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
+    for t in threads:
+        t.start()
+    _wait(lambda: app.state.backend.stats()["running"] == 2, 60, "both requests running")
+    srv.stop(timeout_s=30)
+    for t in threads:
+        t.join(30)
+    lines = got["stream"]
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2][5:])["error"]
+    assert error["code"] == "server_shutting_down" and error["type"] == "server_error"
+    plain = got["plain"]
+    assert plain.status_code == 503 and plain.json()["error"]["code"] == "server_shutting_down"
+    assert app.state.backend.engine.kv.pool.all_free()
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Smaller defects
+
+
+def test_the_api_key_comes_from_a_file_or_the_environment(tmp_path):
+    import argparse
+
+    from infer_lab.commands.serve import resolve_api_key
+
+    def args(**kw):
+        return argparse.Namespace(**{"api_key": None, "api_key_file": None, **kw})
+
+    keyfile = tmp_path / "key"
+    keyfile.write_text("sk-from-file\n")
+    assert resolve_api_key(args(api_key_file=str(keyfile)), {}) == "sk-from-file"
+    assert resolve_api_key(args(), {"INFER_LAB_API_KEY": "sk-env"}) == "sk-env"
+    assert resolve_api_key(args(api_key="sk-cli"), {}) == "sk-cli"
+    assert resolve_api_key(args(), {}) is None
+    with pytest.raises(ValueError, match="one way only"):
+        resolve_api_key(args(api_key="a"), {"INFER_LAB_API_KEY": "b"})
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        resolve_api_key(args(api_key_file=str(tmp_path / "empty")), {})
+
+
+def test_a_cancelled_request_is_counted_once_and_a_hang_up_mid_body_is_no_400(guarded):
+    backend = _backend(guarded)
+    name = "infer_lab:request_success_total"
+    before = _metric(guarded, name, finished_reason="cancelled")
+    before_400 = _metric(guarded, "infer_lab:request_errors_total", status="400")
+    body = {**OK, "prompt": "Tell me a story.", "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(guarded.url + "/v1/completions", json=body, headers=AUTH, timeout=1.0)
+    _wait(lambda: _metric(guarded, name, finished_reason="cancelled") >= before + 1, 60,
+          "the cancellation")
+    _wait_idle(guarded)
+    time.sleep(0.3)  # a second count, if any, would have landed by now
+    assert _metric(guarded, name, finished_reason="cancelled") == before + 1
+    # Half a body, then the client hangs up: nothing was malformed, so no 400 is counted.
+    s = socket.create_connection((guarded.host, guarded.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + f"Authorization: Bearer {KEY}\r\nContent-Length: 500\r\n\r\n".encode() + b'{"mo')
+    time.sleep(0.3)
+    s.close()
+    gone = "infer_lab:client_disconnects_total"
+    _wait(lambda: _metric(guarded, gone, stage="body") >= 1, 10, "the hang-up to be seen")
+    assert _metric(guarded, "infer_lab:request_errors_total", status="400") == before_400
+    assert backend.engine.kv.pool.all_free()
+
+
+# ---------------------------------------------------------------------------------------------
+# n > 1: several answers to one prompt, sharing its KV blocks through the prefix cache
+
+
+def test_n_answers_match_single_requests_and_share_the_prompt_blocks(embedded):
+    app = build_app(embedded, "ours", max_model_len=256, block_size=16, num_blocks=64,
+                    max_num_seqs=4, prefix_cache="radix")
+    prompt = "The history of the city of Paris began " * 4  # several full 16-token blocks
+    with ServerThread(app) as srv:
+        url = srv.url + "/v1/completions"
+        greedy = httpx.post(url, json={**OK, "prompt": prompt, "max_tokens": 6, "n": 3},
+                            timeout=120).json()
+        ids = embedded.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        ref = embedded.model.generate(ids["input_ids"], max_new_tokens=6, do_sample=False)
+        expected = embedded.tokenizer.decode(ref[0, ids["input_ids"].shape[1]:])
+        assert [c["index"] for c in greedy["choices"]] == [0, 1, 2]
+        assert [c["text"] for c in greedy["choices"]] == [expected] * 3  # transformers' greedy
+        n_prompt = ids["input_ids"].shape[1]
+        assert greedy["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": 18,
+                                   "total_tokens": n_prompt + 18}
+        # The two later answers found the first one's prompt blocks in the cache.
+        hits = app.state.backend.stats()["prefix_cache_hits"]
+        assert hits >= 2 * (n_prompt // 16) * 16
+        # Sampled: answer i is the single request with seed + i, so each is reproducible.
+        body = {**OK, "prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0,
+                "seed": 11}
+        together = httpx.post(url, json={**body, "n": 2}, timeout=120).json()["choices"]
+        alone = [httpx.post(url, json={**body, "seed": 11 + i}, timeout=120).json()["choices"][0]
+                 ["text"] for i in range(2)]
+        assert [c["text"] for c in together] == alone
+        # Streamed: every chunk names its answer, and the answers are the same.
+        with httpx.stream("POST", url, json={**body, "n": 2, "stream": True},
+                          timeout=120) as resp:
+            lines = [json.loads(ln[5:]) for ln in resp.iter_lines()
+                     if ln.startswith("data:") and ln != "data: [DONE]"]
+        streamed = ["", ""]
+        for chunk in lines:
+            streamed[chunk["choices"][0]["index"]] += chunk["choices"][0]["text"]
+        assert streamed == alone
+        _wait(app.state.backend.is_idle, 60, "idle")
+        assert app.state.backend.engine.blocks_in_use_by_requests() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# logprobs / top_logprobs, against transformers' own generate()
+
+
+def test_logprobs_match_transformers_generate(guarded, embedded):
+    import math
+
+    import torch
+
+    prompt = "The capital of France is"
+    ids = embedded.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = embedded.model.generate(
+        ids, max_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True
+    )
+    ref_ids = out.sequences[0, ids.shape[1]:].tolist()
+    ref = [torch.log_softmax(step[0].float(), -1) for step in out.logits]
+    body = {**OK, "prompt": prompt, "max_tokens": 5, "logprobs": 3, "ignore_eos": True}
+    got = httpx.post(guarded.url + "/v1/completions", json=body, headers=AUTH, timeout=60).json()
+    lp = got["choices"][0]["logprobs"]
+    assert len(lp["token_logprobs"]) == 5 == len(lp["tokens"]) == len(lp["top_logprobs"])
+    for i, token in enumerate(ref_ids):
+        assert math.isclose(lp["token_logprobs"][i], float(ref[i][token]), abs_tol=2e-4)
+        top_values, top_ids = ref[i].topk(3)
+        expected = {embedded.tokenizer.decode([t]): v for t, v in
+                    zip(top_ids.tolist(), top_values.tolist())}
+        assert lp["top_logprobs"][i].keys() == expected.keys()
+        for key, value in expected.items():
+            assert math.isclose(lp["top_logprobs"][i][key], value, abs_tol=2e-4)
+    assert "".join(lp["tokens"]) == got["choices"][0]["text"]
+    assert lp["text_offset"][0] == 0
+    # The chat shape, through the official client.
+    import openai
+
+    client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=2,
+    )
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    for entry in content:
+        # Greedy: the chosen token is the most likely one.
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.logprob - 1e-6
+        assert entry.logprob <= 0 and bytes(entry.bytes).decode("utf-8", "replace") == entry.token

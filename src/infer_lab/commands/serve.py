@@ -45,8 +45,9 @@ Bodies must be JSON with 'Content-Type: application/json' (anything else gets a 
 most --max-body-bytes long (413). Token ids must be in the model's vocabulary, a seed a
 signed 64-bit integer, stop at most 4 strings of at most 256 characters, messages at most
 2048 (400). Parameters the server does not implement (tools, response_format, echo, best_of,
-suffix, logprobs, n > 1, penalties) and unknown ones get a 400 that names them: never a 200
-that silently ignores them. The OpenAPI description of every route and body is at
+suffix, logprobs, penalties) and unknown ones get a 400 that names them: never a 200 that
+silently ignores them. n (up to 16 answers) is served; with a prefix cache
+(--engine-option prefix_cache=radix) the answers share the prompt's KV blocks. The OpenAPI description of every route and body is at
 GET /openapi.json.
 
 Ctrl-C stops accepting requests and lets in-flight ones finish for up to --shutdown-timeout

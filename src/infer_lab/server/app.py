@@ -64,6 +64,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
+from .logprobs import chat_logprobs, completion_logprobs, score_tokens
 from .metrics import ServerMetrics
 from .schemas import (
     SEED_MAX,
@@ -410,6 +411,20 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 param="max_tokens",
                 code="context_length_exceeded",
             )
+        try:
+            top_k = body.top_logprobs_wanted()
+        except ValueError as exc:
+            raise APIError(400, f"invalid request: {exc}", param="top_logprobs") from None
+        if top_k is not None and body.stream:
+            raise APIError(
+                400,
+                "logprobs with stream=true is not implemented: ask without streaming",
+                param="logprobs",
+                code="unsupported_parameter",
+            )
+        if top_k is not None and getattr(getattr(backend, "lm", None), "model", None) is None:
+            raise APIError(400, "this backend cannot compute logprobs", param="logprobs",
+                           code="unsupported_parameter")
         if app.state.draining:
             raise APIError(
                 OVERLOADED, "the server is shutting down", "server_error",
@@ -423,70 +438,107 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 f"retry in {config.retry_after_s} s",
             )
         temperature, top_p = body.sampling()
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=body.seed,
-            ignore_eos=body.ignore_eos,
-        )
         received_s = getattr(request.state, "received_s", None) or time.perf_counter()
-        run = _Run(
-            backend, metrics, tokenizer, prompt_ids, params, body.stop_strings(), received_s,
-            stream_buffer=config.stream_buffer_tokens if body.stream else None,
-        )
-        run.submit()
-        runs.add(run)
+        n = body.n
+
+        def new_run(i: int) -> _Run:
+            seed = body.seed
+            if seed is not None and i:  # each choice its own sample, still reproducible
+                seed = seed + i if seed + i <= SEED_MAX else seed - i
+            params = SamplingParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                ignore_eos=body.ignore_eos,
+            )
+            run = _Run(
+                backend, metrics, tokenizer, prompt_ids, params, body.stop_strings(), received_s,
+                stream_buffer=config.stream_buffer_tokens if body.stream else None,
+            )
+            run.submit()
+            runs.add(run)
+            return run
+
+        started: list[_Run] = []
         try:
-            return await _respond(request, body, run, chat)
+            # The first choice alone first: once its prompt is in the KV cache, an engine with a
+            # prefix cache gives the other n - 1 the same blocks instead of computing them again.
+            started.append(new_run(0))
+            await _wait_started(request, started[:1])
+            started += [new_run(i) for i in range(1, n)]
+            await _wait_started(request, started[1:])
+            return await _respond(request, body, started, chat, top_k)
         except BaseException:
-            runs.discard(run)
+            for run in started:
+                run.abandon()
+                runs.discard(run)
             raise
 
-    async def _respond(request: Request, body: Any, run: "_Run", chat: bool):
+    async def _logprobs(run: "_Run", chat: bool, top_k: int | None) -> dict[str, Any] | None:
+        if top_k is None:
+            return None
+        lm = backend.lm  # type: ignore[attr-defined]
+        answer = list(run.text.token_ids)
+        scores = await off_loop(
+            score_tokens, lm.model, run.request.prompt_ids, answer, top_k, lm.device
+        )
+        if chat:
+            return chat_logprobs(tokenizer, answer, scores)
+        return completion_logprobs(tokenizer, answer, scores, top_k)
+
+    async def _wait_started(request: Request, group: list["_Run"]) -> None:
+        """Wait for each run's first token; a 503 if one gets none within the queue timeout."""
+        if not group:
+            return
+        deadline = time.monotonic() + config.queue_timeout_s
+        watcher = asyncio.create_task(_cancel_when_disconnected(request, group))
+        try:
+            for run in group:
+                if not await run.wait_for_first_event(max(0.0, deadline - time.monotonic())):
+                    run.abandon("queue_timeout")
+                    raise overloaded(
+                        "queue_timeout",
+                        f"no engine slot freed within {config.queue_timeout_s:g} s "
+                        "(infer-lab serve --queue-timeout); retry later",
+                    )
+        finally:
+            watcher.cancel()
+
+    async def _respond(
+        request: Request, body: Any, group: list["_Run"], chat: bool, top_k: int | None
+    ):
+        first = group[0]
         meta = {
-            "id": ("chatcmpl-" if chat else "cmpl-") + run.request.request_id,
+            "id": ("chatcmpl-" if chat else "cmpl-") + first.request.request_id,
             "created": int(time.time()),
             "model": config.model_name,
         }
-        watcher = asyncio.create_task(_cancel_when_disconnected(request, run))
-        try:
-            started = await run.wait_for_first_event(config.queue_timeout_s)
-        finally:
-            watcher.cancel()
-        if not started:
-            run.abandon("queue_timeout")
-            runs.discard(run)
-            raise overloaded(
-                "queue_timeout",
-                f"no engine slot freed within {config.queue_timeout_s:g} s "
-                "(infer-lab serve --queue-timeout); retry later",
-            )
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
             def finished() -> None:
-                run.abandon()
-                runs.discard(run)
+                for run in group:
+                    run.abandon()
+                    runs.discard(run)
 
             return StreamingResponse(
-                _sse(run, meta, chat, include_usage),
+                _sse(group, meta, chat, include_usage),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 # Runs after the stream ends or the client leaves, even before the first chunk.
                 background=BackgroundTask(finished),
             )
-        parts = []
-        watcher = asyncio.create_task(_cancel_when_disconnected(request, run))
+        texts: dict[int, list[str]] = {i: [] for i in range(len(group))}
+        watcher = asyncio.create_task(_cancel_when_disconnected(request, group))
         try:
-            async for delta, finish in run.events():
-                parts.append(delta)
-                if finish:
-                    break
+            async for i, delta, _finish in _merged_events(group):
+                texts[i].append(delta)
         finally:
             watcher.cancel()
-            runs.discard(run)
-        if run.shut_down:
+            for run in group:
+                runs.discard(run)
+        if any(run.shut_down for run in group):
             raise APIError(
                 OVERLOADED,
                 "the server shut down before this answer was finished "
@@ -494,23 +546,72 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 "server_error",
                 code="server_shutting_down",
             )
-        if run.error:
-            raise APIError(500, f"generation failed: {run.error}", "server_error")
-        text = "".join(parts)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": run.finish_reason, "logprobs": None}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
+        failed = next((run.error for run in group if run.error), None)
+        if failed:
+            raise APIError(500, f"generation failed: {failed}", "server_error")
+        choices = []
+        for i, run in enumerate(group):
+            text = "".join(texts[i])
+            choice: dict[str, Any] = {"index": i, "finish_reason": run.finish_reason,
+                                      "logprobs": await _logprobs(run, chat, top_k)}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            choices.append(choice)
         return {
             **meta,
             "object": "chat.completion" if chat else "text_completion",
-            "choices": [choice],
-            "usage": run.usage(),
-            "server_timing": run.timing(),
+            "choices": choices,
+            "usage": _usage(group),
+            "server_timing": first.timing(),
         }
 
     return app
+
+
+def _usage(group: list["_Run"]) -> dict[str, int]:
+    """The prompt counted once (as OpenAI does for n > 1), the completions summed."""
+    prompt = len(group[0].request.prompt_ids)
+    completion = sum(run.completion_tokens for run in group)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+async def _merged_events(group: list["_Run"]) -> AsyncIterator[tuple[int, str, str | None]]:
+    """(choice index, new text, finish or None) of all runs, in arrival order, until all end."""
+    if len(group) == 1:
+        async for delta, finish in group[0].events():
+            yield 0, delta, finish
+            if finish:
+                return
+        return
+    merged: asyncio.Queue[tuple[int, str, str | None] | None] = asyncio.Queue()
+
+    async def pump(i: int, run: "_Run") -> None:
+        try:
+            async for delta, finish in run.events():
+                await merged.put((i, delta, finish))
+                if finish:
+                    return
+        finally:
+            await merged.put(None)
+
+    tasks = [asyncio.create_task(pump(i, run)) for i, run in enumerate(group)]
+    try:
+        ended = 0
+        while ended < len(group):
+            item = await merged.get()
+            if item is None:
+                ended += 1
+                continue
+            yield item
+    finally:
+        for task in tasks:
+            task.cancel()  # a pump cancelled mid-stream abandons its run (events' finally)
 
 
 class _FastJSONRequest(Request):
@@ -731,21 +832,22 @@ class _Gate:
 
 
 async def _sse(
-    run: "_Run", meta: dict[str, Any], chat: bool, include_usage: bool
+    group: list["_Run"], meta: dict[str, Any], chat: bool, include_usage: bool
 ) -> AsyncIterator[str]:
-    """SSE lines of one streamed request. Cancellation (client gone) cancels the engine request."""
+    """SSE lines of one streamed request (n choices, each chunk names its index).
+    Cancellation (client gone) cancels every engine request of it."""
     obj = "chat.completion.chunk" if chat else "text_completion"
 
-    def chunk(delta: str | None, finish: str | None, first: bool = False) -> str:
+    def chunk(i: int, delta: str | None, finish: str | None, first: bool = False) -> str:
         if chat:
             d: dict[str, Any] = (
                 {"role": "assistant", "content": delta or ""}
                 if first
                 else ({"content": delta} if delta else {})
             )
-            choice = {"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}
+            choice = {"index": i, "delta": d, "finish_reason": finish, "logprobs": None}
         else:
-            choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+            choice = {"index": i, "text": delta or "", "finish_reason": finish, "logprobs": None}
         payload = {**meta, "object": obj, "choices": [choice]}
         if include_usage:
             payload["usage"] = None
@@ -756,9 +858,11 @@ async def _sse(
         return f"data: {json.dumps(err)}\n\n"
 
     if chat:
-        yield chunk("", None, first=True)
+        for i in range(len(group)):
+            yield chunk(i, "", None, first=True)
     failed = False
-    async for delta, finish in run.events():
+    async for i, delta, finish in _merged_events(group):
+        run = group[i]
         problem = None
         if run.shut_down:
             problem = (
@@ -776,26 +880,27 @@ async def _sse(
             problem = (f"generation failed: {run.error}", "internal_error")
         if problem is not None:
             if delta:
-                yield chunk(delta, None)
+                yield chunk(i, delta, None)
             yield error_event(*problem)
             failed = True
             break
         if delta or finish:
-            yield chunk(delta, finish)
-        if finish:
-            break
+            yield chunk(i, delta, finish)
     if include_usage and not failed:
-        last = {**meta, "object": obj, "choices": [], "usage": run.usage()}
-        last["server_timing"] = run.timing()
+        last = {**meta, "object": obj, "choices": [], "usage": _usage(group)}
+        last["server_timing"] = group[0].timing()
         yield f"data: {json.dumps(last)}\n\n"
     yield "data: [DONE]\n\n"
 
 
-async def _cancel_when_disconnected(request: Request, run: "_Run", poll_s: float = 0.25) -> None:
-    """A client that hangs up before its answer gets its request cancelled, not computed in vain."""
-    while run.finish_reason is None:
+async def _cancel_when_disconnected(
+    request: Request, group: list["_Run"], poll_s: float = 0.25
+) -> None:
+    """A client that hangs up before its answer gets its requests cancelled, not computed in vain."""
+    while any(run.finish_reason is None for run in group):
         if await request.is_disconnected():
-            run.abandon()
+            for run in group:
+                run.abandon()
             return
         await asyncio.sleep(poll_s)
 

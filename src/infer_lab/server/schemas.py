@@ -33,6 +33,9 @@ MAX_STOP_CHARS = 256
 # before its items are validated.
 MAX_MESSAGES = 2048
 MAX_CONTENT_PARTS = 256
+MAX_N = 16  # answers per request: each takes an engine slot
+MAX_COMPLETION_LOGPROBS = 5  # as OpenAI's completions
+MAX_TOP_LOGPROBS = 20  # as OpenAI's chat completions
 # OpenAI parameters this server does not implement: refused by name, never accepted and
 # ignored (a client would get a wrong answer with a 200 instead of an error).
 UNSUPPORTED = {
@@ -45,8 +48,6 @@ UNSUPPORTED = {
     "echo": "echoing the prompt is not implemented",
     "best_of": "best_of is not implemented",
     "suffix": "insertion (suffix) is not implemented",
-    "logprobs": "log-probabilities are not implemented yet",
-    "top_logprobs": "log-probabilities are not implemented yet",
     "logit_bias": "logit_bias is not implemented",
     "presence_penalty": "presence_penalty is not implemented",
     "frequency_penalty": "frequency_penalty is not implemented",
@@ -170,11 +171,34 @@ class ServerTiming(BaseModel):
     e2e_s: float | None = None
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: one entry per generated token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+    text_offset: list[int]
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None = None
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -196,7 +220,7 @@ class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -241,7 +265,11 @@ def request_models(
         )
         seed: Seed | None = None
         stop: Stop | None = None
-        n: json_int(ge=1, le=1) = Field(default=1, description="only 1 is supported")  # type: ignore[valid-type]
+        n: json_int(ge=1, le=MAX_N) = Field(  # type: ignore[valid-type]
+            default=1,
+            description="answers to the same prompt; they share its KV blocks when the "
+            "engine has a prefix cache",
+        )
         stream: StrictBool = False
         stream_options: StreamOptions | None = None
         ignore_eos: StrictBool = Field(
@@ -261,6 +289,15 @@ def request_models(
             return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     class CompletionRequest(_Common):
+        logprobs: json_int(ge=0, le=MAX_COMPLETION_LOGPROBS) | None = Field(  # type: ignore[valid-type]
+            default=None,
+            description="log-probability of each generated token and of the N most likely "
+            "ones (not with stream=true)",
+        )
+
+        def top_logprobs_wanted(self) -> int | None:
+            return self.logprobs
+
         prompt: Annotated[
             Annotated[Text, Field(min_length=1), Tag("as-text")]
             | Annotated[
@@ -285,6 +322,18 @@ def request_models(
     class ChatCompletionRequest(_Common):
         messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
         max_completion_tokens: MaxTokens | None = None
+        logprobs: StrictBool = Field(
+            default=False,
+            description="log-probability of each generated token (not with stream=true)",
+        )
+        top_logprobs: json_int(ge=0, le=MAX_TOP_LOGPROBS) | None = Field(  # type: ignore[valid-type]
+            default=None, description="with logprobs: the N most likely tokens at each step"
+        )
+
+        def top_logprobs_wanted(self) -> int | None:
+            if self.top_logprobs and not self.logprobs:
+                raise ValueError("top_logprobs needs logprobs: true")
+            return (self.top_logprobs or 0) if self.logprobs else None
 
     return CompletionRequest, ChatCompletionRequest
 
@@ -331,7 +380,7 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
             name,
         )
     if loc == ["n"] and kind in ("less_than_equal", "greater_than_equal"):
-        return "invalid request: n: only n=1 is supported (one answer per request)", "n"
+        return f"invalid request: n: must be from 1 to {MAX_N} answers per request", "n"
     if kind == "finite_number" and loc:
         name = ".".join(str(p) for p in loc)
         return f"invalid request: {name}: must be a finite number, not NaN or infinity", name
