@@ -97,6 +97,7 @@ def engine_config(
     compile_layers: bool = False,
     kv_dtype: str | None = None,
     prepack_weights: bool | None = None,
+    weight_quant: str | None = None,
 ) -> EngineConfig:
     """The :class:`EngineConfig` a benchmark's switches name (``prepack_weights`` None: the engine decides)."""
     extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
@@ -113,6 +114,7 @@ def engine_config(
         fuse_projections=fuse_projections,
         compile_layers=compile_layers,
         prepack_weights=prepack_weights,
+        weight_quant=weight_quant,
         **decode_path_config(decode_path),
         **extra,
     )
@@ -176,6 +178,7 @@ def run_engine_benchmark(
     kv_dtype: str | None = None,
     workload_kind: str = "uniform",
     prepack_weights: bool | None = None,
+    weight_quant: str | None = None,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -214,7 +217,7 @@ def run_engine_benchmark(
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(lens) + 1, mode, prefix_cache, chunk_tokens,
                            kv_mode, block_size, num_blocks, decode_path, fuse_projections,
-                           compile_layers, kv_dtype, prepack_weights)
+                           compile_layers, kv_dtype, prepack_weights, weight_quant)
     if warmup:
         warm_up_engine(lm, config, seed + 1)
     result, _ = timed_engine_run(lm, config, wl.prompts, lens)
@@ -230,6 +233,7 @@ def run_engine_benchmark(
         "chunk_tokens": chunk_tokens,
         "kv_mode": kv_mode,
         "kv_dtype": config.kv_dtype if hasattr(config, "kv_dtype") else None,
+        "weight_quant": weight_quant,
         "block_size": block_size,
         "shared_prefix_len": shared_prefix_len,
     }

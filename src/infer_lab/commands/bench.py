@@ -92,13 +92,24 @@ oneDNN on weights reordered once at load ("prepacked", what the engine does on a
 ms per step for each, the speedup, and the weight bytes streamed per second. CPU only.
 
   infer-lab bench gemm --batches 1,4,16,64,256 --threads 2
+
+bench quant: one user's decode on the engine with quantized GEMM weights (--methods, default
+int8,int4) against the same engine in the model's dtype, interleaved over --rounds rounds
+(median decode tok/s after the first token, fresh engine each run, --prompt-len in /
+--output-len out), with the bytes of GEMM weights each streams per token; then perplexity
+and top-1 agreement with the unquantized model on the shipped evaluation text (skip with
+--no-quality). int8: per-row scales, aten._weight_int8pack_mm; int4: groups of 32,
+aten._weight_int4pack_mm_for_cpu (both PyTorch CPU kernels, bf16 activations inside).
+
+  infer-lab bench quant --prompt-len 128 --output-len 128 --threads 2
 """
 
 
 def add_arguments(p) -> None:
-    p.add_argument("target", choices=["engine", "spec", "gemm"],
+    p.add_argument("target", choices=["engine", "spec", "gemm", "quant"],
                    help="engine: the serving engine; spec: speculative decoding vs plain decoding; "
-                        "gemm: one step's GEMMs, plain vs prepacked weights")
+                        "gemm: one step's GEMMs, plain vs prepacked weights; quant: one user's decode "
+                        "on int8/int4 weights vs the model's dtype")
     add_model_arguments(p)
     p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     p.add_argument(
@@ -170,6 +181,11 @@ def add_arguments(p) -> None:
         "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
     )
     p.add_argument("--json", action="store_true", help="print JSON only")
+    p.add_argument("--weight-quant", choices=["none", "int8", "int4"], default="none",
+                   help="engine: GEMM weights quantized for PyTorch's fused CPU kernels (default none)")
+    quant = p.add_argument_group("bench quant")
+    quant.add_argument("--methods", default="int8,int4", help="quant: comma-separated methods (int8, int4, int4-gN)")
+    quant.add_argument("--no-quality", action="store_true", help="quant: skip perplexity and top-1 agreement")
     gemm = p.add_argument_group("bench gemm")
     gemm.add_argument("--batches", default="1,4,16,64,256",
                       help="gemm: rows (tokens) per step, comma-separated (default 1,4,16,64,256)")
@@ -193,8 +209,9 @@ def parse_ks(text: str, flag: str = "--k") -> list[int]:
     return ks
 
 
-WORKLOADS = {"engine": ("uniform", "mixed"), "spec": ("grounded", "chat"), "gemm": ("uniform",)}
-ROUNDS = {"engine": 3, "spec": 1, "gemm": 5}
+WORKLOADS = {"engine": ("uniform", "mixed"), "spec": ("grounded", "chat"), "gemm": ("uniform",),
+             "quant": ("uniform",)}
+ROUNDS = {"engine": 3, "spec": 1, "gemm": 5, "quant": 3}
 
 
 def run(args) -> int:
@@ -207,6 +224,8 @@ def run(args) -> int:
         return run_spec(args)
     if args.target == "gemm":
         return run_gemm(args)
+    if args.target == "quant":
+        return run_quant(args)
     return run_engine(args)
 
 
@@ -261,6 +280,37 @@ def run_gemm(args) -> int:
     print(f"[{result['environment']['hardware']}, {result['threads']} torch threads; weights "
           f"{result['rows'][0]['weight_bytes'] / 1e9:.2f} GB per step; largest LM-head difference "
           f"{max(r['max_abs_diff'] for r in result['rows']):.1e}]")
+    return 0
+
+
+def run_quant(args) -> int:
+    """``bench quant``: one user's decode on quantized weights against the model's dtype, and quality."""
+    from ..bench.weight_quant import weight_quant_benchmark
+    from ..models import load_model
+    from ..quant.kernels import parse_method
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    for m in methods:
+        parse_method(m)
+    if not methods or args.rounds < 1 or args.output_len < 2:
+        raise ValueError("--methods needs at least one method, --rounds >= 1 and --output-len >= 2")
+    _set_threads(args.threads)
+    lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    result = weight_quant_benchmark(lm, methods, args.prompt_len, args.output_len, args.rounds,
+                                    with_quality=not args.no_quality)
+    if _save_or_print_json(args, result, "quant"):
+        return 0
+    print(f"one user, {args.prompt_len} in / {args.output_len} out, decode tok/s median of {args.rounds} "
+          f"interleaved rounds, {lm.describe()}")
+    for name, r in result["speed"].items():
+        print(f"{name:>8}: {r['decode_tokens_per_s']:6.1f} tok/s ({r['speedup_vs_base']:.2f}x), "
+              f"{r['gemm_weight_bytes_per_token'] / 1e6:.0f} MB of GEMM weights per token, {r['gemm_path']}")
+    for name, q in result.get("quality", {}).items():
+        print(f"{name:>8}: perplexity {q['perplexity']:.3f} ({100 * q['perplexity_change']:+.2f}%), top-1 "
+              f"agreement {100 * q['top1_agreement']:.1f}% over {q['scored_tokens']} tokens")
+    env = result["environment"]
+    print(f"[{env['hardware']}, {', '.join(env['cpu']['flags']) if 'cpu' in env else ''}; "
+          f"{result['threads']} torch threads]")
     return 0
 
 
@@ -335,6 +385,7 @@ def run_engine(args) -> int:
         compile_layers=args.compile,
         prepack_weights={"auto": None, "on": True, "off": False}[args.prepack],
         kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
+        weight_quant=None if args.weight_quant == "none" else args.weight_quant,
         workload_kind=args.workload,
         rounds=args.rounds,
     )

@@ -122,7 +122,11 @@ class Engine:
     ):
         config = config or EngineConfig()
         config.validate()
-        self.gemm_plan = gemm_plan(config, model)
+        if config.weight_quant is not None:
+            model = model.plain.quantized(config.weight_quant)
+            self.gemm_plan = GemmPlan((1,), (False,), source=f"quantized weights ({config.weight_quant})")
+        else:
+            self.gemm_plan = gemm_plan(config, model)
         self.prepacked_weights = self.gemm_plan.any_prepacked
         model = model.prepacked() if self.prepacked_weights else model.plain
         if draft_model is not None:

@@ -145,6 +145,8 @@ class EngineModel:
         self.scale = shape.head_dim**-0.5
         self.plain: EngineModel = self  # the same model with plain weights (itself unless prepacked)
         self._packed: tuple[tuple[int, ...], EngineModel] | None = None
+        self.quant_method: str | None = None  # "int8", "int4"...: GEMM weights for a fused kernel
+        self._quantized: dict[str, tuple[Any, EngineModel]] = {}
 
     @classmethod
     def from_hf(cls, hf_model: Any) -> EngineModel:
@@ -208,6 +210,8 @@ class EngineModel:
         """
         if self.is_prepacked:
             return self
+        if self.quant_method is not None:
+            raise ValueError(f"quantized weights ({self.quant_method}) are not prepacked")
         key = tuple(t._version for t in self.gemm_weights())
         if self._packed is not None and self._packed[0] == key:
             return self._packed[1]
@@ -222,6 +226,47 @@ class EngineModel:
         self._packed = (key, packed)
         return packed
 
+    def quantized(self, method: str) -> EngineModel:
+        """The same model with its GEMM weights (LM head included) quantized for a fused CPU kernel.
+
+        ``method``: ``int8`` (per output row) or ``int4`` / ``int4-gN`` (groups of N inputs,
+        default 32; the LM head stays int8), multiplied by PyTorch's weight-only kernels
+        (:mod:`infer_lab.quant.kernels`).
+        Made once per method and kept while the float weights are unchanged; norms, embeddings
+        and RoPE stay shared, in the model's dtype.
+        """
+        from ..quant import kernels
+
+        source = self.plain
+        if self.quant_method is not None:
+            raise ValueError(f"this model is already quantized ({self.quant_method})")
+        if self.device.type != "cpu" or not kernels.available():
+            raise ValueError(f"quantized weights use PyTorch's CPU kernels; this model is on {self.device}"
+                             + ("" if kernels.available() else " and this torch lacks them"))
+        kernels.parse_method(method)  # refuse a bad name before any work
+        key = (method, tuple(t._version for t in source.gemm_weights()))
+        cached = source._quantized.get(method)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+
+        def q(t: torch.Tensor) -> Any:
+            return kernels.quantize_weight(t, method)
+
+        layers = [replace(w, qkv_proj=q(w.qkv_proj), o_proj=q(w.o_proj), gate_up_proj=q(w.gate_up_proj),
+                          down_proj=q(w.down_proj)) for w in source.layers]
+        # The LM head maps onto the whole vocabulary, where a coarse 4-bit step flips the top
+        # token far more often than inside a layer: 4-bit methods keep it at int8.
+        head = kernels.quantize_weight(source.lm_head, "int8" if method.startswith("int4") else method)
+        model = EngineModel(source.shape, source.embed, layers, source.final_norm, head, inv_freq=source.inv_freq)
+        model.quant_method = method
+        source._quantized[method] = (key, model)
+        return model
+
+    def gemm_weight_bytes_stored(self) -> int:
+        """Bytes this model's GEMM weights take as stored (codes and scales when quantized)."""
+        return sum(t.numel() * t.element_size() if isinstance(t, torch.Tensor) and not t.is_mkldnn
+                   else getattr(t, "nbytes", 0) for t in self.gemm_weights())
+
     def first_layers(self, n: int) -> EngineModel:
         """The same model cut after ``n`` layers, with the same final norm and LM head.
 
@@ -233,6 +278,7 @@ class EngineModel:
                           self.lm_head, inv_freq=self.inv_freq)
         if self.is_prepacked:
             cut.plain = self.plain.first_layers(n)
+        cut.quant_method = self.quant_method
         return cut
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

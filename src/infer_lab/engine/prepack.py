@@ -71,7 +71,13 @@ def is_prepacked(weight: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias`` for a plain or a prepacked ``weight``: every engine GEMM goes here."""
+    """``x @ weight.T + bias`` for a plain or a prepacked ``weight``: every engine GEMM goes here.
+
+    A quantized weight (:mod:`infer_lab.quant.kernels`, not a tensor) multiplies itself with
+    its own fused kernel.
+    """
+    if not isinstance(weight, torch.Tensor):
+        return weight.linear(x, bias)
     if weight.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)

@@ -1,0 +1,136 @@
+"""The engine on quantized weights: one user's decode speed against fp32, and what it costs in quality.
+
+Decode at batch 1 streams every GEMM weight once per token, so its speed limit is bytes per
+token. int8 weights are a quarter of fp32's bytes and int4 (groups of 32) about a sixth; with
+fused kernels (:mod:`infer_lab.quant.kernels`) the engine should decode correspondingly faster.
+
+:func:`decode_speed` times the engine at batch 1 on one prompt, fp32 and each method in turn,
+interleaved over ``rounds`` rounds (median), and checks nothing about tokens: quantized weights
+change them. :func:`quality` scores the same engine models on the shipped evaluation text:
+perplexity over non-overlapping windows, and top-1 agreement with the fp32 model's next-token
+prediction at every scored position (chapter 05's two measures).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from ..engine import AttentionMetadata, Engine, EngineConfig, EngineModel, SamplingParams
+from ..harness import env_metadata
+
+METHODS = ("int8", "int4")
+
+
+@torch.inference_mode()
+def _window_logits(model: EngineModel, ids: torch.Tensor) -> torch.Tensor:
+    """Logits ``(len(ids), vocab)`` of one window, every position, no cache."""
+    n = len(ids)
+    meta = AttentionMetadata(query_lens=[n], context_lens=[n], sample_indices=list(range(n)))
+    return model.forward(ids, torch.arange(n), meta, None)
+
+
+def quality(lm: Any, methods: tuple[str, ...] = METHODS, eval_tokens: int = 1024,
+            window: int = 256) -> dict[str, dict[str, float]]:
+    """Perplexity and top-1 agreement with fp32 of the engine's model on each method's weights.
+
+    Scores ``eval_tokens`` of the evaluation text in windows of ``window`` tokens (the tail
+    that fills no window is dropped). Returns ``{method: {perplexity, perplexity_change,
+    top1_agreement, scored_tokens}}``, with the model's own dtype under its name.
+    """
+    from ..evaluation import eval_token_ids
+
+    if lm.tokenizer is None:
+        raise ValueError(f"{lm.name} has no tokenizer: quality needs real weights and text")
+    ids = eval_token_ids(lm.tokenizer, eval_tokens)
+    n_windows = len(ids) // window
+    if n_windows == 0:
+        raise ValueError(f"{len(ids)} evaluation tokens do not fill one window of {window}")
+    base = EngineModel.from_hf(lm.model).plain
+    models = {str(lm.dtype).replace("torch.", ""): base, **{m: base.quantized(m) for m in methods}}
+    reference: list[torch.Tensor] = []
+    out: dict[str, dict[str, float]] = {}
+    for name, model in models.items():
+        nll, agree, scored = 0.0, 0, 0
+        for w in range(n_windows):
+            chunk = ids[w * window : (w + 1) * window]
+            logits = _window_logits(model, chunk)[:-1]
+            nll -= float(torch.log_softmax(logits, -1).gather(1, chunk[1:, None]).double().sum())
+            top1 = logits.argmax(-1)
+            if model is base:
+                reference.append(top1)
+            agree += int((top1 == reference[w]).sum())
+            scored += len(top1)
+        out[name] = {"perplexity": math.exp(nll / scored), "top1_agreement": agree / scored,
+                     "scored_tokens": scored}
+    first = next(iter(out.values()))["perplexity"]
+    for row in out.values():
+        row["perplexity_change"] = row["perplexity"] / first - 1
+    return out
+
+
+def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 128, new_tokens: int = 128,
+                 rounds: int = 3, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """One user's decode on the engine: fp32 (its usual GEMM plan) and each method, interleaved.
+
+    Every round runs one fresh engine per contender on the same random prompt (EOS ignored,
+    greedy) and records decode tokens/s = (new tokens - 1) / (time after the first token);
+    the median over rounds is reported, with the GEMM weights' stored bytes per token.
+    """
+    if rounds < 1 or new_tokens < 2:
+        raise ValueError("rounds must be >= 1 and new_tokens >= 2")
+    prompt = lm.random_ids(1, prompt_len, seed=seed)[0].tolist()
+    names = (None, *methods)
+    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+
+    def run(method: str | None) -> tuple[float, Engine]:
+        engine = Engine.from_loaded(lm, EngineConfig(max_num_seqs=1, max_model_len=prompt_len + new_tokens + 1,
+                                                     weight_quant=method))
+        (out,) = engine.generate([prompt], params)
+        return len(out.itl_s) / sum(out.itl_s), engine
+
+    for m in names:  # warm-up: builds (and caches) each quantized model, times nothing
+        run(m)
+    rates: dict[str | None, list[float]] = {m: [] for m in names}
+    engines: dict[str | None, Engine] = {}
+    for r in range(rounds):
+        for m in names[r % len(names):] + names[: r % len(names)]:
+            rate, engines[m] = run(m)
+            rates[m].append(rate)
+    base_name = str(lm.dtype).replace("torch.", "")
+    fp = statistics.median(rates[None])
+    out = {}
+    for m in names:
+        e = engines[m]
+        med = statistics.median(rates[m])
+        out[m or base_name] = {
+            "decode_tokens_per_s": med, "by_round": rates[m], "speedup_vs_base": med / fp,
+            "gemm_weight_bytes_per_token": e.model.gemm_weight_bytes_stored(),
+            "gemm_path": e.gemm_plan.describe() if m is None else _kernel(e.model),
+        }
+    return out
+
+
+def _kernel(model: EngineModel) -> str:
+    return getattr(model.layers[0].qkv_proj, "kernel", "F.linear")
+
+
+def weight_quant_benchmark(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 128,
+                           new_tokens: int = 128, rounds: int = 3, eval_tokens: int = 1024,
+                           window: int = 256, with_quality: bool = True) -> dict[str, Any]:
+    """:func:`decode_speed` and (with a tokenizer) :func:`quality`, as JSON with the environment."""
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {
+        "speed": decode_speed(lm, methods, prompt_len, new_tokens, rounds),
+        "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": rounds,
+        "threads": torch.get_num_threads(),
+    }
+    if with_quality and lm.tokenizer is not None and not lm.is_random:
+        result["quality"] = quality(lm, methods, eval_tokens, window)
+    result["elapsed_s"] = time.perf_counter() - t0
+    result["environment"] = env_metadata(lm)
+    return result
