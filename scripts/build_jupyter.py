@@ -206,6 +206,15 @@ def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[
     return lines, names
 
 
+MARIMO_ONLY = re.compile(r"\s*<!-- marimo -->.*?<!-- /marimo -->", re.S)
+
+
+def jupyter_text(text: str) -> str:
+    """Drop what names marimo's controls (``<!-- marimo -->...<!-- /marimo -->``, invisible markers in
+    marimo): the Jupyter edition has other controls, and its text must name only those."""
+    return MARIMO_ONLY.sub("", text)
+
+
 def escape_dollars(text: str) -> str:
     """A markdown cell's lone ``$`` as ``\\$``: JupyterLab and Colab typeset ``$/hour … $`` as math
     otherwise ("**$ per million** = $/hour" loses its words); ``$$...$$`` display math is kept."""
@@ -222,7 +231,7 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     """
     labels = labels or {}
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return "markdown", escape_dollars(textwrap.dedent(arg.value).strip("\n"))
+        return "markdown", escape_dollars(jupyter_text(textwrap.dedent(arg.value).strip("\n")))
     if not isinstance(arg, ast.JoinedStr):
         return None
     pieces, dynamic = [], False
@@ -244,7 +253,7 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
             spec = ":" + "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
                                  for v in value.format_spec.values)
         pieces.append("{" + ast.unparse(value.value) + conv + spec + "}")
-    text = textwrap.dedent("".join(pieces)).strip("\n")
+    text = jupyter_text(textwrap.dedent("".join(pieces)).strip("\n"))
     if not dynamic:
         return "markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))
     if '"""' in text or text.endswith("\\"):

@@ -104,3 +104,13 @@ def test_jupyter_md_sends_lone_dollars_as_their_own_element(monkeypatch):
     monkeypatch.setattr(ipd, "display", lambda obj: shown.append(obj.data))
     jupyter.md("**$ per million** = $/hour\n\n$$a = b$$")
     assert shown == ["**<span>$</span> per million** = <span>$</span>/hour\n\n$$a = b$$"]
+
+
+def test_text_that_names_marimo_controls_stays_out_of_the_jupyter_edition():
+    from infer_lab.course import chapter
+
+    assert builder.jupyter_text("A.\n<!-- marimo -->\nMove the sliders.\n<!-- /marimo -->\nB.") == "A.\nB."
+    texts = {n: "\n".join(text for _, text in builder.build(chapter(n)).cells) for n in ("00", "07", "11")}
+    assert "Move the sliders" not in texts["11"] and "E / (k·c + v)" in texts["11"]
+    assert "max_tokens = oracle" not in texts["07"]
+    assert "Install it with" not in texts["00"] and "press the" not in texts["00"]
