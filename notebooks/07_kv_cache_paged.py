@@ -187,12 +187,14 @@ def _(ch07, mo, nb, settings):
 @app.cell(hide_code=True)
 def _(mo):
     mo.md(r"""
+    <!-- marimo -->
     Try **max_tokens = oracle** (every client declares exactly what it will generate, the
     paper's "Orca (Oracle)"): contiguous-exact loses its internal fragmentation, but its
     external fragmentation and its reservation for future tokens remain. Try block size 1 (no
     waste, but a block-table entry per token and tiny gathers) and 128 (the last-block tail
     grows); vLLM's default is 16. A smaller budget makes the queue longer and the holes matter
     more.
+    <!-- /marimo -->
 
     ## 3 · The engine's own allocators: how many requests fit
 

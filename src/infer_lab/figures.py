@@ -45,8 +45,12 @@ def plain_log_axes(fig: Any) -> Any:
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() == "log":
                 base = axis.get_transform().base
-                axis.set_major_formatter(PlainLogFormatter(base))
-                axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=False))
+                # Only matplotlib's own log formatters: a figure that set its ticks' text (a
+                # FuncFormatter, or NullFormatter to hide crowded minor ticks) keeps it.
+                if isinstance(axis.get_major_formatter(), LogFormatter):
+                    axis.set_major_formatter(PlainLogFormatter(base))
+                if isinstance(axis.get_minor_formatter(), LogFormatter):
+                    axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=False))
     return fig
 
 
@@ -71,8 +75,45 @@ def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
     return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
+def declutter_labels(fig: Any, max_tries: int = 12) -> int:
+    """Move text labels that overlap an earlier label of the same axes up or down, in steps of
+    their own height, until they overlap none (labels of points that crowd together stay
+    legible). Returns how many labels moved; labels that overlap nothing are left alone."""
+    from matplotlib.text import Annotation
+    from matplotlib.transforms import offset_copy
+
+    renderer = fig.canvas.get_renderer()
+    moved = 0
+    for ax in fig.axes:
+        placed: list[Any] = []
+        for text in ax.texts:
+            if not text.get_visible() or not text.get_text().strip():
+                continue
+            box = text.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                continue
+            step = box.height * 72 / fig.dpi + 1  # points
+            for k in range(1, max_tries + 1):
+                dy = step * ((k + 1) // 2) * (-1 if k % 2 else 1)
+                trial = box.translated(0, dy * fig.dpi / 72)
+                if not any(trial.overlaps(other) for other in placed):
+                    if isinstance(text, Annotation) and text.anncoords in ("offset points", "offset pixels"):
+                        x, y = text.xyann
+                        text.xyann = (x, y + (dy if text.anncoords == "offset points" else dy * fig.dpi / 72))
+                    else:
+                        text.set_transform(offset_copy(text.get_transform(), fig=fig, y=dy, units="points"))
+                    placed.append(trial)
+                    moved += 1
+                    break
+            else:
+                placed.append(box)
+    return moved
+
+
 def finish(fig: Any) -> Any:
-    """Plain log labels, then a tight layout; returns ``fig``."""
+    """Plain log labels, a tight layout, then overlapping labels moved apart; returns ``fig``."""
     plain_log_axes(fig)
     fig.tight_layout()
+    declutter_labels(fig)
     return fig

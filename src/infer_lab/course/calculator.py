@@ -170,7 +170,7 @@ def kv_visualizer_figure(curves: KVCurves):
         ax.set_ylim(0, top * 1.08)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    a.set_ylabel("GB (1e9 bytes)")
+    a.set_ylabel("GB (10⁹ bytes)")
     fig.suptitle(
         f"{curves.model} ({curves.attention}), KV in {curves.kv_dtype}: {curves.kv_bytes_per_token:,} B/token; "
         f"{curves.users:,} users x {curves.context:,} tokens = {curves.kv_total_label} (analytic, no hardware)",

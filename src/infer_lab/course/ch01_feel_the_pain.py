@@ -437,10 +437,12 @@ def memory_figure(memory: MemoryResult, source: str):
         limit = (budget - weights) / (per_token * tokens_per_x)
         if 1 <= limit <= x_max:
             ax.axvline(limit, color="k", ls=":", lw=1)
+            # right of the line and below the budget: the curve has already left that corner
             ax.annotate(f"full at {limit:,.0f}", (limit, budget / GB), textcoords="offset points",
-                        xytext=(-5, -14), ha="right", fontsize=8)
+                        xytext=(5, -14), ha="left", fontsize=8,
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9))
         ax.set(xscale="log", yscale="log", xlabel=xlabel)
-    axes[0].set_ylabel("GB (1e9 bytes), log scale")
+    axes[0].set_ylabel("GB (10⁹ bytes), log scale")
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Memory grows with tokens and users: {source}", fontsize=10)
     finish(fig)

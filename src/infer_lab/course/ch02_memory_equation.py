@@ -545,7 +545,7 @@ def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int,
         spec = get_gpu(gpu)
         ax.axhline(spec.memory_bytes / GB, color="r", ls=":", lw=1,
                    label=f"{spec.name} memory {human(spec.memory_bytes / GB, 3)} GB")
-    ax.set(xscale="log", yscale="log", xlabel="tokens per user (context), log scale", ylabel="GB (1e9 B), log scale")
+    ax.set(xscale="log", yscale="log", xlabel="tokens per user (context), log scale", ylabel="GB (10⁹ B), log scale")
     ax.set_xscale("log", base=2)
     ax.set_title(f"KV cache of {shape.name} ({shape.attention_kind}, KV in {kv_dtype}): analytic, no hardware",
                  fontsize=10)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,6 +293,11 @@ def summary(result: Result) -> str:
 COLORS = {"prefill": "tab:orange", "decode": "tab:blue"}
 
 
+def _short_op(name: str) -> str:
+    """An op's name for a figure label: 'attention (scores + weighted sum)' -> 'attention'."""
+    return {"o projection": "o proj", "LM head": "LM head", "MLP (dense)": "MLP"}.get(name, name.split(" ")[0])
+
+
 def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list[OpRow]],
                     measured: list[ComparisonRow] = (), title: str = ""):
     """The roof of a device, whole steps (stars), each op (dots) and measured steps (crosses), log-log.
@@ -315,10 +321,17 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     ax.annotate(f"ridge {human(roof.ridge_point, 3)} FLOP/B", (roof.ridge_point, roof.peak_flops), fontsize=8,
                 xytext=(5, -15), textcoords="offset points")
     for phase, group in ops.items():
+        # Ops that land on the same spot (decode's projections all sit at ~1 FLOP/B) share one label.
+        spots: dict[tuple[float, float], list[Any]] = {}
         for o in group:
             if o.flops and o.bytes:
                 ax.scatter(o.intensity, o.flops / o.time_s, s=14, color=COLORS[phase], alpha=0.5)
-                ax.annotate(o.name.split(" ")[0], (o.intensity, o.flops / o.time_s), fontsize=6, alpha=0.7)
+                key = (round(math.log10(o.intensity), 1), round(math.log10(o.flops / o.time_s), 1))
+                spots.setdefault(key, []).append(o)
+        for same in spots.values():
+            names = ", ".join(dict.fromkeys(_short_op(o.name) for o in same))
+            ax.annotate(f"{phase}: {names}", (same[0].intensity, same[0].flops / same[0].time_s), fontsize=7,
+                        color=COLORS[phase], xytext=(5, -4 if phase == "decode" else 5), textcoords="offset points")
     for s in steps:
         ax.scatter(s.intensity, s.flops / s.time_s, s=90, marker="*", color=COLORS.get(s.phase, "k"),
                    label=f"{s.phase} step, batch {s.batch}, {s.tokens:,} token{'' if s.tokens == 1 else 's'} (predicted)")
@@ -557,7 +570,7 @@ def hierarchy_figure(rows: list[HierarchyRow]):
                 color=color, lw=0.8, alpha=0.6, label=r.gpu)
     ax.scatter([], [], marker="o", color="k", label="HBM / GDDR (off-chip)")
     ax.scatter([], [], marker="^", color="k", label="on-chip SRAM (L1/shared, derived bandwidth)")
-    ax.set(xscale="log", yscale="log", xlabel="capacity (GB = 1e9 B), log scale", ylabel="bandwidth (TB/s), log scale")
+    ax.set(xscale="log", yscale="log", xlabel="capacity (GB = 10⁹ B), log scale", ylabel="bandwidth (TB/s), log scale")
     import statistics
 
     known = [x for x in rows if x.sram_bytes]

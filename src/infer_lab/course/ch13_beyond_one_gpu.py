@@ -456,9 +456,10 @@ def tp_figure(tp: TPResult):
     bx.plot(span, [tp.predicted_tp_step_ms] * 2, "k--", lw=1, label="predicted: each rank its own memory (GPU)")
     bx.plot(span, [tp.predicted_shared_bus_step_ms] * 2, "k:", lw=1.2, label="predicted: one shared memory bus")
     bx.set_xticks(xs, labels, fontsize=7)
-    bx.set(ylabel="decode step p50 (ms)", ylim=(0, None))
+    tallest = max([r.compute_ms + r.comm_ms for r in tp.runs] + [tp.predicted_tp_step_ms, tp.predicted_shared_bus_step_ms])
+    bx.set(ylabel="decode step p50 (ms)", ylim=(0, tallest * 1.75))  # headroom: the legend sits above the bars
     bx.set_title(f"Decode step: compute vs all-reduces (load average {tp.load_average:.1f})", fontsize=9)
-    bx.legend(fontsize=7)
+    bx.legend(fontsize=7, loc="upper left", ncol=2)
     fig.suptitle(f"Tensor parallelism on this machine: {tp.model}", fontsize=10)
     finish(fig)
     return fig

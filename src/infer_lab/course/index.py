@@ -21,8 +21,8 @@ CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 
 # What a chapter needs beyond its notebook, when that is more than "the embedded model".
 EXTRA_NEEDS = {
-    "12": "starts local servers on this machine (127.0.0.1)",
-    "13": "two processes on this machine (tensor parallelism over gloo)",
+    "12": "local servers (127.0.0.1)",
+    "13": "two local processes (gloo)",
 }
 
 
@@ -58,8 +58,7 @@ def rows() -> list[IndexRow]:
     out = []
     for ch in chapters():
         seconds = times.get(ch.NUMBER, {}).get("seconds")
-        needs = ("the embedded model (SmolLM2-135M, CPU is enough)" if ch.NEEDS_MODEL
-                 else "no model: arithmetic on the catalog")
+        needs = "the model (a CPU is enough)" if ch.NEEDS_MODEL else "no model: arithmetic on the catalog"
         if ch.NUMBER in EXTRA_NEEDS:
             needs += "; " + EXTRA_NEEDS[ch.NUMBER]
         out.append(IndexRow(ch.NUMBER, ch.TITLE.split("·", 1)[-1].strip(), f"{ch.NUMBER}_{ch.SLUG}.py",
@@ -75,11 +74,11 @@ def duration_text(seconds: float | None) -> str:
 
 def index_markdown(link_prefix: str = "?file=") -> str:
     """The index as a markdown table; each title links to its notebook (``link_prefix`` + file name)."""
-    lines = ["| | chapter | workshop | run buttons | needs |", "|---|---|--:|--:|---|"]
+    lines = ["| | chapter | workshop | run buttons | all buttons take | needs |", "|:--|:--|--:|--:|--:|:--|"]
     for r in rows():
         minutes = "—" if r.agenda_minutes is None else f"{r.agenda_minutes:.0f} min"
-        buttons = (f"{r.buttons}: {duration_text(r.buttons_s)}" if r.buttons else "none")
-        lines.append(f"| {r.number} | [{r.title}]({link_prefix}{r.notebook}) | {minutes} | {buttons} | {r.needs} |")
+        lines.append(f"| {r.number} | [{r.title}]({link_prefix}{r.notebook}) | {minutes} | {r.buttons} | "
+                     f"{duration_text(r.buttons_s) if r.buttons else '—'} | {r.needs} |")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import textwrap
 import traceback
 from collections.abc import Callable
@@ -52,10 +53,17 @@ def _widgets():
 
 
 def md(text: str) -> None:
-    """Display narrative markdown (indentation of a triple-quoted string removed; ``$$...$$`` is LaTeX)."""
+    """Display narrative markdown (indentation of a triple-quoted string removed; ``$$...$$`` is LaTeX).
+
+    A lone ``$`` is a dollar: it goes out as ``<span>$</span>`` (see :func:`say`), so the
+    notebook's math renderer cannot pair it with the next one.
+    """
     from IPython.display import Markdown, display
 
-    display(Markdown(textwrap.dedent(text).strip()))
+    text = textwrap.dedent(text).strip()
+    parts = re.split(r"(\$\$.*?\$\$)", text, flags=re.S)
+    text = "".join(part if part.startswith("$$") else re.sub(r"(?<!\\)\$", "<span>$</span>", part) for part in parts)
+    display(Markdown(text))
 
 
 def show_figure(fig: Any) -> None:
