@@ -24,7 +24,11 @@ app = marimo.App(width="medium")
 with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.analysis.roofline import measured_roof
+    from infer_lab.bench.engine import run_engine_benchmark
+    from infer_lab.bench.predicted import decode_step_predicted_vs_measured
     from infer_lab.engine import Engine, EngineConfig, SamplingParams
+    from infer_lab.hardware import measure_ceilings
 
 
 @app.cell(hide_code=True)
@@ -165,10 +169,21 @@ def _(ch08, mo, nb):
     return (sweep_button,)
 
 
+@app.function
+def concurrency_sweep(lm, concurrencies, waves, prompt_len, output_len):
+    """Continuous batching at each concurrency (concurrency x waves requests, EOS ignored), after a
+    warm-up; one benchmark summary per concurrency: tokens/s, TTFT and ITL percentiles."""
+    return {c: run_engine_benchmark(lm, requests=c * waves, concurrency=c, prompt_len=prompt_len,
+                                    output_len=output_len, mode="continuous")
+            for c in concurrencies}
+
+
 @app.cell
 def _(ch08, lm, mo, nb, sizes, sweep_button):
     mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
-    sweep = ch08.measure_sweep(lm, sizes)
+    _runs = concurrency_sweep(lm, sizes.sweep_concurrencies, sizes.sweep_waves,
+                              prompt_len=sizes.prompt_len, output_len=sizes.sweep_output_len)
+    sweep = ch08.sweep_points(_runs, sizes.sweep_waves)
     mo.vstack([
         ch08.sweep_figure(sweep, lm.describe()),
         mo.md(ch08.sweep_text(sweep)),
@@ -193,10 +208,21 @@ def _(ch08, mo, nb):
     return (predicted_button,)
 
 
+@app.function
+def predicted_vs_measured(lm, batches, prompt_len, decode_steps, quick=True):
+    """The roofline's decode step on the ceilings measured here, next to the engine's own decode
+    step (median of the steps that decode the whole batch and prefill nothing), per batch size."""
+    roof = measured_roof(measure_ceilings(lm.device, quick=quick))  # copy bandwidth, matmul FLOP/s
+    return decode_step_predicted_vs_measured(lm, batches=batches, prompt_len=prompt_len,
+                                             decode_steps=decode_steps, roof=roof)
+
+
 @app.cell
 def _(ch08, lm, mo, nb, predicted_button, sizes):
     mo.stop(not nb.pressed(predicted_button), nb.placeholder(predicted_button))
-    predicted = ch08.measure_predicted(lm, sizes)
+    _rows = predicted_vs_measured(lm, sizes.predicted_batches, prompt_len=sizes.prompt_len,
+                                  decode_steps=sizes.predicted_steps, quick=sizes.size == "quick")
+    predicted = ch08.predicted_result(_rows)
     mo.vstack([
         ch08.predicted_figure(predicted, lm.describe()),
         mo.md(ch08.predicted_text(predicted)),
@@ -235,10 +261,23 @@ def _(ch08, mo, nb):
     return paths_batch, paths_button, paths_compile
 
 
+@app.function
+def decode_paths(lm, variants, batch, prompt_len, output_len):
+    """The same decode run through each (path, fused projections, torch.compile) variant, after a
+    warm-up; one engine benchmark summary (ITL percentiles, tokens/s) per variant."""
+    return {(path, fused, compiled): run_engine_benchmark(
+                lm, requests=batch, concurrency=batch, prompt_len=prompt_len, output_len=output_len,
+                decode_path=path, fuse_projections=fused, compile_layers=compiled)
+            for path, fused, compiled in variants}
+
+
 @app.cell
 def _(ch08, lm, mo, nb, paths_batch, paths_button, paths_compile, sizes):
     mo.stop(not nb.pressed(paths_button), nb.placeholder(paths_button))
-    paths = ch08.measure_paths(lm, sizes, batch=int(paths_batch.value), compile_layers=paths_compile.value)
+    _batch = int(paths_batch.value)
+    _variants = ch08.decode_path_variants(lm.device.type == "cuda", compile_layers=paths_compile.value)
+    _runs = decode_paths(lm, _variants, _batch, sizes.paths_prompt_len, sizes.paths_output_len)
+    paths = ch08.path_rows(_runs, _batch)
     mo.vstack([
         ch08.paths_figure(paths, lm.describe()),
         mo.md(ch08.paths_text(paths)),

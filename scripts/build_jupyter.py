@@ -141,6 +141,15 @@ def app_cells(tree: ast.Module) -> list[ast.FunctionDef]:
     return [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(is_cell(d) for d in n.decorator_list)]
 
 
+def app_functions(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The notebook's experiments: functions decorated with ``@app.function``, in order."""
+    def is_function(dec: ast.expr) -> bool:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        return isinstance(target, ast.Attribute) and target.attr == "function"
+
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(is_function(d) for d in n.decorator_list)]
+
+
 def hidden(cell: ast.FunctionDef) -> bool:
     """``@app.cell(hide_code=True)``: the notebook's narrative (visible cells are the lesson's code)."""
     return any(isinstance(d, ast.Call) and any(k.arg == "hide_code" and getattr(k.value, "value", False)
@@ -301,7 +310,14 @@ def build(chapter) -> Built:
     out.code("\n".join(header) + f"\n\nsizes = {alias}.sizes()  # this device's sizes, as the prose below quotes them"
              f"\npanel = jupyter.ChapterPanel({alias})\npanel")
     shown, explorers = set(), list(jupyter.EXPLORERS.get(chapter.NUMBER, ()))
-    for cell in cells[1:]:
+    experiments = app_functions(tree)  # shown before the run button that runs them (panel.part)
+
+    def show_experiments(before_line: float) -> None:
+        while experiments and experiments[0].lineno < before_line:
+            out.code(f'jupyter.show_experiment("{chapter.NUMBER}", "{experiments.pop(0).name}")')
+
+    for i, cell in enumerate(cells[1:], start=1):
+        show_experiments(cell.lineno)
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
         for call in calls(cell) if hidden(cell) else ():
             if dotted(call.func) == "mo.md" and call.args:
@@ -313,6 +329,7 @@ def build(chapter) -> Built:
                     out.code("\n".join([line for line in setup if line.split(" =")[0] in used] + [piece[1]]))
         names = {dotted(c.func) for c in calls(cell)}
         for key in run_button_part(cell, alias):
+            show_experiments(cells[i + 1].lineno if i + 1 < len(cells) else float("inf"))
             out.code(f'panel.part("{key}")')
             shown.add(key)
         calculator_calls = [CALCULATORS[n.rsplit(".", 1)[-1]] for n in names if n.rsplit(".", 1)[-1] in CALCULATORS]
@@ -326,6 +343,7 @@ def build(chapter) -> Built:
         if key not in shown:
             out.markdown(f"## {label}")
             out.code(f'panel.part("{key}")')
+    show_experiments(float("inf"))
     for name in explorers:
         out.code(f"jupyter.{name}()")
     return out

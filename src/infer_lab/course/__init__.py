@@ -22,6 +22,12 @@ tour``, the tests, the exercises, the slides) calls it and restates nothing:
 
 The notebooks call the per-part functions a chapter exposes (``measure_memory(lm, sizes)``
 and friends) behind their run buttons; ``measure`` is the same parts in a row.
+
+Where a chapter has moved to *the page is the experiment* (chapter 08 first), the experiment is
+an ``@app.function`` of the notebook that calls the library directly, a visible cell calls it
+with numbers the learner can change, and the chapter module keeps presentation only: its
+``run_<part>`` executes the notebook's own function for ``measure`` (the tour, the tests, the
+Jupyter edition). :mod:`infer_lab.course.notebook_code` explains the pattern.
 """
 
 from __future__ import annotations

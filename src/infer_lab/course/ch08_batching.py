@@ -1,30 +1,34 @@
 """Chapter 08, "Batching": who runs each step, how big the batch is, and what one step costs.
 
-0. **Static vs continuous, step by step** (counted): the notebook's own experiment,
-   ``serve`` in ``notebooks/08_batching.py`` (an ``@app.function`` that builds an
-   ``EngineConfig(policy=..., max_num_seqs=...)`` and keeps the engine's step records), run for
-   both policies on requests with a few long answers among many short ones. This module only
-   sizes, draws and shows it; :func:`run_steps` executes the notebook's function for the tour,
-   the tests and the Jupyter edition (:mod:`infer_lab.course.notebook_code`).
-1. **Contenders on one workload** (measured): the same requests, with varied output lengths,
-   all arriving at t = 0, served by each contender of :data:`CONTENDERS`. Today: the engine
-   with static batching and with continuous (iteration-level) batching. A contender is a
-   function ``(lm, workload) -> ContenderRow``; adding one (a transformers baseline of
-   :mod:`infer_lab.bench.baselines`, another engine) is one more :class:`Contender` in the
-   list, and the table and figure show it.
-2. **The Pareto frontier** (measured): total tokens/s vs tokens/s per user as concurrency grows.
-3. **Predicted vs measured decode step** (measured): the roofline on this machine's measured
-   ceilings (:mod:`infer_lab.bench.predicted`) next to the engine's own decode step.
-4. **Decode paths** (measured): the same decode through each path this device has, from one
-   attention call per request to a CUDA-graph replay.
+The experiments are the notebook's own code: ``@app.function`` definitions in
+``notebooks/08_batching.py`` that call the engine and :mod:`infer_lab.bench` directly, called
+from the page's visible cells. This module sizes them, draws and describes what they return, and
+runs the very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
+:mod:`infer_lab.course.notebook_code`).
 
-Every run goes through :mod:`infer_lab.bench.engine` (warm-up first, every request timed from
-its arrival, percentiles). The saved view shows the H200 anchors (a naive CUDA-graph decode and
-the HF eager step), labelled as saved.
+1. **Static vs continuous, step by step** (counted; ``serve``): ``EngineConfig(policy=...,
+   max_num_seqs=...)``, the requests, and the engine's own step records, for both policies, on
+   requests with a few long answers among many short ones.
+2. **Contenders on one workload** (measured): the same requests, with varied output lengths,
+   all arriving at t = 0, served by each contender of :data:`CONTENDERS` (transformers
+   baselines of :mod:`infer_lab.bench.baselines` and the engine with either policy). A contender
+   is a function ``(lm, workload) -> ContenderRow``; adding one is one more :class:`Contender`.
+   (Still run through :func:`measure_batching`: not yet a notebook experiment.)
+3. **The Pareto frontier** (measured; ``concurrency_sweep``): total tokens/s vs tokens/s per user
+   as concurrency grows.
+4. **Predicted vs measured decode step** (measured; ``predicted_vs_measured``): the roofline on
+   this machine's measured ceilings (:mod:`infer_lab.bench.predicted`) next to the engine's step.
+5. **Decode paths** (measured; ``decode_paths``): the same decode through each path this device
+   has, from one attention call per request to a CUDA-graph replay.
+
+Every timed run goes through :mod:`infer_lab.bench.engine` (warm-up first, every request timed
+from its arrival, percentiles). The saved view shows the H200 anchors (a naive CUDA-graph decode
+and the HF eager step), labelled as saved.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import random
@@ -38,12 +42,11 @@ import torch
 from ..bench import baselines
 from ..bench.engine import (
     engine_config,
-    run_engine_benchmark,
     timed_engine_run,
     warm_up_engine,
     workload,
 )
-from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs_measured
+from ..bench.predicted import CPU_BATCHES, GPU_BATCHES
 from ..figures import finish
 from ..harness import progress
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
@@ -162,10 +165,14 @@ def idle_slot_steps(records: Sequence[Any]) -> int:
 
 
 def admission_code() -> str:
-    """The scheduler's admission step, the library's real code, as a markdown code block."""
+    """The scheduler's admission step, the library's real code (its docstring left out, the words
+    around it on the page say the same), as a markdown code block."""
     from ..engine.scheduler import Scheduler
 
-    return "```python\n" + textwrap.dedent(inspect.getsource(Scheduler.admit)).rstrip() + "\n```"
+    lines = textwrap.dedent(inspect.getsource(Scheduler.admit)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
 def steps_text(runs: dict[str, list[Any]], slots: int) -> str:
@@ -195,14 +202,15 @@ def steps_figure(runs: dict[str, list[Any]], slots: int, source: str = ""):
                label="running requests")
         ax.bar(steps, [r.idle_slots for r in records], bottom=busy, width=1.0, color="0.85", label="idle slots")
         ax.set_ylim(0, slots)
-        ax.set_ylabel("slots")
+        ax.set_ylabel("batch slots")
         ax.set_title(f"{policy} batching: {len(records)} steps, {idle_slot_steps(records)} idle slot-steps",
                      fontsize=10, loc="left")
-    axes[0].legend(loc="upper right", fontsize=8, ncols=2)
     axes[-1].set_xlabel("engine step")
-    if source:
-        fig.suptitle(source, fontsize=9)
-    return finish(fig)
+    fig.suptitle(f"Who ran each step, {slots} slots" + (f": {source}" if source else ""), fontsize=9)
+    finish(fig)
+    fig.subplots_adjust(top=0.86)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper right", fontsize=8, ncols=2, frameon=False)
+    return fig
 
 
 
@@ -381,16 +389,18 @@ class SweepPoint:
     itl_ms_p99: float
 
 
-def measure_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
-    """Continuous batching at each concurrency, ``concurrency × sweep_waves`` requests per point."""
-    points = []
-    for c in progress(sizes.sweep_concurrencies, desc="concurrency sweep"):
-        n = c * sizes.sweep_waves
-        r = run_engine_benchmark(lm, requests=n, concurrency=c, prompt_len=sizes.prompt_len,
-                                 output_len=sizes.sweep_output_len, seed=sizes.seed)
-        points.append(SweepPoint(c, n, r["output_tokens_per_s"], 1e3 / r["itl_ms"]["mean"], r["ttft_ms"]["p50"],
-                                 r["itl_ms"]["p50"], r["itl_ms"]["p99"]))
-    return points
+def sweep_points(runs: dict[int, dict[str, Any]], waves: int) -> list[SweepPoint]:
+    """The sweep's points from the notebook's ``concurrency_sweep``: one engine benchmark summary
+    (:func:`~infer_lab.bench.engine.run_engine_benchmark`) per concurrency, of concurrency × ``waves`` requests."""
+    return [SweepPoint(c, c * waves, r["output_tokens_per_s"], 1e3 / r["itl_ms"]["mean"], r["ttft_ms"]["p50"],
+                       r["itl_ms"]["p50"], r["itl_ms"]["p99"]) for c, r in runs.items()]
+
+
+def run_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
+    """Run the notebook's own experiment (``concurrency_sweep`` of ``notebooks/08_batching.py``)."""
+    sweep = notebook_function(NUMBER, "concurrency_sweep")
+    runs = sweep(lm, sizes.sweep_concurrencies, sizes.sweep_waves, sizes.prompt_len, sizes.sweep_output_len)
+    return sweep_points(runs, sizes.sweep_waves)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,20 +432,19 @@ class PredictedResult:
     dtype: str
 
 
-def measure_predicted(lm: Any, sizes: Sizes) -> PredictedResult:
-    """Each batch of ``sizes.predicted_batches`` through :func:`decode_step_predicted_vs_measured`,
-    on the ceilings measured once on this device."""
-    from ..analysis.roofline import measured_roof
-    from ..hardware import measure_ceilings
-
-    roof = measured_roof(measure_ceilings(lm.device, quick=sizes.size == "quick"))
-    rows = []
-    for b in progress(sizes.predicted_batches, desc="decode step by batch"):
-        rows += decode_step_predicted_vs_measured(lm, batches=[b], prompt_len=sizes.prompt_len,
-                                                  decode_steps=sizes.predicted_steps, roof=roof)
+def predicted_result(rows: list[dict[str, Any]]) -> PredictedResult:
+    """The points of the notebook's ``predicted_vs_measured``: rows of
+    :func:`~infer_lab.bench.predicted.decode_step_predicted_vs_measured`, one per batch."""
     points = [PredictedPoint(r["batch"], r["context"], r["predicted_ms"], r["measured_ms"], r["predicted_bound"],
                              r["flops"], r["bytes"], r["steps_timed"]) for r in rows]
-    return PredictedResult(points, roof.name, rows[0]["dtype"])
+    return PredictedResult(points, rows[0]["roof"], rows[0]["dtype"])
+
+
+def run_predicted(lm: Any, sizes: Sizes) -> PredictedResult:
+    """Run the notebook's own experiment (``predicted_vs_measured`` of ``notebooks/08_batching.py``)."""
+    experiment = notebook_function(NUMBER, "predicted_vs_measured")
+    return predicted_result(experiment(lm, sizes.predicted_batches, sizes.prompt_len, sizes.predicted_steps,
+                                       quick=sizes.size == "quick"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,26 +479,26 @@ def decode_path_variants(cuda: bool, compile_layers: bool = False) -> list[tuple
     return variants
 
 
-def measure_paths(lm: Any, sizes: Sizes, batch: int | None = None, compile_layers: bool = False) -> list[PathRow]:
-    """The same decode run through each decode path this device has.
+def path_rows(runs: dict[tuple[str, bool, bool], dict[str, Any]], batch: int) -> list[PathRow]:
+    """The rows of the notebook's ``decode_paths``: one engine benchmark summary per (path, fused, compiled)."""
+    return [PathRow(path, fused, compiled, batch, r["itl_ms"]["p50"], 1e3 / r["itl_ms"]["p50"],
+                    r["output_tokens_per_s"], r["decode_path"]["graphs_captured"])
+            for (path, fused, compiled), r in runs.items()]
 
-    ``per-sequence`` (one attention call per request), ``batched`` (one call for all),
-    ``static`` (fixed padded shapes, preallocated buffers) and, on a GPU, ``cuda-graphs`` (the
-    static step captured once, replayed with one launch). With ``compile_layers`` the fastest
-    path also runs with torch.compile's fused layers (compiled during the warm-up: tens of
-    seconds on a CPU). ``batch`` overrides ``sizes.paths_batch``.
+
+def run_paths(lm: Any, sizes: Sizes, batch: int | None = None, compile_layers: bool = False) -> list[PathRow]:
+    """Run the notebook's own experiment (``decode_paths`` of ``notebooks/08_batching.py``).
+
+    The variants are :func:`decode_path_variants` of this device: ``per-sequence`` (one attention
+    call per request), ``batched`` (one call for all), ``static`` (fixed padded shapes,
+    preallocated buffers) and, on a GPU, ``cuda-graphs`` (the static step captured once, replayed
+    with one launch); with ``compile_layers`` the fastest also with torch.compile's fused layers
+    (compiled during the warm-up: tens of seconds on a CPU). ``batch`` overrides ``sizes.paths_batch``.
     """
     batch = batch or sizes.paths_batch
-    rows = []
-    for path, fused, compiled in progress(decode_path_variants(lm.device.type == "cuda", compile_layers),
-                                          desc="decode paths"):
-        r = run_engine_benchmark(lm, requests=batch, concurrency=batch, prompt_len=sizes.paths_prompt_len,
-                                 output_len=sizes.paths_output_len, decode_path=path, fuse_projections=fused,
-                                 compile_layers=compiled)
-        itl = r["itl_ms"]["p50"]
-        rows.append(PathRow(path, fused, compiled, batch, itl, 1e3 / itl, r["output_tokens_per_s"],
-                            r["decode_path"]["graphs_captured"]))
-    return rows
+    experiment = notebook_function(NUMBER, "decode_paths")
+    variants = decode_path_variants(lm.device.type == "cuda", compile_layers)
+    return path_rows(experiment(lm, variants, batch, sizes.paths_prompt_len, sizes.paths_output_len), batch)
 
 
 @dataclass
@@ -511,9 +520,9 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     return run_parts(result, parts, PARTS, {
         "steps": lambda: run_steps(lm, sizes),
         "batching": lambda: measure_batching(lm, sizes),
-        "sweep": lambda: measure_sweep(lm, sizes),
-        "predicted": lambda: measure_predicted(lm, sizes),
-        "paths": lambda: measure_paths(lm, sizes),
+        "sweep": lambda: run_sweep(lm, sizes),
+        "predicted": lambda: run_predicted(lm, sizes),
+        "paths": lambda: run_paths(lm, sizes),
     })
 
 

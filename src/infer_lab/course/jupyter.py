@@ -17,6 +17,7 @@ once, straight into the cell's output, so an error fails the cell instead of hid
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import re
@@ -28,6 +29,7 @@ from typing import Any
 
 from .chapter import choose_size, has_gpu, loadable_models, model_choice
 from .ipython import ipywidgets_module, say
+from .notebook_code import notebook_function, notebook_path
 
 AUTORUN_ENV = "INFER_LAB_AUTORUN"
 # Explorer functions below, in the order of the marimo notebook's control cells they stand in for.
@@ -64,6 +66,16 @@ def md(text: str) -> None:
     parts = re.split(r"(\$\$.*?\$\$)", text, flags=re.S)
     text = "".join(part if part.startswith("$$") else re.sub(r"(?<!\\)\$", "<span>$</span>", part) for part in parts)
     display(Markdown(text))
+
+
+def show_experiment(number: str, name: str) -> None:
+    """Show one experiment of notebook ``number`` (an ``@app.function``): the code its part's run
+    button executes, read from the marimo notebook itself (:mod:`infer_lab.course.notebook_code`)."""
+    from IPython.display import Markdown, display
+
+    code = inspect.getsource(notebook_function(number, name))
+    display(Markdown(f"The experiment `{name}`, run from `notebooks/{notebook_path(number).name}` "
+                     f"(the same code the marimo notebook shows):\n\n```python\n{code}```"))
 
 
 def show_figure(fig: Any) -> None:

@@ -170,7 +170,7 @@ class Scheduler:
         """
         cfg = self.config
         if out.preempted or (cfg.policy == "static" and self.running):
-            return
+            return  # static: nobody joins until the whole batch has finished
         while self.waiting and len(self.running) < cfg.max_num_seqs and (budget is None or budget > 0):
             seq = self.waiting[0]
             hit = self._attach_prefix(seq)
