@@ -16,8 +16,16 @@ admit rule, the speculative acceptance rule...). You work in a file of your own:
   infer-lab check 02 --file my.py      the same on another file
   infer-lab check 02 --only max_users  just one exercise
   infer-lab check 02 --solution        the same checks on the reference solution
+  infer-lab check 07 --json            the report as JSON: per exercise its status, whether it ran
+                                       the engine and whether the tokens were identical
   infer-lab check 02 --show-solution   print the reference solution (try first!)
   infer-lab check --list               every chapter's exercises
+
+Two tiers. "predict" and "implement" exercises check numbers and small functions against the
+library. "build" exercises (chapters 07, 08, 11) plug your code into the real engine (the
+block-table lookup, the scheduler's admission rule, speculative verification and prompt lookup),
+generate on the embedded model and compare every token with transformers' greedy output; a
+failure names the first diverging token with its prompt, or the engine invariant that broke.
 
 Each check says which case failed and by how much: expected and got, their ratio, and the
 mistake when the ratio gives it away (a factor of 2, GiB for GB, a forgotten layer count...).
@@ -36,6 +44,8 @@ def add_arguments(p) -> None:
     p.add_argument("--show-solution", action="store_true", help="print the reference solution")
     p.add_argument("--failures", action="store_true", help="show only the cases that fail")
     p.add_argument("--list", action="store_true", help="list every chapter's exercises")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (per exercise: status, "
+                   "ran_engine, tokens_identical, cases)")
 
 
 def _list() -> str:
@@ -44,7 +54,8 @@ def _list() -> str:
     lines = []
     for n in ex.numbers():
         lines.append(f"{ex.chapter_title(n)}    (infer-lab check {n} --init)")
-        lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" for e in ex.exercises(n)]
+        lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" + (f"\n    {'':<26} writes {e.symbol}" if e.symbol else "")
+                  for e in ex.exercises(n)]
     return "\n".join(lines)
 
 
@@ -69,6 +80,11 @@ def run(args) -> int:
         report = ex.check_solution(number, args.only)
     else:
         report = ex.check_file(number, args.file, args.only)
+    if args.json:
+        import json
+
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0 if report.passed else 1
     print(report.text(only_failures=args.failures))
     if not report.passed and not args.solution:
         hint = f" --file {args.file}" if args.file else ""

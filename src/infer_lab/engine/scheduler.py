@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +86,24 @@ class SchedulerOutput:
         return sum(s.num_new_tokens for s in self.scheduled)
 
 
+def admit_tokens(tokens_to_compute: int, token_budget: int | None, fits: Callable[[int], bool]) -> int:
+    """How many tokens of the request at the head of the queue to schedule now (0: it waits).
+
+    The chunk is the request's tokens, cut to what is left of the step's token budget
+    (``token_budget`` is ``None`` when chunked prefill is off: the whole prompt at once), and it is
+    admitted only if the KV cache can hold it (``fits(n)``: enough free blocks for ``n`` tokens).
+    The engine's own rule, and the default of the plug point :attr:`Scheduler.admit_rule`.
+    """
+    n = tokens_to_compute if token_budget is None else min(tokens_to_compute, token_budget)
+    return n if n > 0 and fits(n) else 0
+
+
 class Scheduler:
     """Waiting queue + running list, over a KV cache (``kv``) and an optional prefix cache."""
+
+    # Plug point (the course's build exercises swap in a learner's rule on one instance): the
+    # admission of the request at the head of the queue; the default is the engine's own.
+    admit_rule: Callable[[int, int | None, Callable[[int], bool]], int] = staticmethod(admit_tokens)
 
     def __init__(self, config: SchedulerConfig, kv: Any, prefix_cache: Any = None):
         config.validate()
@@ -174,8 +191,9 @@ class Scheduler:
         while self.waiting and len(self.running) < cfg.max_num_seqs and (budget is None or budget > 0):
             seq = self.waiting[0]
             hit = self._attach_prefix(seq)
-            n = self._tokens_to_compute(seq) if budget is None else min(self._tokens_to_compute(seq), budget)
-            if not self.kv.can_allocate(seq, n):
+            n = self.admit_rule(self._tokens_to_compute(seq), budget,
+                                lambda m, s=seq: self.kv.can_allocate(s, m))
+            if n <= 0:
                 if self.prefix_cache is not None:
                     self.prefix_cache.detach(seq)
                 return  # no memory: it waits, and so does everyone behind it
