@@ -28,7 +28,7 @@ from ..harness import (
     timed_generate,
 )
 from ..units import GB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -274,7 +274,7 @@ def measure_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "memory": lambda: measure_memory(lm, sizes),
         "ttft": lambda: measure_ttft(lm, sizes),

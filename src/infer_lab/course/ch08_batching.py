@@ -40,7 +40,7 @@ from ..bench.predicted import CPU_BATCHES, GPU_BATCHES, decode_step_predicted_vs
 from ..figures import finish
 from ..harness import progress
 from ..units import GB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedResult, SavedView, load_saved
 from .tables import Column, people_table
 
@@ -402,7 +402,7 @@ class Result(ChapterResult):
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "batching": lambda: measure_batching(lm, sizes),
         "sweep": lambda: measure_sweep(lm, sizes),

@@ -51,6 +51,8 @@ PARTS = {
     "plan": "The planner's answer and its launch command",
     "check": "Check the simulator against our engine",
 }
+# Parts that need no model and measure nothing here (computed or simulated): the saved-only deck keeps them.
+ANALYTIC_PARTS = ("scaling", "cluster", "hetero", "plan")
 
 # The talk's claims (course brief section 6), kept as cited numbers to compare the model with.
 TALK_FAST_MODE_COMPUTE = 6.0  # "about 6x compute per token ..."
