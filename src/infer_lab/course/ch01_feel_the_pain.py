@@ -529,11 +529,11 @@ def saved_batch1_steps_ms(data: dict[str, Any]) -> tuple[float, float]:
     return min(steps), max(steps)
 
 
-def saved_batch1_text(data: dict[str, Any], stream_ms: float) -> str:
-    """The saved HF eager batch-1 step as a range against ``stream_ms`` (the weight-streaming time)."""
+def saved_batch1_text(data: dict[str, Any], roof_ms: float) -> str:
+    """The saved HF eager batch-1 step as a range against ``roof_ms`` (the roofline's step, ms)."""
     lo, hi = saved_batch1_steps_ms(data)
-    return (f"between **{lo:.0f} and {hi:.0f} ms** ({lo / stream_ms:.0f}–{hi / stream_ms:.0f}× the {stream_ms:.1f} ms of "
-            "streaming the weights) across that run's batch-1 rows; the run is noisy, so it is quoted as a range, "
+    return (f"between **{lo:.0f} and {hi:.0f} ms** ({lo / roof_ms:.0f}–{hi / roof_ms:.0f}× the roofline's "
+            f"{roof_ms:.1f} ms) across that run's batch-1 rows; the run is noisy, so it is quoted as a range, "
             "never as one row")
 
 
