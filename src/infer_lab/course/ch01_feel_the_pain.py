@@ -30,7 +30,7 @@ from ..harness import (
 )
 from ..timing import MachineLoad, compare_spreads
 from ..units import GB
-from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
+from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -293,7 +293,7 @@ def measure_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "memory": lambda: measure_memory(lm, sizes),
         "ttft": lambda: measure_ttft(lm, sizes),
@@ -549,11 +549,11 @@ def saved_batch1_steps_ms(data: dict[str, Any]) -> tuple[float, float]:
     return min(steps), max(steps)
 
 
-def saved_batch1_text(data: dict[str, Any], stream_ms: float) -> str:
-    """The saved HF eager batch-1 step as a range against ``stream_ms`` (the weight-streaming time)."""
+def saved_batch1_text(data: dict[str, Any], roof_ms: float) -> str:
+    """The saved HF eager batch-1 step as a range against ``roof_ms`` (the roofline's step, ms)."""
     lo, hi = saved_batch1_steps_ms(data)
-    return (f"between **{lo:.0f} and {hi:.0f} ms** ({lo / stream_ms:.0f}–{hi / stream_ms:.0f}× the {stream_ms:.1f} ms of "
-            "streaming the weights) across that run's batch-1 rows; the run is noisy, so it is quoted as a range, "
+    return (f"between **{lo:.0f} and {hi:.0f} ms** ({lo / roof_ms:.0f}–{hi / roof_ms:.0f}× the roofline's "
+            f"{roof_ms:.1f} ms) across that run's batch-1 rows; the run is noisy, so it is quoted as a range, "
             "never as one row")
 
 

@@ -398,7 +398,7 @@ def figures(result: Result) -> dict[str, Any]:
 def saved() -> SavedView | None:
     """HF eager on an H200 against the roofline of that same run (and any saved comparison)."""
     from ..analysis.compare import saved_baseline_vs_roofline
-    from .ch01_feel_the_pain import saved_batch1_steps_ms, saved_warning
+    from .ch01_feel_the_pain import saved_batch1_text, saved_warning
 
     found = load_saved("*hf-baseline*.json")
     if not found:
@@ -407,7 +407,6 @@ def saved() -> SavedView | None:
     rows = [_comparison_row(r) for r in saved_baseline_vs_roofline(src.raw)]
     b1 = min((r for r in rows if r.quantity.startswith("decode") and r.batch == 1),
              key=lambda r: abs((r.context or 0) - 512))
-    lo, hi = saved_batch1_steps_ms(src.data)
     tables = {"HF eager vs the roofline of the same run": compare_table(rows)}
     for other in load_saved("*predicted_vs_measured*.json"):
         tables[f"Predicted vs measured, {other.device}, {other.date}"] = compare_table(
@@ -420,9 +419,8 @@ def saved() -> SavedView | None:
         notes=[
             "The roof is the copy bandwidth and bf16 matmul rate measured in that same run.",
             f"A decode step at batch 1 and {b1.context:,} tokens should take {human(b1.predicted, 3)} ms on that roof; the "
-            f"run's batch-1 steps took {lo:.0f}–{hi:.0f} ms ({lo / b1.predicted:.0f}–{hi / b1.predicted:.0f}×, a range "
-            "because the run is noisy, the same range chapter 08 quotes): the eager loop launches hundreds of "
-            "small kernels per token and waits on the CPU between them.",
+            f"run's batch-1 steps took {saved_batch1_text(src.data, b1.predicted)} (chapter 08 quotes the same): the "
+            "eager loop launches hundreds of small kernels per token and waits on the CPU between them.",
             f"Measured by: {src.command}",
         ],
         warning=saved_warning(src.data),

@@ -27,7 +27,7 @@ from ..figures import finish
 from ..models import EMBEDDED_GGUF
 from ..quant import compare_methods, layer_error_stats, linear_input_outliers, parse_method
 from ..units import MB, fmt_bytes, human
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -261,7 +261,7 @@ def dtype_label(dtype: Any) -> str:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe(), embedded=lm.source == "embedded")
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL, embedded=lm is not None and lm.source == "embedded")
     return run_parts(result, parts, PARTS, {
         "formats": lambda: measure_formats(lm, sizes),
         "compare": lambda: measure_compare(lm, sizes),

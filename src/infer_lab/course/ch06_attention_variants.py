@@ -53,7 +53,7 @@ from ..figures import finish
 from ..hardware import device_label, measure_bandwidth
 from ..units import fmt_bytes, human
 from .ch05_quantization import baseline_note
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -213,7 +213,7 @@ def measure_timing(lm: Any, sizes: Sizes) -> TimingResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "equivalence": lambda: measure_equivalence(lm, sizes),
         "quality": lambda: measure_quality(lm, sizes),

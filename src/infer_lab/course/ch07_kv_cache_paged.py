@@ -31,7 +31,7 @@ from ..engine import ContiguousKVCache, Engine, EngineConfig, PagedKVCache, Samp
 from ..harness import progress
 from ..shape import ModelShape, model_shape
 from ..units import GB, GiB
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -44,6 +44,8 @@ PARTS = {
     "waste": "Simulate where KV memory goes",
     "fit": "Reserve the workload with the engine's allocators",
 }
+# Parts that need no model and measure nothing here (computed or simulated): the saved-only deck keeps them.
+ANALYTIC_PARTS = ("waste", "fit")
 
 # What the vLLM paper reports (cited, not measured here): share of KV memory wasted.
 PAPER = "the vLLM paper (Kwon et al., 2023)"
@@ -463,7 +465,7 @@ def measure_fit(settings: WasteSettings) -> FitResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "cache": lambda: measure_cache(lm, sizes),
         "waste": lambda: measure_waste(sizes.waste),

@@ -26,7 +26,7 @@ from ..bench.engine import run_engine_benchmark
 from ..engine import Engine, EngineConfig, SamplingParams
 from ..progress import progress
 from ..timing import summarize
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -266,7 +266,7 @@ def measure_workloads(lm: Any, sizes: Sizes, seed: int = 0) -> WorkloadsResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "granularity": lambda: measure_granularity(lm, sizes),
         "workloads": lambda: measure_workloads(lm, sizes),

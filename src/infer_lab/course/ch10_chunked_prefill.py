@@ -21,7 +21,7 @@ from ..engine import Engine, EngineConfig, SamplingParams
 from ..figures import finish
 from ..progress import progress
 from ..timing import MachineLoad, compare_spreads, summarize
-from .chapter import ChapterResult, check_machine, choose_size, finding, run_parts
+from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -172,7 +172,7 @@ def measure_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurement (``parts`` picks from :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {"chunking": lambda: measure_chunking(lm, sizes)})
 
 

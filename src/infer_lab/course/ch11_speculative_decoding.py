@@ -52,7 +52,7 @@ from ..bench.speculative import (
 from ..engine.acceptance import expected_tokens_per_pass, predicted_speedup
 from ..figures import finish
 from ..harness import progress
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -66,6 +66,8 @@ PARTS = {
     "batch": "Speedup vs batch size",
     "variants": "Size EAGLE, Medusa and MTP",
 }
+# Parts that need no model and measure nothing here (computed or simulated): the saved-only deck keeps them.
+ANALYTIC_PARTS = ("variants",)
 K_RANGE = tuple(range(1, 9))
 
 
@@ -408,7 +410,7 @@ def measure_variants(sizes: Sizes) -> VariantsResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "sweep": lambda: measure_sweep(lm, sizes),
         "workloads": lambda: measure_workloads(lm, sizes),

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import launchers
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -233,7 +233,7 @@ def measure_sweep(lm: Any, sizes: Sizes) -> SweepResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe())
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "variants": lambda: measure_variants(lm, sizes),
         "sweep": lambda: measure_sweep(lm, sizes),

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..analysis.parallel import FastMode, FrontierPoint
+from ..analysis.plausibility import caution, line_fit_flags
 from ..cluster.attention_ffn import AFDPoint
 from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
@@ -51,6 +52,8 @@ PARTS = {
     "plan": "The planner's answer and its launch command",
     "check": "Check the simulator against our engine",
 }
+# Parts that need no model and measure nothing here (computed or simulated): the saved-only deck keeps them.
+ANALYTIC_PARTS = ("scaling", "cluster", "hetero", "plan")
 
 # Claims quoted in a public talk on LLM inference, kept as cited numbers to compare the model with.
 TALK_FAST_MODE_COMPUTE = 6.0  # "about 6x compute per token ..."
@@ -350,6 +353,8 @@ def tp_text(tp: TPResult) -> str:
         f"{tp.new_tokens} tokens.",
         f"**All-reduces:** {r0.allreduces_per_step} per decode step = 2 x {tp.layers} layers, each of "
         f"{tp.message_bytes:,} bytes (tokens x {tp.hidden} x 4 B); nothing else crosses between ranks.",
+        caution(line_fit_flags("the all-reduce time", tp.sweep.latency_s, 1 / tp.sweep.bus_bandwidth_Bps,
+                               unit="µs", scale=1e6)),
         f"**All-reduce cost here:** the fit (to each size's {tp.sweep.fitted_on} time) gives "
         f"{tp.sweep.latency_s * 1e6:,.0f} µs per call plus "
         f"{tp.sweep.bus_bandwidth_Bps / 1e9:.2f} GB/s of bus bandwidth, so one decode step's "
@@ -390,7 +395,7 @@ def tp_text(tp: TPResult) -> str:
             f"compute from {one.compute_ms:.0f} to {r0.compute_ms:.0f} ms, and the all-reduces "
             f"({r0.comm_share:.0%} of its step) cost less than that saved."
         )
-    return "\n\n".join(lines)
+    return "\n\n".join(line for line in lines if line)
 
 
 TP_STEP_COLUMNS = [

@@ -84,6 +84,10 @@ class ChapterResult:
         return list(self.seconds)
 
 
+# What a chapter's result names as its model when it ran without one (its analytic parts only).
+NO_MODEL = "no model loaded (analytic and simulated parts only)"
+
+
 def selected_parts(parts: Iterable[str] | None, known: dict[str, str]) -> list[str]:
     """The requested parts in course order; an unknown key is a clear error."""
     if parts is None:

@@ -308,16 +308,19 @@ def foundations_slides(number: str, ctx: BuildContext) -> list[Slide]:
 
 
 def analytic_parts(mod: ModuleType) -> list[str]:
-    """The parts a chapter runs without a model or a measurement (their button label says 'analytic')."""
+    """The parts a chapter runs without a model or a measurement: all of a model-free chapter, those
+    it lists in ``ANALYTIC_PARTS`` (computed or simulated), and those whose button label says 'analytic'."""
     if not mod.NEEDS_MODEL:
         return list(mod.PARTS)
-    return [k for k, label in mod.PARTS.items() if "analytic" in label.lower()]
+    declared = set(getattr(mod, "ANALYTIC_PARTS", ()))
+    return [k for k, label in mod.PARTS.items() if k in declared or "analytic" in label.lower()]
 
 
 def run_chapter(mod: ModuleType, ctx: BuildContext) -> tuple[Any, list[str]]:
-    """The chapter's result at the deck's sizes and the parts it holds (analytic parts only with saved_only)."""
+    """The chapter's result at the deck's sizes and the parts it holds (analytic parts only with saved_only;
+    a chapter with none still gives its result, whose summary keeps the chapter's analytic text)."""
     parts = analytic_parts(mod) if ctx.saved_only else list(mod.PARTS)
-    if not parts:
+    if not parts and not ctx.saved_only:
         return None, []
     needs_lm = mod.NEEDS_MODEL and not ctx.saved_only
     lm = ctx.load() if needs_lm else None
