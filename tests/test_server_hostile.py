@@ -641,7 +641,7 @@ def test_logprobs_match_transformers_generate(guarded, embedded):
         assert math.isclose(lp["token_logprobs"][i], float(ref[i][token]), abs_tol=2e-4)
         top_values, top_ids = ref[i].topk(3)
         expected = {embedded.tokenizer.decode([t]): v for t, v in
-                    zip(top_ids.tolist(), top_values.tolist())}
+                    zip(top_ids.tolist(), top_values.tolist(), strict=True)}
         assert lp["top_logprobs"][i].keys() == expected.keys()
         for key, value in expected.items():
             assert math.isclose(lp["top_logprobs"][i][key], value, abs_tol=2e-4)
