@@ -110,7 +110,8 @@ def add_arguments(p) -> None:
                      help="seconds a request has to send its whole body after its headers (default 30)")
     lim.add_argument("--max-connections", type=int, default=None, metavar="N",
                      help="open connections allowed; past it the oldest idle or slow one is closed "
-                          "(default: the file-descriptor limit less 48, at most 1024)")
+                          "(default: half the file-descriptor limit less 48, at most 1024; "
+                          "the other half is room for bursts)")
     lim.add_argument("--max-queued", type=int, default=512, metavar="N",
                      help="requests that may wait for an engine slot; more get a 503 (default 512)")
     lim.add_argument("--queue-timeout", type=float, default=300.0, metavar="S",

@@ -41,6 +41,7 @@ import functools
 import hmac
 import json
 import logging
+import math
 import time
 import uuid
 import warnings
@@ -50,10 +51,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import math
-
 import pydantic_core
-
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi

@@ -37,20 +37,37 @@ _TIMEOUT_RESPONSE = (
 )
 # Asyncio's default pauses a response only past 64 KiB of unsent bytes; a smaller mark
 # makes a client that stops reading visible sooner (see app.py: slow readers).
-WRITE_HIGH_WATER_BYTES = 16 * 1024
+WRITE_HIGH_WATER_BYTES = 8 * 1024
 # The kernel's send buffer grows by itself up to MBs (net.ipv4.tcp_wmem), and all of it would
-# fill before the server noticed a client that stopped reading. 32 KiB (the kernel doubles it)
-# still carries about 0.6 MB/s per connection at a 100 ms round trip: thousands of tokens/s.
-SEND_BUFFER_BYTES = 32 * 1024
+# fill before the server noticed a client that stopped reading. 16 KiB (the kernel doubles it)
+# still carries about 0.3 MB/s per connection at a 100 ms round trip: over 1,000 SSE chunks/s.
+SEND_BUFFER_BYTES = 16 * 1024
+FD_RESERVE = 48  # descriptors kept for the process itself (it uses about 10 when idle)
 
 
-def default_max_connections(reserve: int = 48, ceiling: int = 1024) -> int:
-    """Open connections to allow: the soft file-descriptor limit less ``reserve`` for the
-    model files, logs and the engine, at most ``ceiling`` and at least 8."""
+def _soft_fd_limit() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft <= 0:
+    return None if soft == resource.RLIM_INFINITY or soft <= 0 else int(soft)
+
+
+def default_max_connections(reserve: int = FD_RESERVE, ceiling: int = 1024) -> int:
+    """Open connections to allow: half of the soft file-descriptor limit left after ``reserve``
+    (model files, logs, the engine), at most ``ceiling``, at least 8. The other half is room
+    for a burst of new connections, which are accepted (each an fd) before any can be closed."""
+    soft = _soft_fd_limit()
+    if soft is None:
         return ceiling
-    return max(8, min(ceiling, int(soft) - reserve))
+    return max(8, min(ceiling, (soft - reserve) // 2))
+
+
+def accept_backlog(max_connections: int, reserve: int = FD_RESERVE, ceiling: int = 2048) -> int:
+    """The listen backlog, which is also how many connections asyncio accepts in one go: what
+    the descriptors left after ``max_connections`` and ``reserve`` allow (at most ``ceiling``),
+    so a burst of connections does not run out of them (``accept`` failing with EMFILE)."""
+    soft = _soft_fd_limit()
+    if soft is None:
+        return ceiling
+    return max(8, min(ceiling, soft - max_connections - reserve))
 
 
 class GuardStats:

@@ -33,12 +33,12 @@ def score_tokens(
     if top_k:
         top_values, top_ids = logprobs.topk(top_k, dim=-1)
         tops = [
-            list(zip(row_ids.tolist(), row_values.tolist()))
-            for row_ids, row_values in zip(top_ids, top_values)
+            list(zip(row_ids.tolist(), row_values.tolist(), strict=True))
+            for row_ids, row_values in zip(top_ids, top_values, strict=True)
         ]
     else:
         tops = [[] for _ in answer_ids]
-    return list(zip(chosen.tolist(), tops))
+    return list(zip(chosen.tolist(), tops, strict=True))
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -79,6 +79,6 @@ def chat_logprobs(
     return {
         "content": [
             {**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top]}
-            for t, (lp, top) in zip(answer_ids, scores)
+            for t, (lp, top) in zip(answer_ids, scores, strict=True)
         ]
     }

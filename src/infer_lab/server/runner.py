@@ -108,7 +108,7 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
     """
     import uvicorn
 
-    from .guard import GuardStats, guarded_h11
+    from .guard import GuardStats, accept_backlog, guarded_h11
 
     cfg = app.state.config
     stats = GuardStats()
@@ -137,6 +137,7 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
         log_level=log_level,
         lifespan="on",
         http=protocol,
+        backlog=accept_backlog(protocol.max_open),
         timeout_graceful_shutdown=shutdown_timeout_s + 2.0,
     )
     return Server(config)
