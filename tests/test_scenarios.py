@@ -68,3 +68,11 @@ def test_chapter_12_scale_out_and_chapter_13_scaling_contexts_are_readable():
     assert q["context"] <= memory.context_limit(q["model"])
     s = ch13.sizes("cpu", "quick")
     assert s.scaling_context <= memory.context_limit(s.scaling_model)
+
+
+def test_chapter_06_variant_tables_stay_within_each_model_limit():
+    ch06 = chapter("06")
+    rows = ch06.memory_rows()
+    assert rows
+    for r in rows:
+        assert r.context <= memory.context_limit(r.model), (r.model, r.context)
