@@ -185,3 +185,21 @@ def test_every_promised_button_time_is_honest():
         assert "About 0 s" not in text and " 0 s" not in text, (key, text)
     first = [(ch.NUMBER, next(iter(ch.PARTS))) for ch in chapters() if ch.NEEDS_MODEL]
     assert all("loading it adds" in texts[k] for k in first if texts[k])
+
+
+def test_a_wide_table_is_split_into_narrower_ones_that_repeat_its_keys():
+    import pandas as pd
+
+    from infer_lab.course.tables import MAX_COLUMNS, split_wide
+
+    frame = pd.DataFrame({"proposer": ["n-gram", "draft"], "k": ["1", "2"]}
+                         | {f"col {i}": ["1.5", "—"] for i in range(17)})  # 19 columns, as 11's sweep
+    parts = split_wide(frame)
+    assert len(parts) == 3 and all(len(p.columns) <= MAX_COLUMNS for p in parts)
+    assert all(p.columns[0] == "proposer" for p in parts)
+    shown = [c for p in parts for c in p.columns if c != "proposer"]
+    assert shown == list(frame.columns[1:])  # every other column once, in order
+    narrow = frame.iloc[:, :5]
+    assert split_wide(narrow)[0] is narrow
+    with pytest.raises(ValueError):
+        split_wide(frame, max_columns=1)
