@@ -209,3 +209,15 @@ def test_ceilings_are_measured_again_on_request_and_say_when_and_how_busy(hog, o
     assert "min ago" in again.provenance(now=again.measured_at + 600)
     quiet = replace(again, others_cores=0.0)
     assert "quiet machine" in quiet.provenance()
+
+
+# --- 01 §4: a bigger batch gives more tokens/s in total
+
+
+def test_01_itl_inverted_is_inconclusive_with_the_busy_machine_named(busy):
+    itl = [ch01.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch01.ITLPoint(128, 8, 0.200, 0.250, 6, 8000)]
+    text = ch01.itl_text(itl, busy)
+    _says_inconclusive_not_the_opposite(text)
+    assert "machine was busy" in text
+    good = [ch01.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch01.ITLPoint(128, 8, 0.020, 0.025, 6, 8000)]
+    assert ch01.itl_text(good, QUIET).startswith("**This run shows it:**")

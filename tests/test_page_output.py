@@ -144,3 +144,62 @@ def test_course_figures_survive_a_close_all_from_another_thread():
         pixels = Image.open(io.BytesIO(buf.getvalue())).convert("L")
         lo, hi = pixels.getextrema()
         assert hi - lo > 100, f"figure {name} came out blank"
+
+
+# --- legible labels, honest durations
+
+
+def test_overlapping_point_labels_are_moved_apart():
+    from infer_lab.figures import declutter_labels, subplots
+
+    fig, ax = subplots(figsize=(4, 3))
+    for i in range(4):  # four labels on nearly the same spot, as 04's GPUs crowd together
+        ax.scatter(1 + i * 0.01, 1)
+        ax.annotate(f"1x GPU-{i}", (1 + i * 0.01, 1), xytext=(3, 3), textcoords="offset points")
+    ax.set(xlim=(0, 10), ylim=(0, 2))
+    ax.text(0.5, 0.2, "alone", transform=ax.transAxes)
+    assert declutter_labels(fig) == 3
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert declutter_labels(fig) == 0  # nothing left to move
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [(0.0009, "under 1 s"), (0.4, "under 1 s"), (1.2, "1 s"),
+                                                   (16.3, "16 s"), (89, "89 s"), (150, "2 min")])
+def test_durations_never_read_zero_seconds(seconds, expected):
+    from infer_lab.units import fmt_duration
+
+    assert fmt_duration(seconds) == expected
+
+
+def test_every_promised_button_time_is_honest():
+    """No button promises 'About 0 s'; a model chapter's first button adds the model's load time."""
+    from infer_lab import nb
+    from infer_lab.course import chapters
+
+    texts = {(ch.NUMBER, part): nb.button_time(ch, part) for ch in chapters() for part in ch.PARTS}
+    if not any(texts.values()):
+        pytest.skip("no chapter-times-cpu-*.json in assets/results")
+    for key, text in texts.items():
+        assert "About 0 s" not in text and " 0 s" not in text, (key, text)
+    first = [(ch.NUMBER, next(iter(ch.PARTS))) for ch in chapters() if ch.NEEDS_MODEL]
+    assert all("loading it adds" in texts[k] for k in first if texts[k])
+
+
+def test_a_wide_table_is_split_into_narrower_ones_that_repeat_its_keys():
+    import pandas as pd
+
+    from infer_lab.course.tables import MAX_COLUMNS, split_wide
+
+    frame = pd.DataFrame({"proposer": ["n-gram", "draft"], "k": ["1", "2"]}
+                         | {f"col {i}": ["1.5", "—"] for i in range(17)})  # 19 columns, as 11's sweep
+    parts = split_wide(frame)
+    assert len(parts) == 3 and all(len(p.columns) <= MAX_COLUMNS for p in parts)
+    assert all(p.columns[0] == "proposer" for p in parts)
+    shown = [c for p in parts for c in p.columns if c != "proposer"]
+    assert shown == list(frame.columns[1:])  # every other column once, in order
+    narrow = frame.iloc[:, :5]
+    assert split_wide(narrow)[0] is narrow
+    with pytest.raises(ValueError):
+        split_wide(frame, max_columns=1)

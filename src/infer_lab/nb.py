@@ -15,6 +15,7 @@ from typing import Any
 
 from .course.chapter import choose_size, has_gpu, loadable_models, model_choice  # noqa: F401 (the notebooks' names)
 from .course.saved import SavedView, load_saved
+from .course.tables import split_wide
 from .units import fmt_duration
 
 CPU_TIMES_FILE = "chapter-times-cpu-*.json"
@@ -78,7 +79,10 @@ def table(frame: Any, interactive: bool = False, **kwargs: Any) -> Any:
                    "text_justify_columns": {c: "right" for c in numeric}}
         return mo.ui.table(frame, **{**options, **kwargs})
 
-    return mo.Html(_html_table(frame, right_aligned=numeric))
+    parts = split_wide(frame, is_key=lambda column: not _all_numbers(column))  # no sideways scrolling
+    if len(parts) == 1:
+        return mo.Html(_html_table(frame, right_aligned=numeric))
+    return mo.vstack([mo.Html(_html_table(part, right_aligned=numeric)) for part in parts], gap=0.6)
 
 
 def _html_table(frame: Any, right_aligned: set[str]) -> str:

@@ -28,7 +28,7 @@ from ..harness import (
     synchronize,
     timed_generate,
 )
-from ..timing import MachineLoad, compare_spreads
+from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, compare_spreads
 from ..units import GB
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .saved import SavedView, load_saved
@@ -316,8 +316,13 @@ def memory_text(memory: MemoryResult) -> str:
     )
 
 
-def serving_text(serving: ServingResult) -> str:
-    return (
+def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> str:
+    """The verdict (does one batch beat one request at a time?) with the machine's load, then the numbers."""
+    machine = machine or check_machine()
+    verdict = finding(SUPPORTED if serving.speedup > 1 else CONTRADICTED,
+                      "one padded batch serves more tokens per second than one request at a time", machine,
+                      "one run of each")
+    return verdict + " " + (
         f"One padded batch gives **{serving.speedup:.1f}×** the throughput of one request at a time here "
         f"({serving.tokens_per_s('sequential'):.1f} → {serving.tokens_per_s('batched'):.1f} output tokens/s), "
         f"and the mean request finishes at {serving.mean_finish_s('batched'):.2f} s instead of "
@@ -326,9 +331,15 @@ def serving_text(serving: ServingResult) -> str:
     )
 
 
-def itl_text(itl: list[ITLPoint]) -> str:
+def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
+    """The verdict (does a bigger batch give more tokens/s in total?) with the machine's load, then the numbers."""
     first, last = itl[0], max(itl, key=lambda p: (p.context, p.batch))
-    return (
+    machine = machine or check_machine()
+    outcome = (INCONCLUSIVE if last.batch == first.batch else
+               SUPPORTED if last.tokens_per_s_total > first.tokens_per_s_total else CONTRADICTED)
+    verdict = finding(outcome, "a decode step over a bigger batch yields more tokens per second in total", machine,
+                      "step p50 of each point")
+    return verdict + " " + (
         f"A decode step took {first.p50_s * 1e3:.1f} ms at batch {first.batch} and context {first.context}, "
         f"and {last.p50_s * 1e3:.1f} ms at batch {last.batch} and context {last.context}: "
         f"{last.tokens_per_s_total / first.tokens_per_s_total:.1f}× the total tokens/s for "

@@ -100,9 +100,12 @@ def show_table(frame: Any, title: str = "") -> None:
     """Display a people table (display strings) without its index."""
     from IPython.display import HTML, display
 
+    from .tables import split_wide
+
     if title:
         say(f"**{title}**")
-    display(HTML(frame.to_html(index=False, border=0)))
+    for part in split_wide(frame):  # a wide table as narrower ones, stacked: no sideways scrolling
+        display(HTML(part.to_html(index=False, border=0)))
 
 
 def show_result(chapter: ModuleType, result: Any) -> None:

@@ -82,3 +82,39 @@ def as_records(rows: Iterable[Any]) -> list[dict[str, Any]]:
 def markdown(frame: pd.DataFrame) -> str:
     """A people table as a GitHub-flavoured markdown table (the tour's report, the slides)."""
     return frame.to_markdown(index=False, disable_numparse=True)
+
+
+MAX_COLUMNS = 9  # wider than this, a table scrolls sideways in a notebook: it is split
+
+
+def split_wide(frame: pd.DataFrame, max_columns: int = MAX_COLUMNS,
+               is_key: Any = None) -> list[pd.DataFrame]:
+    """A wide people table as several narrower ones, stacked, each repeating the key columns.
+
+    The keys are the leading columns that ``is_key(column_values)`` accepts (default: columns
+    that are not all numbers), at most two; the other columns are dealt out in order, at most
+    ``max_columns`` per part including the keys. A table that fits comes back alone.
+    """
+    if max_columns < 2:
+        raise ValueError(f"max_columns must be >= 2, got {max_columns}")
+    columns = list(frame.columns)
+    if len(columns) <= max_columns:
+        return [frame]
+    keys = []
+    for c in columns[:2]:
+        if is_key(frame[c]) if is_key is not None else not _numbers_only(frame[c]):
+            keys.append(c)
+        else:
+            break
+    keys = keys or columns[:1]
+    rest = [c for c in columns if c not in keys]
+    per_part = max_columns - len(keys)
+    return [frame[keys + rest[i:i + per_part]] for i in range(0, len(rest), per_part)]
+
+
+def _numbers_only(column: Any) -> bool:
+    import re
+
+    values = [str(v) for v in column]
+    return bool(values) and all(re.match(r"^\s*[-+−]?[\d,.]+\s*(%|×|x|\w+)?\s*$|^\s*[—–-]\s*$", v) for v in values)
+
