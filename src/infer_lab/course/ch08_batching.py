@@ -206,7 +206,8 @@ def steps_figure(runs: dict[str, list[Any]], slots: int, source: str = ""):
         ax.set_title(f"{policy} batching: {len(records)} steps, {idle_slot_steps(records)} idle slot-steps",
                      fontsize=10, loc="left")
     axes[-1].set_xlabel("engine step")
-    fig.suptitle(f"Who ran each step, {slots} slots" + (f": {source}" if source else ""), fontsize=9)
+    fig.suptitle(f"Who ran each step, {slots} slots" + (f": {source}" if source else ""), fontsize=9,
+                 x=0.01, ha="left")
     finish(fig)
     fig.subplots_adjust(top=0.86)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="upper right", fontsize=8, ncols=2, frameon=False)
