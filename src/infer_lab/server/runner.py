@@ -110,24 +110,32 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
 
     from .guard import GuardStats, accept_backlog, guarded_h11
 
-    cfg = app.state.config
+    # Any ASGI app may be served (tests serve fakes); ours also reports the guard on /metrics.
+    state = getattr(app, "state", None)
+    cfg = getattr(state, "config", None)
+    if not isinstance(cfg, ServerConfig):
+        cfg = ServerConfig(model_name="", max_model_len=2)
     stats = GuardStats()
     protocol = guarded_h11(cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections, stats)
-    app.state.metrics.add_live(
-        lambda: {
-            "connections_open": float(stats.open),
-            "connections_limit": float(protocol.max_open),
-            "connections_closed_header_timeout": float(stats.header_timeouts),
-            "connections_closed_body_timeout": float(stats.body_timeouts),
-            "connections_closed_evicted": float(stats.evicted),
-            "connections_closed_refused": float(stats.refused),
-        }
-    )
-    app.state.guard_stats = stats
+    metrics = getattr(state, "metrics", None)
+    begin_shutdown = getattr(state, "begin_shutdown", None)
+    if metrics is not None and state is not None:
+        state.guard_stats = stats
+        metrics.add_live(
+            lambda: {
+                "connections_open": float(stats.open),
+                "connections_limit": float(protocol.max_open),
+                "connections_closed_header_timeout": float(stats.header_timeouts),
+                "connections_closed_body_timeout": float(stats.body_timeouts),
+                "connections_closed_evicted": float(stats.evicted),
+                "connections_closed_refused": float(stats.refused),
+            }
+        )
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:
-            app.state.begin_shutdown(shutdown_timeout_s)
+            if begin_shutdown is not None:
+                begin_shutdown(shutdown_timeout_s)
             await super().shutdown(sockets)
 
     config = uvicorn.Config(
@@ -138,7 +146,7 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
         lifespan="on",
         http=protocol,
         backlog=accept_backlog(protocol.max_open),
-        timeout_graceful_shutdown=shutdown_timeout_s + 2.0,
+        timeout_graceful_shutdown=shutdown_timeout_s + (2.0 if begin_shutdown else 0.0),
     )
     return Server(config)
 
