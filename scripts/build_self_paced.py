@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "workshop" / "SELF_PACED.md"
 WORDS_PER_MINUTE = 200  # an assumption: reading technical prose with figures in between
-EXERCISE_MINUTES = {"predict": 10, "implement": 20}  # our estimate per exercise, not a measurement
+EXERCISE_MINUTES = {"predict": 10, "implement": 20, "build": 40}  # our estimate per exercise, not a measurement
 
 
 def notebook_words(path: Path) -> int:
@@ -107,8 +107,15 @@ def render() -> str:
         where = (f"Open `marimo edit notebooks/{notebook.name}` (or run it headless: "
                  f"`python notebooks/{notebook.name}`)." if notebook.exists()
                  else "Its notebook has not landed yet: do the exercises, they need only the library.")
+        tiers = [(e, i) for i, e in enumerate(exercises, 1)]
         items = [f"{i}. **{e.title}** ({ex.KINDS[e.kind]}; {', '.join(f'`{f}()`' for f in e.functions)}): {e.task}"
-                 for i, e in enumerate(exercises, 1)]
+                 for e, i in tiers if e.kind != "build"]
+        build = [f"{i}. **{e.title}** ({', '.join(f'`{f}()`' for f in e.functions)} plug into `{e.symbol}`): "
+                 f"{e.task} Check: `infer-lab check {n} --only {e.name}`."
+                 for e, i in tiers if e.kind == "build"]
+        if build:
+            items += ["", "Build tier (your code runs inside the engine, token for token against transformers):",
+                      "", *build]
         sections.append("\n".join([
             f"### {title}", "", where, "", *items, "",
             f"    infer-lab check {n} --init    # writes ./{ex.default_file(n).as_posix()}",

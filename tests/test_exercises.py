@@ -177,7 +177,7 @@ def test_cli_init_check_solution(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["check", "07"]) == 1
     assert "TODO" in capsys.readouterr().out
-    assert main(["check", "07", "--solution"]) == 0
+    assert main(["check", "07", "--solution", "--only", "slots", "blocks_needed", "wasted_slots"]) == 0
     assert "3 of 3 exercises pass" in capsys.readouterr().out
     assert main(["check", "07", "--show-solution"]) == 0
     assert "def slots(" in capsys.readouterr().out
@@ -188,7 +188,9 @@ def test_the_notebook_section_lists_every_exercise_and_hides_solutions():
         text = exercises.exercises_markdown(n)
         assert f"infer-lab check {n} --init" in text
         for ex in exercises.exercises(n):
-            assert ex.title in text and f"`{ex.name}()`" in text
+            assert ex.title in text and f"`{ex.functions[0]}()`" in text
+            if ex.kind == "build":
+                assert ex.symbol in text and f"infer-lab check {n} --only {ex.name}" in text
         assert "raise NotImplementedError" not in exercises.solution_markdown(n)
 
 
@@ -363,3 +365,84 @@ def test_a_generator_or_array_answer_is_read_as_its_values():
     assert plain((1, 2)) == [1, 2] and plain(x for x in (1, 2)) == [1, 2]
     assert plain(np.array([3, 4])) == [3, 4] and type(plain(np.int64(3))) is int
     assert plain(([1], 2)) == [[1], 2] and plain("ab") == "ab" and plain(None) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The build tier: the learner's code inside the real engine, token for token against transformers
+
+BUILD = [(n, ex.name) for n in NUMBERS for ex in exercises.exercises(n) if ex.kind == "build"]
+
+# (chapter, exercise, text in the solution, its wrong replacement, what the feedback must say)
+BUILD_NEAR_MISSES = [
+    ("06", "flash_engine", "new_acc = output_acc * correction +", "new_acc = output_acc +",
+     "rescale the running sum AND output_acc"),
+    ("06", "flash_engine", "new_sum = running_sum * correction +", "new_sum = running_sum +", "rescale"),
+    ("06", "flash_engine", "new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))",
+     "new_max = scores.amax(dim=-1, keepdim=True)", "never the tile's max alone"),
+    ("07", "paged_engine", "block_table[p // block_size] * block_size + p % block_size",
+     "block_table[p // block_size] + p % block_size", "multiply it by the block size"),
+    ("07", "paged_engine", "block_table[p // block_size] * block_size + p % block_size", "p",
+     "the block table was not used"),
+    ("07", "paged_engine", "math.ceil(", "math.floor(", "a block short"),
+    ("07", "paged_engine", " - blocks_held)", ")", "subtract the blocks already held"),
+    ("08", "scheduler_engine", "n = tokens_to_compute if token_budget is None else min(tokens_to_compute, token_budget)",
+     "n = tokens_to_compute", "over the budget"),
+    ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0", "return n", "does not fit in the free blocks"),
+    ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0",
+     "return n if n > 0 and fits(tokens_to_compute) else 0", "you asked fits(36)"),
+    ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+     "return drafts[:accepted], accepted", "the bonus token"),
+    ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+     "return drafts[:accepted] + [target_argmax[-1]], accepted", "first different token"),
+    ("11", "spec_engine", "while accepted < len(drafts) and drafts[accepted] == target_argmax[accepted]:",
+     "while accepted < len(drafts):", "was kept although the target's argmax"),
+    ("11", "spec_engine", "return tokens[start + n:start + n + k]", "return tokens[start:start + k]",
+     "kept less often"),
+]
+
+
+def test_every_build_chapter_of_the_issue_has_a_build_exercise():
+    assert {n for n, _ in BUILD} >= {"06", "07", "08", "11"}
+    for n, name in BUILD:
+        ex = next(e for e in exercises.exercises(n) if e.name == name)
+        assert ex.symbol.startswith("src/infer_lab/engine/") and "::" in ex.symbol
+        assert sum(1 for c in BUILD_NEAR_MISSES if c[:2] == (n, name)) >= 3, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number, name, old, new, phrase", BUILD_NEAR_MISSES,
+                         ids=[f"{n}-{name}-{i}" for i, (n, name, *_) in enumerate(BUILD_NEAR_MISSES)])
+def test_a_build_near_miss_is_caught_in_the_engine(tmp_path, number, name, old, new, phrase):
+    test_a_near_miss_is_caught_and_named(tmp_path, number, name, old, new, phrase)
+
+
+def test_json_says_the_build_tier_ran_the_engine_with_identical_tokens(capsys):
+    import json
+
+    assert main(["check", "07", "--solution", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_name = {e["name"]: e for e in report["exercises"]}
+    assert report["passed"] and by_name["paged_engine"]["kind"] == "build"
+    assert by_name["paged_engine"]["ran_engine"] is True and by_name["paged_engine"]["tokens_identical"] is True
+    assert by_name["slots"]["ran_engine"] is False and by_name["slots"]["tokens_identical"] is None
+
+
+def test_a_diverging_build_names_the_prompt_and_the_first_token(tmp_path):
+    source = exercises.solution_source("11").replace("return drafts[:accepted] + [target_argmax[accepted]], accepted",
+                                                     "return drafts[:accepted] + [target_argmax[-1]], accepted")
+    path = tmp_path / exercises.file_name("11")
+    path.write_text(source)
+    result = exercises.check_file("11", path, only=["spec_engine"]).results[0]
+    assert result.ran_engine and result.tokens_identical is False
+    first = result.outcomes[0].detail
+    assert "(prompt '" in first and "first different token at output position" in first and "expected token" in first
+
+
+def test_the_plug_points_default_to_the_engines_own_code():
+    from infer_lab.engine import Engine, PagedKVCache, Scheduler
+    from infer_lab.engine.acceptance import verify_greedy
+    from infer_lab.engine.kv_cache import paged_blocks_needed, paged_slots
+    from infer_lab.engine.scheduler import admit_tokens
+
+    assert PagedKVCache.slot_lookup is paged_slots and PagedKVCache.block_count is paged_blocks_needed
+    assert Scheduler.admit_rule is admit_tokens and Engine.verify_greedy is verify_greedy

@@ -349,8 +349,14 @@ def commands_markdown(number: str | int) -> str:
 def exercises_markdown(number: str | int, heading: str = "## Exercises") -> str:
     """The chapter's exercises as a list, with the commands that start and check them."""
     mod = exercise_module(number)
-    items = [f"{i}. **{ex.title}** ({KINDS[ex.kind]}): {ex.task} Write `{'()`, `'.join(ex.functions)}()`."
-             for i, ex in enumerate(mod.EXERCISES, 1)]
+    def item(i: int, ex: Exercise) -> str:
+        text = f"{i}. **{ex.title}** ({KINDS[ex.kind]}): {ex.task} Write `{'()`, `'.join(ex.functions)}()`."
+        if ex.kind == "build":
+            text += (f" They replace `{ex.symbol}` in the engine; check with "
+                     f"`infer-lab check {mod.NUMBER} --only {ex.name}`.")
+        return text
+
+    items = [item(i, ex) for i, ex in enumerate(mod.EXERCISES, 1)]
     return "\n".join([
         heading,
         "",

@@ -8,8 +8,7 @@ import torch
 
 from ...engine import ContiguousKVCache
 from ...engine.kv_cache import block_table_slots
-from . import Exercise
-from . import build
+from . import Exercise, build
 from .checking import plain, short_repr
 from .engine_sim import paged_cache, sequence, tiny_shape
 
