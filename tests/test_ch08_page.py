@@ -51,8 +51,15 @@ def test_the_page_shows_the_schedulers_real_admission_step():
     assert len(shown.splitlines()) <= 32  # short enough for a slide
 
 
-def test_static_takes_at_least_1_3x_the_steps_at_quick_size(embedded):
-    result = ch08.run_steps(embedded, ch08.sizes("cpu", "quick"))
+@pytest.fixture(scope="module")
+def quick_steps(embedded) -> ch08.StepsResult:
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's 4 slots."""
+    return ch08.run_steps(embedded, ch08.sizes("cpu", "quick"))
+
+
+def test_static_takes_at_least_1_3x_the_steps_at_quick_size(quick_steps):
+    result = quick_steps
+    assert result.slots == 4
     static, cont = result.runs["static"], result.runs["continuous"]
     tokens = sum(result.output_lens)
     for records in (static, cont):  # each step gives every running request one token
@@ -83,20 +90,19 @@ def _edited_notebook(tmp_path, slots: int):
 
 
 @pytest.mark.slow
-def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(embedded, tmp_path):
+def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(embedded, tmp_path, quick_steps):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
     sizes = ch08.sizes("cpu", "quick")
-    pressed = SimpleNamespace(value=True)
-    runs = {}
-    for slots in (4, sizes.steps_requests):
-        cell = _edited_notebook(tmp_path, slots).static_vs_continuous
-        _, defs = cell.run(ch08=ch08, lm=embedded, mo=mo, nb=nb, sizes=sizes, steps_button=pressed)
-        runs[slots] = {policy: len(records) for policy, records in defs["runs"].items()}
-    # 4 slots: static waits for each batch's longest request; as many slots as requests: no gap
-    assert runs[4]["static"] >= 1.3 * runs[4]["continuous"]
-    assert runs[sizes.steps_requests]["static"] == runs[sizes.steps_requests]["continuous"]
-    assert runs[sizes.steps_requests]["static"] < runs[4]["static"]
+    cell = _edited_notebook(tmp_path, sizes.steps_requests).static_vs_continuous  # slots = 16
+    _, defs = cell.run(ch08=ch08, lm=embedded, mo=mo, nb=nb, sizes=sizes, steps_button=SimpleNamespace(value=True))
+    steps = {policy: len(records) for policy, records in defs["runs"].items()}
+    before = {policy: len(records) for policy, records in quick_steps.runs.items()}  # the cell's 4 slots
+    assert before["static"] >= 1.3 * before["continuous"]
+    # as many slots as requests: everyone is admitted in the first step, the gap disappears, and
+    # both take as many steps as the longest answer has tokens
+    assert steps["static"] == steps["continuous"] == max(quick_steps.output_lens) < before["static"]
+    assert all(r.idle_slots == sizes.steps_requests - r.num_seqs for r in defs["runs"]["static"])
