@@ -41,6 +41,9 @@ def test_env_json(capsys):
     data = _json(capsys, ["env", "--json"])
     assert data["ceilings"]["bandwidth_Bps"] > 0 and data["versions"]["torch"]
     assert data["device"]["kind"] in ("cpu", "cuda")
+    if data["device"]["kind"] == "cpu":  # the CPU's flags and the engine's measured GEMM path
+        assert data["cpu"]["model"] and isinstance(data["cpu"]["flags"], list) and data["cpu"]["threads"] >= 1
+        assert data["gemm_plan"]["summary"] and data["gemm_plan"]["model"] == "smollm2-135m"
 
 
 def test_models_json(capsys):

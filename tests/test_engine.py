@@ -189,3 +189,34 @@ def test_fused_and_separate_projections_match_transformers(embedded, model, prom
     )
     assert outs == reference
     assert_pool_clean(engine)
+
+
+@pytest.mark.parametrize("kv_mode", ["paged", "contiguous"])
+def test_a_lone_decode_reads_its_kv_in_place_and_stays_identical(model, prompts, reference, kv_mode):
+    """One user at a time: each request's context is one run of slots, read as a view (no gather)."""
+    engine = Engine(model, EngineConfig(max_num_seqs=1, kv_mode=kv_mode))
+    calls = {"gather": 0, "span": 0}
+    gather, read_span = engine.kv.gather, engine.kv.read_span
+
+    def counting_gather(*a):
+        calls["gather"] += 1
+        return gather(*a)
+
+    def counting_span(*a):
+        calls["span"] += 1
+        return read_span(*a)
+
+    engine.kv.gather, engine.kv.read_span = counting_gather, counting_span
+    outs = engine.generate(prompts[:4], SamplingParams(max_tokens=NEW_TOKENS))
+    assert [o.token_ids for o in outs] == reference[:4]
+    # every decode step of every layer read in place: later requests get consecutive blocks too
+    decode_steps = sum(1 for r in engine.step_log if r.prefill_tokens == 0)
+    assert calls["span"] == decode_steps * model.shape.layers and calls["gather"] == 0
+    assert_pool_clean(engine)
+    if kv_mode == "paged":  # a table that is not one run falls back to the gather
+        from infer_lab.engine import AttentionMetadata
+
+        meta = AttentionMetadata(query_lens=[1], context_lens=[20], block_tables=[[3, 5]])
+        assert engine.kv.context_span(meta, 0) is None
+        meta.block_tables = [[4, 5, 9]]
+        assert engine.kv.context_span(meta, 0) == (4 * engine.kv.block_size, 20)

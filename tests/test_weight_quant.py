@@ -77,25 +77,35 @@ def test_engine_on_quantized_weights_stays_close_to_fp32(embedded, prompts):
     assert base.quantized("int8") is int8 and int8.quant_method == "int8"  # made once
     assert int8.gemm_weight_bytes_stored() < 0.3 * base.gemm_weight_bytes_stored()
     assert int8.embed is base.embed  # only the GEMM weights are quantized
-    scores = quality(embedded, ("int8", "int4"), eval_tokens=260, window=128)
+    scores = quality(embedded, ("int8", "int4", "bf16"), eval_tokens=260, window=128)
     assert scores["float32"]["top1_agreement"] == 1.0 and scores["float32"]["perplexity_change"] == 0
     assert scores["int8"]["top1_agreement"] >= 0.9 and abs(scores["int8"]["perplexity_change"]) < 0.03
     assert scores["int4"]["top1_agreement"] >= 0.8 and abs(scores["int4"]["perplexity_change"]) < 0.15
+    # bf16 (the engine's dtype option) rounds every weight and activation: close, not equal.
+    assert scores["bf16"]["top1_agreement"] >= 0.9 and abs(scores["bf16"]["perplexity_change"]) < 0.03
+    bf16 = base.cast(torch.bfloat16)
+    assert base.cast(torch.bfloat16) is bf16 and bf16.dtype == torch.bfloat16 and base.cast(torch.float32) is base
     # The engine runs on them end to end; its first token (after the prompt) mostly agrees with fp32.
     params = SamplingParams(max_tokens=2)
     firsts = {}
-    for method in (None, "int8"):
-        engine = Engine(base, EngineConfig(max_num_seqs=8, weight_quant=method))
+    for method in (None, "int8", "bf16"):
+        config = EngineConfig(max_num_seqs=8, **({"dtype": method} if method == "bf16" else {"weight_quant": method}))
+        engine = Engine(base, config)
         firsts[method] = [o.token_ids[0] for o in engine.generate(prompts[:8], params)]
         assert_pool_clean(engine)
-        assert engine.gemm_plan.any_prepacked is (method is None and engine.prepacked_weights)
-    assert sum(a == b for a, b in zip(firsts[None], firsts["int8"], strict=True)) >= 6
+        assert engine.model.dtype == (torch.bfloat16 if method == "bf16" else torch.float32)
+        if method == "int8":
+            assert not engine.gemm_plan.any_prepacked and engine.model.quant_method == "int8"
+    for method in ("int8", "bf16"):
+        assert sum(a == b for a, b in zip(firsts[None], firsts[method], strict=True)) >= 6
 
 
 def test_engine_refuses_weight_quant_it_cannot_do(embedded):
     base = EngineModel.from_hf(embedded.model)
     with pytest.raises(ValueError, match="int8, int4"):
         Engine(base, EngineConfig(weight_quant="int5"))
+    with pytest.raises(ValueError, match="dtype"):
+        Engine(base, EngineConfig(dtype="fp16"))
     with pytest.raises(ValueError, match="prepack_weights"):
         Engine(base, EngineConfig(weight_quant="int8", prepack_weights=True))
     with pytest.raises(ValueError, match="fuse_projections"):

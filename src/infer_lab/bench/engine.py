@@ -98,6 +98,7 @@ def engine_config(
     kv_dtype: str | None = None,
     prepack_weights: bool | None = None,
     weight_quant: str | None = None,
+    engine_dtype: str | None = None,
 ) -> EngineConfig:
     """The :class:`EngineConfig` a benchmark's switches name (``prepack_weights`` None: the engine decides)."""
     extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
@@ -115,6 +116,7 @@ def engine_config(
         compile_layers=compile_layers,
         prepack_weights=prepack_weights,
         weight_quant=weight_quant,
+        dtype=engine_dtype,
         **decode_path_config(decode_path),
         **extra,
     )
@@ -179,6 +181,7 @@ def run_engine_benchmark(
     workload_kind: str = "uniform",
     prepack_weights: bool | None = None,
     weight_quant: str | None = None,
+    engine_dtype: str | None = None,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -217,7 +220,7 @@ def run_engine_benchmark(
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(lens) + 1, mode, prefix_cache, chunk_tokens,
                            kv_mode, block_size, num_blocks, decode_path, fuse_projections,
-                           compile_layers, kv_dtype, prepack_weights, weight_quant)
+                           compile_layers, kv_dtype, prepack_weights, weight_quant, engine_dtype)
     if warmup:
         warm_up_engine(lm, config, seed + 1)
     result, _ = timed_engine_run(lm, config, wl.prompts, lens)
@@ -234,6 +237,7 @@ def run_engine_benchmark(
         "kv_mode": kv_mode,
         "kv_dtype": config.kv_dtype if hasattr(config, "kv_dtype") else None,
         "weight_quant": weight_quant,
+        "engine_dtype": engine_dtype,
         "block_size": block_size,
         "shared_prefix_len": shared_prefix_len,
     }

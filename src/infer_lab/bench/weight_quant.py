@@ -1,8 +1,10 @@
-"""The engine on quantized weights: one user's decode speed against fp32, and what it costs in quality.
+"""The engine on quantized (or bf16) weights: one user's decode speed against fp32, and the quality cost.
 
 Decode at batch 1 streams every GEMM weight once per token, so its speed limit is bytes per
 token. int8 weights are a quarter of fp32's bytes and int4 (groups of 32) about a sixth; with
 fused kernels (:mod:`infer_lab.quant.kernels`) the engine should decode correspondingly faster.
+``bf16`` (the engine's ``dtype`` option) halves the bytes with oneDNN's bf16 GEMMs, on CPUs that
+have AVX-512-bf16 or AMX.
 
 :func:`decode_speed` times the engine at batch 1 on one prompt, fp32 and each method in turn,
 interleaved over ``rounds`` rounds (median), and checks nothing about tokens: quantized weights
@@ -24,6 +26,25 @@ from ..engine import AttentionMetadata, Engine, EngineConfig, EngineModel, Sampl
 from ..harness import env_metadata
 
 METHODS = ("int8", "int4")
+DTYPES = {"bf16": torch.bfloat16}  # not quantization, but measured the same way (EngineConfig.dtype)
+
+
+def check_method(method: str) -> None:
+    """Refuse a name that is neither a weight quantization (int8, int4, int4-gN) nor ``bf16``."""
+    if method not in DTYPES:
+        from ..quant.kernels import parse_method
+
+        parse_method(method)
+
+
+def _model(base: EngineModel, method: str) -> EngineModel:
+    return base.cast(DTYPES[method]) if method in DTYPES else base.quantized(method)
+
+
+def _config(method: str | None) -> dict[str, Any]:
+    if method is None:
+        return {}
+    return {"dtype": method} if method in DTYPES else {"weight_quant": method}
 
 
 @torch.inference_mode()
@@ -51,7 +72,7 @@ def quality(lm: Any, methods: tuple[str, ...] = METHODS, eval_tokens: int = 1024
     if n_windows == 0:
         raise ValueError(f"{len(ids)} evaluation tokens do not fill one window of {window}")
     base = EngineModel.from_hf(lm.model).plain
-    models = {str(lm.dtype).replace("torch.", ""): base, **{m: base.quantized(m) for m in methods}}
+    models = {str(lm.dtype).replace("torch.", ""): base, **{m: _model(base, m) for m in methods}}
     reference: list[torch.Tensor] = []
     out: dict[str, dict[str, float]] = {}
     for name, model in models.items():
@@ -89,7 +110,7 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
 
     def run(method: str | None) -> tuple[float, Engine]:
         engine = Engine.from_loaded(lm, EngineConfig(max_num_seqs=1, max_model_len=prompt_len + new_tokens + 1,
-                                                     weight_quant=method))
+                                                     **_config(method)))
         (out,) = engine.generate([prompt], params)
         return len(out.itl_s) / sum(out.itl_s), engine
 
@@ -110,7 +131,7 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
         out[m or base_name] = {
             "decode_tokens_per_s": med, "by_round": rates[m], "speedup_vs_base": med / fp,
             "gemm_weight_bytes_per_token": e.model.gemm_weight_bytes_stored(),
-            "gemm_path": e.gemm_plan.describe() if m is None else _kernel(e.model),
+            "gemm_path": e.gemm_plan.describe() if m is None or m in DTYPES else _kernel(e.model),
         }
     return out
 

@@ -99,7 +99,11 @@ int8,int4) against the same engine in the model's dtype, interleaved over --roun
 --output-len out), with the bytes of GEMM weights each streams per token; then perplexity
 and top-1 agreement with the unquantized model on the shipped evaluation text (skip with
 --no-quality). int8: per-row scales, aten._weight_int8pack_mm; int4: groups of 32,
-aten._weight_int4pack_mm_for_cpu (both PyTorch CPU kernels, bf16 activations inside).
+aten._weight_int4pack_mm_for_cpu (both PyTorch CPU kernels, bf16 activations inside);
+bf16: the engine's dtype option (all weights bf16, oneDNN bf16 GEMMs where the CPU has
+AVX-512-bf16 or AMX).
+
+  infer-lab bench quant --methods int8,int4,bf16 --prompt-len 128 --output-len 128 --threads 2
 
   infer-lab bench quant --prompt-len 128 --output-len 128 --threads 2
 """
@@ -183,8 +187,11 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.add_argument("--weight-quant", choices=["none", "int8", "int4"], default="none",
                    help="engine: GEMM weights quantized for PyTorch's fused CPU kernels (default none)")
+    p.add_argument("--engine-dtype", choices=["model", "fp32", "bf16"], default="model",
+                   help="engine: compute dtype (default: the model's; bf16 copies the weights once)")
     quant = p.add_argument_group("bench quant")
-    quant.add_argument("--methods", default="int8,int4", help="quant: comma-separated methods (int8, int4, int4-gN)")
+    quant.add_argument("--methods", default="int8,int4",
+                       help="quant: comma-separated methods (int8, int4, int4-gN; bf16: the engine's bf16 dtype)")
     quant.add_argument("--no-quality", action="store_true", help="quant: skip perplexity and top-1 agreement")
     gemm = p.add_argument_group("bench gemm")
     gemm.add_argument("--batches", default="1,4,16,64,256",
@@ -285,13 +292,12 @@ def run_gemm(args) -> int:
 
 def run_quant(args) -> int:
     """``bench quant``: one user's decode on quantized weights against the model's dtype, and quality."""
-    from ..bench.weight_quant import weight_quant_benchmark
+    from ..bench.weight_quant import check_method, weight_quant_benchmark
     from ..models import load_model
-    from ..quant.kernels import parse_method
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     for m in methods:
-        parse_method(m)
+        check_method(m)
     if not methods or args.rounds < 1 or args.output_len < 2:
         raise ValueError("--methods needs at least one method, --rounds >= 1 and --output-len >= 2")
     _set_threads(args.threads)
@@ -386,6 +392,7 @@ def run_engine(args) -> int:
         prepack_weights={"auto": None, "on": True, "off": False}[args.prepack],
         kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
         weight_quant=None if args.weight_quant == "none" else args.weight_quant,
+        engine_dtype=None if args.engine_dtype == "model" else args.engine_dtype,
         workload_kind=args.workload,
         rounds=args.rounds,
     )

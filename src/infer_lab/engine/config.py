@@ -50,6 +50,9 @@ class EngineConfig:
         kv_dtype: how the paged pool stores K/V: ``None`` (the model's dtype), ``"int8"``
             (per-token, per-head absmax scales) or ``"fp8"`` (e4m3, per-token per-head scales).
             Quantized KV is close to, not equal to, full precision: greedy outputs may differ.
+        dtype: the engine's compute dtype, ``"fp32"`` or ``"bf16"`` (a bf16 copy of the weights is
+            made once; on a CPU with AVX-512-bf16 or AMX, oneDNN's bf16 GEMMs read half the
+            bytes); ``None``: the model's own dtype. bf16 is close to, not equal to, fp32.
         weight_quant: multiply by quantized GEMM weights through PyTorch's fused CPU kernels
             (:mod:`infer_lab.quant.kernels`): ``"int8"`` (per output row), ``"int4"`` (groups
             of 32 inputs) or ``"int4-gN"``; ``None``: the model's own weights. Fewer bytes per
@@ -76,8 +79,11 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     kv_dtype: str | None = None
     weight_quant: str | None = None
+    dtype: str | None = None
 
     def validate(self) -> None:
+        if self.dtype not in (None, "fp32", "bf16"):
+            raise ValueError(f"dtype must be None, 'fp32' or 'bf16', got {self.dtype!r}")
         if self.kv_mode not in KV_MODES:
             raise ValueError(f"kv_mode must be one of {', '.join(KV_MODES)}, got {self.kv_mode!r}")
         if self.prefix_cache not in PREFIX_CACHES:

@@ -122,6 +122,8 @@ class Engine:
     ):
         config = config or EngineConfig()
         config.validate()
+        if config.dtype is not None:
+            model = model.plain.cast({"fp32": torch.float32, "bf16": torch.bfloat16}[config.dtype])
         if config.weight_quant is not None:
             model = model.plain.quantized(config.weight_quant)
             self.gemm_plan = GemmPlan((1,), (False,), source=f"quantized weights ({config.weight_quant})")

@@ -191,6 +191,13 @@ class SlotStore:
             (take(self.v).view(codes).float() * take(self.v_scale)).to(self.dtype),
         )
 
+    def span(self, layer: int, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Views (no copy) of K and V in slots ``start .. start + count - 1``, ``(count, kv_heads, d)``;
+        None for a quantized store (its codes must be dequantized, which copies anyway)."""
+        if self.kv_dtype is not None:
+            return None
+        return self.k[layer, start : start + count], self.v[layer, start : start + count]
+
     def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy every layer's K/V (and scales) of slots ``src`` into slots ``dst``."""
         tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kv_dtype else [])
@@ -226,6 +233,9 @@ class NoKVCache:
 
     def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
         return KVMemoryReport(0, 0, 0)
+
+    def context_span(self, meta: AttentionMetadata, seq_index: int) -> tuple[int, int] | None:
+        return None
 
 
 class ContiguousKVCache:
@@ -303,6 +313,13 @@ class ContiguousKVCache:
         """A view (no copy) of the sequence's first ``context_len`` slots: contiguous memory pays off here."""
         start, n = meta.region_starts[seq_index], meta.context_lens[seq_index]
         return self.k[layer, start : start + n], self.v[layer, start : start + n]
+
+    def context_span(self, meta: AttentionMetadata, seq_index: int) -> tuple[int, int] | None:
+        """``(first slot, tokens)`` of the sequence's context: always one run of slots here."""
+        return meta.region_starts[seq_index], meta.context_lens[seq_index]
+
+    def read_span(self, layer: int, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.store.span(layer, start, count)
 
     def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
         live = [s for s in seqs if s.region is not None]
@@ -435,8 +452,12 @@ class PagedKVCache:
         self.peak_blocks_used = max(self.peak_blocks_used, self.pool.num_used)
 
     def free(self, seq: Sequence) -> None:
-        """Drop ``seq``'s reference on each of its blocks (shared blocks stay with their other owners)."""
-        for block in reversed(seq.block_table):
+        """Drop ``seq``'s reference on each of its blocks (shared blocks stay with their other owners).
+
+        In table order, so the free list gets them back in order and the next request is
+        handed consecutive blocks again (whose K/V attention can then read in place).
+        """
+        for block in seq.block_table:
             self.pool.decref(block)
             if self.pool.ref_counts[block] == 0:
                 self.block_fill[block] = 0
@@ -522,6 +543,23 @@ class PagedKVCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gather the sequence's K/V through its block table (slot = block_table[pos // B] * B + pos % B)."""
         return self.store.gather(layer, meta.context_slots[seq_index])
+
+    def context_span(self, meta: AttentionMetadata, seq_index: int) -> tuple[int, int] | None:
+        """``(first slot, tokens)`` when the sequence's context sits in consecutive blocks, else None.
+
+        A lone request on a fresh pool is handed blocks in order, so its whole context is one run
+        of slots and attention can read K/V in place instead of gathering a copy.
+        """
+        table, n = meta.block_tables[seq_index], meta.context_lens[seq_index]
+        used = -(-n // self.block_size)
+        first = table[0]
+        if table[used - 1] - first != used - 1 or table[:used] != list(range(first, first + used)):
+            return None
+        return first * self.block_size, n
+
+    def read_span(self, layer: int, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """K and V of slots ``start .. start + count - 1`` as views, or None (quantized store)."""
+        return self.store.span(layer, start, count)
 
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """Copy K/V of slots ``src`` into slots ``dst`` in every layer (copy-on-write for partial blocks)."""

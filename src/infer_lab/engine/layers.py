@@ -33,6 +33,8 @@ from .prepack import linear
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) * weight, with the statistics in fp32 whatever the input dtype."""
+    if x.dtype == torch.float32:  # the same arithmetic, two conversions fewer
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
     x32 = x.to(torch.float32)
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
@@ -124,6 +126,19 @@ def grouped_decode_attention(
     return out.reshape(batch, heads, d)
 
 
+def span_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """One sequence's newest token over a context read in place: no gather, no mask.
+
+    ``q (1, heads, d)``; ``k, v (L, kv_heads, d)``: views of the cache's consecutive slots that
+    hold the whole context (its newest token included). Returns ``(1, heads * d)``.
+    """
+    _, heads, d = q.shape
+    kv_heads = k.shape[1]
+    grouped = q.reshape(1, kv_heads, heads // kv_heads, d)
+    out = F.scaled_dot_product_attention(grouped, k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=scale)
+    return out.reshape(1, heads * d)
+
+
 def decode_attention(
     q: torch.Tensor,
     k_store: torch.Tensor,
@@ -195,10 +210,13 @@ def attention_inputs(
     x = rms_norm(h, input_norm, eps)
     sizes = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
     if fused:
-        q, k, v = linear(x, qkv_proj, qkv_bias).split(sizes, dim=-1)
-    else:
-        biases = qkv_bias.split(sizes) if qkv_bias is not None else (None, None, None)
-        q, k, v = (F.linear(x, w, b) for w, b in zip(qkv_proj.split(sizes), biases, strict=True))
+        # q and k side by side in the GEMM's output: one RoPE over both (fewer, larger ops).
+        qkv = linear(x, qkv_proj, qkv_bias)
+        qk = apply_rope(qkv[:, : sizes[0] + sizes[1]].reshape(-1, heads + kv_heads, head_dim), cos, sin)
+        q, k = qk.split((heads, kv_heads), dim=1)
+        return q, k, qkv[:, sizes[0] + sizes[1] :].reshape(-1, kv_heads, head_dim)
+    biases = qkv_bias.split(sizes) if qkv_bias is not None else (None, None, None)
+    q, k, v = (F.linear(x, w, b) for w, b in zip(qkv_proj.split(sizes), biases, strict=True))
     q = apply_rope(q.reshape(-1, heads, head_dim), cos, sin)
     k = apply_rope(k.reshape(-1, kv_heads, head_dim), cos, sin)
     return q, k, v.reshape(-1, kv_heads, head_dim)

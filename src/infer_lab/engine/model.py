@@ -39,6 +39,7 @@ from .layers import (
     rms_norm,
     rope_cos_sin,
     rope_inverse_frequencies,
+    span_decode_attention,
 )
 
 
@@ -226,6 +227,34 @@ class EngineModel:
         self._packed = (key, packed)
         return packed
 
+    def cast(self, dtype: torch.dtype) -> EngineModel:
+        """The same model with every weight in ``dtype`` (e.g. bf16 from fp32): a copy, made once.
+
+        RoPE's frequencies stay fp32 and RMSNorm keeps its statistics in fp32 whatever the dtype.
+        Kept while the source weights are unchanged, like :meth:`prepacked`.
+        """
+        source = self.plain
+        if self.quant_method is not None:
+            raise ValueError(f"a quantized model ({self.quant_method}) cannot change dtype")
+        if dtype == source.dtype:
+            return source
+        key = (dtype, tuple(t._version for t in source.gemm_weights()))
+        cached = source._quantized.get(str(dtype))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+
+        def c(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(dtype)
+
+        layers = [LayerWeights(c(w.input_norm), c(w.qkv_proj), c(w.qkv_bias), c(w.o_proj),
+                               c(w.post_attention_norm), c(w.gate_up_proj), c(w.down_proj))
+                  for w in source.layers]
+        embed = c(source.embed)
+        head = embed if source.lm_head is source.embed else c(source.lm_head)  # tied stays tied
+        model = EngineModel(source.shape, embed, layers, c(source.final_norm), head, inv_freq=source.inv_freq)
+        source._quantized[str(dtype)] = (key, model)
+        return model
+
     def quantized(self, method: str) -> EngineModel:
         """The same model with its GEMM weights (LM head included) quantized for a fused CPU kernel.
 
@@ -304,10 +333,14 @@ class EngineModel:
         """
         h = self.embed[input_ids]
         cos, sin = self._rope(positions)
+        span = None
+        if kv is not None and meta.decode_seqs == [0] and len(meta.query_lens) == 1:
+            find = getattr(kv, "context_span", None)  # one decoding sequence: is its context one run?
+            span = find(meta, 0) if find is not None else None
         for index, w in enumerate(self.layers):
 
             def attend(q, k, v, index=index):
-                return self._attention(index, q, k, v, meta, kv)
+                return self._attention(index, q, k, v, meta, kv, span)
 
             h = decoder_layer(h, w, attend, cos, sin, self.shape, fns)
         return self._logits(h[meta.sample_indices])
@@ -322,10 +355,23 @@ class EngineModel:
         v: torch.Tensor,
         meta: AttentionMetadata,
         kv: KVStore | None,
+        span: tuple[int, int] | None = None,
     ) -> torch.Tensor:
-        """Write this step's K/V into the cache, then attend each sequence's queries to its own context."""
+        """Write this step's K/V into the cache, then attend each sequence's queries to its own context.
+
+        ``span``: ``(first slot, tokens)`` when the step is one sequence decoding one token and
+        its context sits in consecutive slots: attention then reads K/V in place (no gather).
+        """
         if kv is not None:
             kv.write(layer, meta.slot_mapping, k, v)
+        if span is not None:
+            views = kv.read_span(layer, *span)
+            if views is not None:
+                return span_decode_attention(q, *views, self.scale)
+        if meta.decode_seqs and len(meta.decode_seqs) == len(meta.query_lens):  # decode only: rows 0..B-1
+            k_ctx, v_ctx = kv.gather(layer, meta.decode_slots)
+            o = grouped_decode_attention(q, k_ctx, v_ctx, meta.decode_visible, self.scale)
+            return o.reshape(len(meta.decode_seqs), -1)
         out = torch.empty(q.shape[0], q.shape[1] * q.shape[2], dtype=q.dtype, device=q.device)
         if meta.decode_seqs:
             rows = meta.decode_rows
