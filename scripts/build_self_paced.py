@@ -70,7 +70,10 @@ def _seconds(entry: dict | None) -> tuple[float, float] | None:
 
 
 def _fmt_s(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    sys.path.insert(0, str(ROOT / "src"))
+    from infer_lab.units import fmt_duration
+
+    return fmt_duration(seconds)
 
 
 def render() -> str:

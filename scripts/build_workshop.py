@@ -23,7 +23,10 @@ START, END = "<!-- generated:start -->", "<!-- generated:end -->"
 
 
 def _seconds(value: float | None) -> str:
-    return "—" if value is None else (f"{value:.0f} s" if value >= 10 else f"{value:.1f} s")
+    sys.path.insert(0, str(ROOT / "src"))
+    from infer_lab.units import fmt_duration
+
+    return fmt_duration(value)
 
 
 def block() -> str:
