@@ -390,7 +390,7 @@ BUILD_NEAR_MISSES = [
      "n = tokens_to_compute", "over the budget"),
     ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0", "return n", "does not fit in the free blocks"),
     ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0",
-     "return n if n > 0 and fits(tokens_to_compute) else 0", "you asked fits(36)"),
+     "return n if n > 0 and fits(tokens_to_compute) else 0", "but the chunk to schedule is"),
     ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted], accepted", "the bonus token"),
     ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",

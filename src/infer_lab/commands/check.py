@@ -54,7 +54,7 @@ def _list() -> str:
     lines = []
     for n in ex.numbers():
         lines.append(f"{ex.chapter_title(n)}    (infer-lab check {n} --init)")
-        lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" + (f"\n    {'':<26} writes {e.symbol}" if e.symbol else "")
+        lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" + (f"\n    {'':<26} plugs into {e.symbol}" if e.symbol else "")
                   for e in ex.exercises(n)]
     return "\n".join(lines)
 
