@@ -16,7 +16,8 @@ NUMBER = "02"
 SLUG = "memory_equation"
 TITLE = "02 · The memory equation"
 
-TALK_MODEL, TALK_CONTEXT = "llama-3-70b", 128 * 1024
+# Llama-3.1-70B: Llama-3-70B's KV shape with the 131,072-token context this case needs (Llama-3 stops at 8,192).
+TALK_MODEL, TALK_CONTEXT = "llama-3.1-70b", 128 * 1024
 
 
 def check_kv_gb_70b_128k(fns, r) -> None:

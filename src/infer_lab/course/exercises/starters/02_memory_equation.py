@@ -1,13 +1,13 @@
 """Chapter 02 · The memory equation: exercises.
 
 Fill in each function, then run `infer-lab check 02`. GB = 1e9 bytes, GiB = 2**30 bytes.
-Llama-3-70B's config: 80 layers, 64 query heads, 8 KV heads, head dim 128
-(`infer-lab kv --model llama-3-70b` prints more).
+Llama-3.1-70B's config (Llama-3-70B's shape, with a 131,072-token context): 80 layers, 64 query heads, 8 KV heads, head dim 128
+(`infer-lab kv --model llama-3.1-70b` prints more).
 """
 
 
 def kv_gb_70b_128k() -> float:
-    """Predict the KV cache of ONE sequence of 128k tokens (128 x 1024) on Llama-3-70B, in GB.
+    """Predict the KV cache of ONE sequence of 128k tokens (128 x 1024) on Llama-3.1-70B, in GB.
 
     The cache is bf16 (2 bytes per value). Work it out from the config above and return the
     number (a float, in GB = 1e9 bytes).
