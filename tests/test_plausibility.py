@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from infer_lab.analysis.plausibility import R2_FLOOR, caution, line_fit_flags, r_squared, speedup_flags
+from infer_lab.analysis.plausibility import (
+    R2_FLOOR,
+    caution,
+    line_fit_flags,
+    r_squared,
+    speedup_flags,
+)
 
 
 def test_r_squared_of_a_perfect_and_of_a_useless_line():

@@ -14,7 +14,13 @@ from torch import nn
 
 from infer_lab.engine import Engine, EngineConfig, EngineModel, SamplingParams
 from infer_lab.quant import kernels
-from infer_lab.quant.formats import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8_absmax, quantize_q4_1
+from infer_lab.quant.formats import (
+    dequantize_int4,
+    dequantize_int8,
+    quantize_int4,
+    quantize_int8_absmax,
+    quantize_q4_1,
+)
 from infer_lab.quant.linear import DequantLinear
 
 from engine_helpers import assert_pool_clean

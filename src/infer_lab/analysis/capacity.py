@@ -27,7 +27,6 @@ from .parallel import (
 )
 from .roofline import Roof, predict_decode, predict_prefill
 
-
 # How every J/token of the planner is computed, in words for the pages that print one.
 ENERGY_ASSUMPTION = ("Energy per token assumes every GPU draws its full TDP (the catalog's board power) for the "
                      "whole step: an upper bound, since a memory-bound decode step draws less.")

@@ -298,7 +298,6 @@ def compare_with_hf(
         from ..analysis.compare import dtype_name, shape_of
         from ..analysis.roofline import measured_roof
         from ..hardware import measure_ceilings
-        from .predicted import throughput_bound
 
         roof = measured_roof(measure_ceilings(lm.device, quick=False))
         bounds = roofline_bounds(shape_of(lm), roof, requests, concurrency, prompt_len, output_len,

@@ -880,10 +880,9 @@ def launch_overhead_text() -> str:
                 "Python launches hundreds of kernels one by one and the GPU waits for each.")
     src = found[0]
     d = src.data
-    from .ch01_feel_the_pain import saved_batch1_text
-
     from ..analysis.compare import saved_baseline_vs_roofline
     from ..analysis.params import param_counts
+    from .ch01_feel_the_pain import saved_batch1_text
 
     model = str(src.raw.get("model"))
     counts = param_counts(model)

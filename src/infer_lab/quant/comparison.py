@@ -24,7 +24,6 @@ from .kernels import kernel_linears
 from .quantize_model import quantize_lm
 from .stored_bytes import model_weight_bytes
 
-
 REFERENCE_KERNEL = "dequantize + F.linear (the reference)"
 
 
