@@ -47,7 +47,7 @@ from ..bench.engine import (
     workload,
 )
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES
-from ..figures import finish
+from ..figures import finish, subplots
 from ..harness import progress
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
@@ -192,9 +192,8 @@ def steps_text(runs: dict[str, list[Any]], slots: int) -> str:
 
 def steps_figure(runs: dict[str, list[Any]], slots: int, source: str = ""):
     """Per step, the slots each policy filled and the ones it left idle (grey)."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.9 * len(runs) + 0.6), sharex=True)
+    fig, axes = subplots(len(runs), 1, figsize=(10, 1.9 * len(runs) + 0.6), sharex=True, squeeze=False)
+    axes = axes[:, 0]
     for ax, (policy, records) in zip(axes, runs.items(), strict=True):
         steps = range(len(records))
         busy = [r.num_seqs for r in records]

@@ -35,6 +35,7 @@ from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
 from ..cluster.report import SLO, ClusterReport
 from ..figures import finish
+from ..units import human
 from ..parallel.bench import AllReduceSweep
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
@@ -986,9 +987,9 @@ def hetero_text(h: HeteroResult) -> str:
         f"FLOP/byte), decode on {h.decode_gpu} ({dec.decode_tokens_per_s_per_usd_hour:,.0f} decode tok/s per $/h at "
         f"batch {dec.decode_batch}; ridge point {dec.ridge_point:.0f}). Simulated on chat, {n_p} prefill + {n_d} decode "
         f"GPUs, the whole comparison: the mix has ITL p50 {het.itl_ms_p50:.1f} ms and goodput "
-        f"{het.goodput_rps_per_gpu:.3g} req/s per GPU at ${usd['mix']:.2f}/h; all {h.prefill_gpu}: "
-        f"{homo_p.itl_ms_p50:.1f} ms, {homo_p.goodput_rps_per_gpu:.3g} req/s per GPU, ${usd['all_p']:.2f}/h; all "
-        f"{h.decode_gpu}: {homo_d.itl_ms_p50:.1f} ms, {homo_d.goodput_rps_per_gpu:.3g} req/s per GPU, "
+        f"{human(het.goodput_rps_per_gpu, 3)} req/s per GPU at ${usd['mix']:.2f}/h; all {h.prefill_gpu}: "
+        f"{homo_p.itl_ms_p50:.1f} ms, {human(homo_p.goodput_rps_per_gpu, 3)} req/s per GPU, ${usd['all_p']:.2f}/h; all "
+        f"{h.decode_gpu}: {homo_d.itl_ms_p50:.1f} ms, {human(homo_d.goodput_rps_per_gpu, 3)} req/s per GPU, "
         f"${usd['all_d']:.2f}/h. "
         + (f"The decode GPUs set ITL and goodput, so against all {h.decode_gpu} the mix changes only the price: "
            f"{1 - usd['mix'] / usd['all_d']:.0%} less per hour, and nothing else. "
