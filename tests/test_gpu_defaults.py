@@ -9,6 +9,7 @@ so the CPU's pick). Every part must either work or say what it needs.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import subprocess
@@ -22,6 +23,8 @@ from gpu_defaults import GPU_MODEL, run_tour_half, tiny_gpu_default_config
 from infer_lab import nb
 from infer_lab.course import chapter_names, exercises
 from infer_lab.models import load_model
+
+course_chapter = importlib.import_module("infer_lab.course.chapter")  # the module, not course.chapter()
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = chapter_names()
@@ -38,7 +41,7 @@ def tiny_config(tmp_path_factory) -> Path:
 def test_the_tiny_model_is_the_gpu_default_shrunk(tiny_config, monkeypatch):
     monkeypatch.delenv("INFER_LAB_MODEL", raising=False)
     monkeypatch.delenv("INFER_LAB_WEIGHTS", raising=False)
-    monkeypatch.setattr(nb, "has_gpu", lambda: True)
+    monkeypatch.setattr(course_chapter, "has_gpu", lambda: True)  # nb.model_choice is chapter's
     assert nb.model_choice() == (GPU_MODEL, "random")
     lm = load_model(str(tiny_config), weights="random", device="cpu", dtype="bf16")
     assert lm.tokenizer is None and lm.is_random and lm.config.model_type == "mistral"

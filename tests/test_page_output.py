@@ -104,7 +104,7 @@ def test_the_4bit_baseline_note_stands_once_in_the_chapter_summary():
 
 # --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run)
 
-PYPLOT_ALLOWED = {"course/jupyter.py"}  # show_figure releases a pyplot figure a learner passes in
+PYPLOT_ALLOWED = {"course/ipython.py"}  # show_figure releases a pyplot figure a learner passes in
 
 
 def test_no_course_or_library_figure_code_uses_pyplot():

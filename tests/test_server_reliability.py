@@ -28,7 +28,9 @@ from infer_lab.server.text import TextStream
 MODEL = "smollm2-135m"
 KEY = "sk-reliability"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-HEALTH_BOUND_S = 1.0
+# /health must answer while the engine works: the stalls this guards against lasted seconds. A full
+# CI run (a second test lane busy on the other core) once measured 1.03 s here, so the bound is 1.5 s.
+HEALTH_BOUND_S = 1.5
 OK = {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "temperature": 0}
 
 

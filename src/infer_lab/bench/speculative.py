@@ -210,6 +210,7 @@ class Comparison:
     groups: int
     runs: dict[tuple[str, int], list[RunTotals]] = field(default_factory=dict)
     identical: dict[tuple[str, int], bool] = field(default_factory=dict)
+    plain_repeatable: bool = True  # False: two plain greedy runs differed (random bf16 weights: near-ties)
 
     def totals(self, proposer: str, k: int) -> RunTotals:
         return sum_runs(self.runs[(proposer, k)])
@@ -265,7 +266,13 @@ def compare(
         after, again = run_once(engines[keys[0]], groups[g], params, *keys[0])
         result.runs[keys[0]].append(_add(before, after))
         if again != reference:
-            raise RuntimeError("plain greedy decoding gave two different outputs for the same prompts")
+            if not getattr(lm, "is_random", False):
+                raise RuntimeError("plain greedy decoding gave two different outputs for the same prompts")
+            # Random weights in bf16 leave near-ties in the logits, and a lone sequence's in-place
+            # K/V read rounds differently from the batched gather: greedy may flip a tie between two
+            # plain runs. Token identity is then not a meaningful check: say so, do not claim it.
+            result.plain_repeatable = False
+            result.identical = {key: False for key in keys[1:]}
     return result
 
 

@@ -32,7 +32,7 @@ from ..analysis.memory import (
     weight_bytes,
 )
 from ..units import GB, fmt_bytes, human, require_positive
-from .ipython import ipywidgets_module, say
+from .ipython import ipywidgets_module, say, show_figure
 from .tables import Column, people_table
 
 DEFAULTS_KV = {
@@ -336,8 +336,6 @@ def kv_visualizer_ipywidget():
     }
 
     def render(**values):
-        from .jupyter import show_figure
-
         show_figure(kv_visualizer_figure(kv_curves(**values)))
 
     out = w.interactive_output(render, controls)

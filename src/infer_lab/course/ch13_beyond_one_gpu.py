@@ -35,8 +35,8 @@ from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
 from ..cluster.report import SLO, ClusterReport
 from ..figures import finish
-from ..units import human
 from ..parallel.bench import AllReduceSweep
+from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
 from .saved import SavedView, load_saved
 from .tables import Column, people_table

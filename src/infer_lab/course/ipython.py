@@ -1,4 +1,4 @@
-"""The two IPython display pieces that both Jupyter front-ends share.
+"""The IPython display pieces that both Jupyter front-ends share.
 
 :mod:`infer_lab.course.jupyter` (the chapter panels, explorers) and the ipywidgets apps of
 :mod:`infer_lab.course.calculator` both use them. They live here, below both, so that neither
@@ -8,6 +8,7 @@ Both imports are lazy: ipywidgets and IPython are optional (Jupyter/Colab only).
 
 from __future__ import annotations
 
+import io
 import textwrap
 from typing import Any
 
@@ -36,3 +37,21 @@ def say(text: str) -> None:
 
     body = markdown.markdown(textwrap.dedent(text).strip(), extensions=["tables", "sane_lists"])
     display(HTML(body.replace("$", "<span>$</span>")))
+
+
+def show_figure(fig: Any) -> None:
+    """Display a matplotlib figure as a PNG (whatever the backend).
+
+    Course figures are built without pyplot (:func:`infer_lab.figures.subplots`), so no other
+    thread of the kernel (a subshell's post-run hook closing every pyplot figure) can touch one
+    while it is saved here; a pyplot figure passed in is closed afterwards, as before.
+    """
+    from IPython.display import Image, display
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    if getattr(fig.canvas, "manager", None) is not None:  # a pyplot figure: release it
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    display(Image(data=buf.getvalue()))

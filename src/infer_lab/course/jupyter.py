@@ -18,7 +18,6 @@ once, straight into the cell's output, so an error fails the cell instead of hid
 from __future__ import annotations
 
 import inspect
-import io
 import os
 import re
 import textwrap
@@ -28,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from .chapter import choose_size, has_gpu, loadable_models, model_choice
-from .ipython import ipywidgets_module, say
+from .ipython import ipywidgets_module, say, show_figure  # noqa: F401 (show_figure: jupyter.show_figure stays)
 from .notebook_code import notebook_function, notebook_path
 
 AUTORUN_ENV = "INFER_LAB_AUTORUN"
@@ -76,24 +75,6 @@ def show_experiment(number: str, name: str) -> None:
     code = inspect.getsource(notebook_function(number, name))
     display(Markdown(f"The experiment `{name}`, run from `notebooks/{notebook_path(number).name}` "
                      f"(the same code the marimo notebook shows):\n\n```python\n{code}```"))
-
-
-def show_figure(fig: Any) -> None:
-    """Display a matplotlib figure as a PNG (whatever the backend).
-
-    Course figures are built without pyplot (:func:`infer_lab.figures.subplots`), so no other
-    thread of the kernel (a subshell's post-run hook closing every pyplot figure) can touch one
-    while it is saved here; a pyplot figure passed in is closed afterwards, as before.
-    """
-    from IPython.display import Image, display
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    if getattr(fig.canvas, "manager", None) is not None:  # a pyplot figure: release it
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
-    display(Image(data=buf.getvalue()))
 
 
 def show_table(frame: Any, title: str = "") -> None:
