@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -294,7 +293,7 @@ def marimo_server(folder: Path = NOTEBOOKS, quick: bool = True, startup_s: float
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     try:
-        _wait_until_serving(port, process, log, startup_s)
+        _workshop().wait_until_serving(port, process, startup_s, log=log)
         yield MarimoServer(folder=folder, port=port, process=process)
     finally:
         process.terminate()
@@ -360,21 +359,6 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         self.peak_bytes = max(self.peak_bytes, tree_rss_bytes(self.pid))
-
-
-def _wait_until_serving(port: int, process: subprocess.Popen, log: Any, startup_s: float) -> None:
-    deadline = time.monotonic() + startup_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"marimo exited with {process.returncode}:\n{log.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"marimo did not answer on port {port} within {startup_s:.0f} s")
 
 
 @contextmanager

@@ -22,6 +22,7 @@ import time
 import urllib.request
 import webbrowser
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -58,12 +59,20 @@ def free_port(preferred: int = DEFAULT_PORT) -> int:
     raise RuntimeError("no free port")
 
 
-def wait_until_serving(port: int, process: subprocess.Popen, timeout_s: float = 60) -> None:
-    """Return once the server answers /health; a clear error when it exits or never answers."""
+def wait_until_serving(port: int, process: subprocess.Popen, timeout_s: float = 60, log: Any = None) -> None:
+    """Return once the server answers /health; a clear error when it exits or never answers.
+
+    ``log``: the server's output file, read back (its last 3,000 characters) into the error
+    when the server exits early.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"marimo exited with status {process.returncode}")
+            tail = ""
+            if log is not None:
+                log.seek(0)
+                tail = ":\n" + log.read()[-3000:]
+            raise RuntimeError(f"marimo exited with status {process.returncode}{tail}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
                 if answer.status == 200:
