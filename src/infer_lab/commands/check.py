@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 NAME = "check"
 ORDER = 12
 HELP = "exercises: copy a chapter's starter, check your answers case by case, see the solution"
@@ -20,6 +22,9 @@ admit rule, the speculative acceptance rule...). You work in a file of your own:
                                        the engine and whether the tokens were identical
   infer-lab check 02 --show-solution   print the reference solution (try first!)
   infer-lab check --list               every chapter's exercises
+  infer-lab check capstone             the capstone: serve an engine made of every part you wrote
+                                       (./exercises/, or a folder with --file) next to the reference
+                                       engine and HF, under the same load, in one table
 
 Two tiers. "predict" and "implement" exercises check numbers and small functions against the
 library. "build" exercises (chapters 07, 08, 11) plug your code into the real engine (the
@@ -59,12 +64,36 @@ def _list() -> str:
     return "\n".join(lines)
 
 
+def _capstone(args) -> int:
+    from ..course.exercises import capstone
+    from ..models import load_model
+
+    parts = capstone.learner_parts(Path(args.file) if args.file else capstone.DEFAULT_DIR, solution=args.solution)
+    print("Your parts (" + ("the reference solutions" if args.solution else
+                            f"from {args.file or capstone.DEFAULT_DIR + '/'}") + "):")
+    print(capstone.parts_text(parts))
+    if not any(p.written for p in parts):
+        print("None of the build exercises is written yet: start with `infer-lab check 07 --init`.")
+        return 1
+    print("\nServing your engine, the reference engine and HF in turn, each with the same questions and load...")
+    lm = load_model()
+    rows = capstone.run_capstone(lm, parts)
+    print(capstone.table_text(rows))
+    print(capstone.machine_text(lm))
+    same = capstone.identical(rows)
+    print("\nEvery answer is identical to HF's greedy one." if same else
+          "\nSome answers differ from HF's greedy ones: run `infer-lab check NN` on your parts to find which.")
+    return 0 if same else 1
+
+
 def run(args) -> int:
     from ..course import exercises as ex
 
     if args.list or not args.chapter:
         print(_list())
         return 0
+    if args.chapter == "capstone":
+        return _capstone(args)
     number = ex.exercise_module(args.chapter).NUMBER
     if args.show_solution:
         print(f"# The reference solution of chapter {number}: {ex.solution_path(number)}\n")

@@ -19,6 +19,7 @@ tokens generated). Streaming is SSE ending with `data: [DONE]`; add
   infer-lab serve --speculative ngram                 prompt-lookup speculation (see /metrics)
   infer-lab serve --kv-dtype int8                     int8 KV blocks: about 3.8x the tokens per GB
   infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
+  infer-lab serve --my-parts                          the capstone: your own build-exercise parts inside
 
 Then, from another terminal:
 
@@ -141,6 +142,9 @@ def add_arguments(p) -> None:
         metavar="KEY=VALUE",
         help="passed to our engine's config, e.g. block_size=16 or prefix_cache=radix; repeatable",
     )
+    g.add_argument("--my-parts", nargs="?", const="exercises", default=None, metavar="DIR",
+                   help="the course's capstone: swap in every engine part you wrote in the build exercises "
+                        "(your files in DIR, default ./exercises/); `infer-lab check capstone` measures it")
 
 
 def _parse_options(items: list[str]) -> dict:
@@ -208,8 +212,9 @@ def run(args) -> int:
         options["kv_dtype"] = args.kv_dtype
     if args.speculative:
         options.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
-    if options and args.engine == "hf":
-        raise ValueError("--engine-option, --kv-dtype and --speculative apply to --engine ours only")
+    if (options or args.my_parts) and args.engine == "hf":
+        raise ValueError("--engine-option, --kv-dtype, --speculative and --my-parts apply to --engine ours only")
+    plug = _learner_plug(args.my_parts) if args.my_parts else None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
@@ -234,6 +239,20 @@ def run(args) -> int:
         max_queued=args.max_queued,
         queue_timeout_s=args.queue_timeout,
         stream_buffer_tokens=args.stream_buffer_tokens,
+        plug=plug,
         **options,
     )
     return 0
+
+
+def _learner_plug(folder: str):
+    """The capstone's plug: every build-exercise part written in ``folder``, said on stderr."""
+    import sys
+
+    from ..course.exercises import capstone
+
+    parts = capstone.learner_parts(folder)
+    print(f"[serve] your parts from {folder}/:\n{capstone.parts_text(parts)}", file=sys.stderr)
+    if not any(p.written for p in parts):
+        raise ValueError(f"no build exercise is written in {folder}/ yet: start with `infer-lab check 07 --init`")
+    return capstone.plug_for(parts)[0]

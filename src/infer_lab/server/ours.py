@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .backends import FINISH_CANCELLED, GenerationRequest, OnFinish, OnToken, eos_token_ids
@@ -41,12 +42,13 @@ class OursBackend:
 
     ``engine_options`` are fields of :class:`infer_lab.engine.EngineConfig` (``kv_mode``,
     ``block_size``, ``num_blocks``, ``max_model_len``, ``policy``, ``max_num_seqs``,
-    ``chunked_prefill``, ``max_num_batched_tokens``, ``prefix_cache``).
+    ``chunked_prefill``, ``max_num_batched_tokens``, ``prefix_cache``). ``plug(engine)`` runs
+    once the engine is built, before it serves anything (it may swap one of its parts).
     """
 
     engine_name = "ours"
 
-    def __init__(self, lm: Any, **engine_options: Any):
+    def __init__(self, lm: Any, plug: Callable[[Any], Any] | None = None, **engine_options: Any):
         try:
             from ..engine import Engine, EngineConfig
         except ImportError as exc:
@@ -63,6 +65,8 @@ class OursBackend:
         # A server runs for days: keep a bounded window of step records.
         self.config = EngineConfig(**{"step_log_limit": 10_000, **engine_options})
         self.engine = Engine.from_loaded(lm, self.config)
+        if plug is not None:
+            plug(self.engine)
         self.max_model_len = self.engine.max_model_len
         # The engine stops on the model's EOS; chat models often end turns with another id too.
         self.stop_ids = tuple(

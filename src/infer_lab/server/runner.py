@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .app import DEFAULT_MAX_BODY_BYTES, ServerConfig, create_app
@@ -31,13 +32,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def make_backend(lm: Any, engine: str = "hf", **engine_options: Any):
+def make_backend(lm: Any, engine: str = "hf", plug: Callable[[Any], Any] | None = None, **engine_options: Any):
     """The backend for ``engine``: ``"hf"`` (one request at a time) or ``"ours"`` (the from-scratch engine).
 
     ``engine_options`` go to :class:`infer_lab.engine.EngineConfig` (``kv_mode``, ``block_size``,
-    ``num_blocks``, ``max_num_seqs``, ``prefix_cache``, ``chunked_prefill``, ...).
+    ``num_blocks``, ``max_num_seqs``, ``prefix_cache``, ``chunked_prefill``, ...). ``plug(engine)``
+    runs on our engine once it is built, before it serves anything: it may swap a part of the
+    engine for another (the course's capstone serves the learner's parts this way).
     """
     if engine == "hf":
+        if plug is not None:
+            raise ValueError("the hf backend has no engine parts to plug in; use engine 'ours'")
         if engine_options:
             raise ValueError(
                 f"the hf backend takes no engine options, got {sorted(engine_options)}"
@@ -48,7 +53,7 @@ def make_backend(lm: Any, engine: str = "hf", **engine_options: Any):
     if engine == "ours":
         from .ours import OursBackend
 
-        return OursBackend(lm, **engine_options)
+        return OursBackend(lm, plug=plug, **engine_options)
     raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
 
 
@@ -61,6 +66,7 @@ def build_app(
     default_max_tokens: int = 256,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     protect_metrics: bool = False,
+    plug: Callable[[Any], Any] | None = None,
     **options: Any,
 ):
     """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`).
@@ -68,7 +74,8 @@ def build_app(
     ``max_body_bytes``: larger request bodies get a 413. ``protect_metrics``: ``/metrics``
     needs the API key too (by default it is open, as in vLLM, for Prometheus scrapers).
     ``options`` named in :data:`SERVER_LIMITS` are :class:`.app.ServerConfig` fields (queue
-    and connection limits, timeouts in seconds); the others go to the engine.
+    and connection limits, timeouts in seconds); the others go to the engine. ``plug``: see
+    :func:`make_backend`.
     """
     limits = {k: options.pop(k) for k in SERVER_LIMITS if k in options}
     engine_options = options
@@ -83,7 +90,7 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if engine == "ours" and max_model_len:
         engine_options.setdefault("max_model_len", max_model_len)
-    backend = make_backend(lm, engine, **engine_options)
+    backend = make_backend(lm, engine, plug=plug, **engine_options)
     # The engine may hold a shorter context than the model allows (ours defaults to 2048).
     limit = min(limit, getattr(backend, "max_model_len", limit))
     cfg = ServerConfig(

@@ -52,6 +52,9 @@ class Exercise:
     functions: tuple[str, ...] = ()
     symbol: str = ""  # build tier: the engine's file::symbol the learner's code replaces
     timeout_s: float | None = None  # None: TIMEOUT_S
+    # build tier: ``install(engine, functions)`` wires the learner's functions into a serving engine
+    # (the capstone, ``infer-lab serve --my-parts``); it may return a function that undoes it
+    install: Callable[[Any, Any], Callable[[], None] | None] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

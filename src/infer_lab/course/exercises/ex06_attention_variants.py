@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -11,6 +13,7 @@ from ...analysis.memory import kv_bytes_per_token
 from ...attention.flash import flash_attention
 from ...attention.kv_sizing import mla_ratio_explained
 from ...attention.reference import expand_kv_heads, naive_attention, sdpa_attention
+from ...engine import model as engine_model
 from ...shape import model_shape
 from . import Exercise, build
 from .checking import Mistake, short_repr
@@ -240,13 +243,9 @@ def _update_hint(update) -> str:
             "(dim=-1, keepdim=True) and multiply with @, which broadcasts")
 
 
-def check_flash_engine(fns, r) -> None:
-    import infer_lab.engine.model as engine_model
-
-    r.call(fns.online_softmax_update, torch.full((1, 1), float("-inf")), torch.zeros(1, 1), torch.zeros(1, 2),
-           torch.zeros(1, 1), torch.zeros(1, 2), case="setup")
-    broken: list[str] = []
-    update = fns.online_softmax_update
+def engine_attention(update: Any, broken: list[str]) -> tuple[Any, Any]:
+    """The engine's two attention functions (prefill, batched decode) as tiles of keys through ``update``
+    (the learner's online_softmax_update); the first violation found goes to ``broken``."""
 
     def causal_attention(q, k, v, scale):
         n, ctx = q.shape[2], k.shape[2]
@@ -262,12 +261,36 @@ def check_flash_engine(fns, r) -> None:
                             f"decode attention of {q.shape[0]} sequences over up to {k.shape[2]} keys")
         return out[:, :, 0, :]
 
+    return causal_attention, grouped_decode_attention
+
+
+def _swap_attention(update: Any, broken: list[str]) -> Callable[[], None]:
+    """Put :func:`engine_attention` in the engine module (every engine in this process uses it); returns
+    the function that puts the library's back."""
     saved = engine_model.causal_attention, engine_model.grouped_decode_attention
-    engine_model.causal_attention, engine_model.grouped_decode_attention = causal_attention, grouped_decode_attention
+    engine_model.causal_attention, engine_model.grouped_decode_attention = engine_attention(update, broken)
+
+    def undo() -> None:
+        engine_model.causal_attention, engine_model.grouped_decode_attention = saved
+
+    return undo
+
+
+def install_flash(engine: Any, fns: Any) -> Callable[[], None]:
+    """The capstone: the engine's attention through your online_softmax_update() (for the whole process;
+    call what it returns to undo)."""
+    return _swap_attention(fns.online_softmax_update, [])
+
+
+def check_flash_engine(fns, r) -> None:
+    r.call(fns.online_softmax_update, torch.full((1, 1), float("-inf")), torch.zeros(1, 1), torch.zeros(1, 2),
+           torch.zeros(1, 1), torch.zeros(1, 2), case="setup")
+    broken: list[str] = []
+    undo = _swap_attention(fns.online_softmax_update, broken)
     try:
         run = build.run_engine(build.engine_config(), build.chat_prompts()[:2])
     finally:
-        engine_model.causal_attention, engine_model.grouped_decode_attention = saved
+        undo()
     case = (f"the engine's attention (prefill and batched decode) as tiles of {TILE} keys through your "
             "online_softmax_update(): 2 chat prompts, 8 greedy tokens each")
     build.compare(r, case, run, build.reference(build.chat_prompts())[:2], hint=broken[0] if broken else "")
@@ -280,6 +303,5 @@ EXERCISES.append(
              "Your online_softmax_update() runs the engine's attention, prefill and decode, one tile of keys at a "
              "time; checked by generating on the embedded model, token for token against transformers.",
              check_flash_engine, functions=("online_softmax_update",),
-             symbol="src/infer_lab/engine/model.py::causal_attention, grouped_decode_attention"
-                    "",
-             timeout_s=build.BUILD_TIMEOUT_S))
+             symbol="src/infer_lab/engine/model.py::causal_attention, grouped_decode_attention",
+             timeout_s=build.BUILD_TIMEOUT_S, install=install_flash))

@@ -184,6 +184,14 @@ def check_paged_engine(fns, r) -> None:
         build.pool_back(r, "invariant: the pool is full again after the run", run)
 
 
+def install_paged(engine: Any, fns: Any) -> None:
+    """The capstone: your slots() and blocks_needed() as a serving engine's block-table lookup and block count."""
+    engine.kv.slot_lookup = lambda table, block_size, start, count: plain(
+        fns.slots(list(table), block_size, start, count))
+    engine.kv.block_count = lambda computed, new, held, block_size: plain(
+        fns.blocks_needed(computed, new, held, block_size))
+
+
 EXERCISES.append(
     Exercise("paged_engine", "PagedAttention inside the engine", "build",
              "Your slots() and blocks_needed() replace the paged KV cache's block-table lookup (every K/V write "
@@ -191,4 +199,4 @@ EXERCISES.append(
              "engine on the embedded model, token for token against transformers, with every block back in the "
              "pool afterwards.", check_paged_engine, functions=("slots", "blocks_needed"),
              symbol="src/infer_lab/engine/kv_cache.py::PagedKVCache.slot_lookup, PagedKVCache.block_count",
-             timeout_s=build.BUILD_TIMEOUT_S))
+             timeout_s=build.BUILD_TIMEOUT_S, install=install_paged))

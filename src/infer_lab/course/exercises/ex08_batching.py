@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from ...engine.sequence import SequenceStatus
 from . import Exercise, build
@@ -173,6 +174,11 @@ def check_scheduler_engine(fns, r) -> None:
     build.pool_back(r, "invariant: the pool is full again after the run", run)
 
 
+def install_admission(engine: Any, fns: Any) -> None:
+    """The capstone: your admit_tokens() as a serving engine's admission rule."""
+    engine.scheduler.admit_rule = lambda tokens, budget, fits: plain(fns.admit_tokens(tokens, budget, fits))
+
+
 EXERCISES.append(
     Exercise("scheduler_engine", "Admission inside the engine's scheduler", "build",
              "Your admit_tokens() decides, every step, how much of the request at the head of the queue joins the "
@@ -180,4 +186,4 @@ EXERCISES.append(
              "engine on the embedded model (preemptions included), token for token against transformers, with "
              "the budget, the step count and the pool checked.", check_scheduler_engine,
              functions=("admit_tokens",), symbol="src/infer_lab/engine/scheduler.py::Scheduler.admit_rule",
-             timeout_s=build.BUILD_TIMEOUT_S))
+             timeout_s=build.BUILD_TIMEOUT_S, install=install_admission))

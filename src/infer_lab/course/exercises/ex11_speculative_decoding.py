@@ -279,6 +279,19 @@ def check_spec_engine(fns, r) -> None:
     r.record("fewer target passes than tokens on a grounded prompt", ok, detail)
 
 
+def install_speculation(engine: Any, fns: Any) -> None:
+    """The capstone: your verify_greedy() (and, with n-gram speculation on, your ngram_lookup()) in a serving engine."""
+
+    def verify(drafts, target_argmax):
+        tokens, accepted = plain(fns.verify_greedy(list(drafts), list(target_argmax)))
+        return Verdict(list(tokens), int(accepted), len(drafts))
+
+    engine.verify_greedy = verify
+    proposer = engine.proposer
+    if isinstance(proposer, NgramProposer):
+        proposer.lookup = lambda tokens, k: plain(fns.ngram_lookup(list(tokens), k, proposer.max_n, proposer.min_n))
+
+
 EXERCISES.append(
     Exercise("spec_engine", "Speculative decoding inside the engine", "build",
              "Your verify_greedy() and ngram_lookup() replace the engine's greedy verification and its prompt-lookup "
@@ -287,4 +300,4 @@ EXERCISES.append(
              check_spec_engine, functions=("verify_greedy", "ngram_lookup"),
              symbol="src/infer_lab/engine/engine.py::Engine.verify_greedy, "
                     "src/infer_lab/engine/proposers.py::NgramProposer.lookup",
-             timeout_s=build.BUILD_TIMEOUT_S))
+             timeout_s=build.BUILD_TIMEOUT_S, install=install_speculation))
