@@ -96,6 +96,7 @@ def _edited_notebook(tmp_path, old: str, new: str):
     return module
 
 
+@pytest.mark.slow
 def test_changing_the_users_in_the_cell_changes_the_kv_bytes_as_the_chapter_says(embedded, tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo

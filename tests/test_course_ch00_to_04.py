@@ -51,7 +51,7 @@ def test_memory_equation_numbers_from_the_configs():
 
 
 def test_memory_check_counts_the_tensors_exactly(embedded):
-    check = ch02.measure_check(embedded, ch02.sizes("cpu", "quick"))
+    check = ch02.run_check(embedded, ch02.sizes("cpu", "quick"))
     assert [r.measured_over_predicted for r in check.rows] == [1.0, 1.0]
     assert check.rows[1].measured == 2 * 30 * 3 * 64 * 4 * check.batch * check.cached_tokens  # SmolLM2, fp32
 
