@@ -25,7 +25,13 @@ app = marimo.App(width="medium")
 with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
-    from infer_lab.analysis.roofline import decode_ops, gpu_roof, measured_roof, predict, prefill_ops
+    from infer_lab.analysis.roofline import (
+        decode_ops,
+        gpu_roof,
+        measured_roof,
+        predict,
+        prefill_ops,
+    )
     from infer_lab.bench.hf_predicted import predicted_vs_measured
     from infer_lab.hardware import measure_ceilings
 

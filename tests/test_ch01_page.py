@@ -56,7 +56,7 @@ def test_naive_serving_makes_each_request_wait_for_the_ones_before(embedded):
     batched = [r for r in serving.requests if r.mode == "batched"]
     assert len(seq) == len(batched) == 3
     assert seq[0].start_s == 0 or seq[0].start_s < seq[0].finish_s
-    for before, after in zip(seq, seq[1:]):  # in line: nobody starts before the one ahead finished
+    for before, after in zip(seq, seq[1:], strict=False):  # in line: nobody starts before the one ahead finished
         assert after.start_s >= before.finish_s
     assert all(r.start_s == 0.0 for r in batched)  # together: nobody waits
     assert "measured ÷ predicted" in ch01.serving_compare_text(embedded, serving, 2.0)

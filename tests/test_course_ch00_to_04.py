@@ -14,7 +14,7 @@ CPU = DeviceInfo(kind="cpu", name="Test CPU", memory_total_bytes=8 * 10**9, memo
 
 
 def test_hello_stops_at_the_end_of_sequence_token(embedded):
-    hello = ch00.measure_hello(embedded, ch00.sizes("cpu", "quick"))
+    hello = ch00.run_hello(embedded, ch00.sizes("cpu", "quick"))
     assert hello.answer == "The capital of France is Paris."
     assert hello.stopped_at_eos and hello.new_tokens < hello.max_new_tokens
     assert "end-of-sequence" in ch00.hello_text(hello)
