@@ -121,8 +121,8 @@ def kv_memory(ch01, lm, memory_button, mo, nb, sizes):
 def _(ch01, lm, mo, nb, sizes):
     ttft_button = mo.ui.run_button(label=ch01.PARTS["ttft"])
     _a, _b = min(sizes.ttft_lengths), max(sizes.ttft_lengths)
-    ttft_guess = mo.ui.number(start=0.1, stop=10_000, step=0.1, value=None,
-                              label=f"your guess: TTFT at {_b:,} tokens ÷ TTFT at {_a:,} tokens")
+    ttft_guess = mo.ui.number(start=0, stop=10_000, step=0.1, value=0,
+                              label=f"your guess (0 = none): TTFT at {_b:,} tokens ÷ TTFT at {_a:,} tokens")
     mo.md(f"""
     ## 2 · Time to first token grows with context
 
@@ -170,8 +170,8 @@ def _(ch01, lm, mo, nb, sizes, ttft_button, ttft_guess):
 @app.cell(hide_code=True)
 def _(ch01, lm, mo, nb, sizes):
     serving_button = mo.ui.run_button(label=ch01.PARTS["serving"])
-    serving_guess = mo.ui.number(start=0.1, stop=1_000, step=0.1, value=None,
-                                 label="your guess: tokens/s batched ÷ tokens/s one at a time")
+    serving_guess = mo.ui.number(start=0, stop=1_000, step=0.1, value=0,
+                                 label="your guess (0 = none): tokens/s batched ÷ tokens/s one at a time")
     mo.md(f"""
     ## 3 · Naive serving is sequential
 

@@ -221,8 +221,8 @@ def _(ch02, mo, nb):
 
 @app.function
 def bytes_predicted_vs_counted(lm, batch, prompt_len, new_tokens):
-    """The memory equation (from the config) next to bytes counted from the tensors: the weights
-    from the parameters, the KV from the cache after a real generation. ([(what, predicted, counted)], cached tokens)"""
+    """The memory equation (from the config) next to bytes counted from the tensors: weights from
+    the parameters, KV from the cache after a real generation. -> ([(what, predicted, counted)], cached)"""
     shape, dtype = shape_of(lm), dtype_name(lm)
     rec = timed_generate(lm, lm.random_ids(batch, prompt_len), new_tokens, ignore_eos=True)
     cached = prompt_len + rec.new_tokens - 1  # the last sampled token is never fed back

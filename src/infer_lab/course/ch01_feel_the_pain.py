@@ -360,7 +360,7 @@ def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
 
 def guess_line(what: str, guess: float | None, predicted: float, measured: float) -> str:
     """Your guess, the prediction and the measurement of one ratio, side by side."""
-    mine = f"your guess **{human(guess, 3)}×**, " if guess else ""
+    mine = f"your guess **{human(guess, 3)}×**, " if guess else ""  # 0 or None: no guess entered
     return (f"{what}: {mine}predicted **{human(predicted, 3)}×**, measured **{human(measured, 3)}×** "
             f"(measured ÷ predicted = {human(measured / predicted, 3)}).")
 
