@@ -390,10 +390,10 @@ def memory_text(memory: MemoryResult) -> str:
     ctx = [p for p in memory.points if p.axis == "context"]
     users = [p for p in memory.points if p.axis == "users"]
     if len(ctx) > 1:
-        growth += (f"{ctx[-1].context // ctx[0].context}× the context ({ctx[0].context:,} → {ctx[-1].context:,} tokens) "
+        growth += (f"{human(ctx[-1].context / ctx[0].context, 3)}× the context ({ctx[0].context:,} → {ctx[-1].context:,} tokens) "
                    f"gave **{ctx[-1].kv_bytes / ctx[0].kv_bytes:.2f}×** the KV bytes; ")
     if len(users) > 1:
-        growth += (f"{users[-1].users // users[0].users}× the users gave **{users[-1].kv_bytes / users[0].kv_bytes:.2f}×**. ")
+        growth += (f"{human(users[-1].users / users[0].users, 3)}× the users gave **{users[-1].kv_bytes / users[0].kv_bytes:.2f}×**. ")
     check = ("" if predicted is None else
              f"The config predicted {predicted:,} B per token: measured ÷ predicted = {per_token / predicted:.3f}. ")
     return growth + check + (
