@@ -5,6 +5,14 @@
 3. Naive serving runs requests one after another.
 4. Each decode step (the inter-token latency) costs a full read of the weights and the KV.
 
+Each part is predict -> run -> compare. The prediction (from the config alone, through
+:mod:`infer_lab.analysis`) is on the page first, with a guess field where it teaches. The
+experiments are the notebook's own ``@app.function`` s (``kv_after_prefill``, ``ttft_by_prompt``,
+``serve_one_by_one_then_batched``, ``decode_step_times`` in ``notebooks/01_feel_the_pain.py``),
+which call :func:`infer_lab.harness.timed_generate` directly; this module turns what they return
+into results, figures, tables and words, and runs the same functions for the tour, the tests and
+the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
+
 Every timing goes through :mod:`infer_lab.harness` (warm-up, synchronization, repeats,
 percentiles). The prompts are random token ids and EOS is ignored, so every run has exactly
 the length asked for.
