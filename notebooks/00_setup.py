@@ -21,6 +21,12 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.hardware import measure_ceilings
+    from infer_lab.harness import timed_generate
+
 
 @app.cell(hide_code=True)
 def _():
@@ -87,16 +93,28 @@ def _(ch00, mo, nb):
     Two micro-benchmarks: a large device-to-device copy (bytes read + bytes written, per second)
     and a large square matmul (2·n³ FLOP per second). Warm-up, synchronization, repeats, median.
 
+    **Predict first:** what share of its datasheet does a chip reach in practice: 95%, 80%, 50%?
+    (On a CPU there is no datasheet in the catalog; guess the copy bandwidth in GB/s instead.)
+
     {ceilings_button} {nb.button_time(ch00, "ceilings")}
     """)
     return (ceilings_button,)
+
+
+@app.function
+def ceilings_here(device, quick=True):
+    """This machine's two ceilings, measured afresh: copy bandwidth (bytes read + written per
+    second) and matmul FLOP/s (2·n³ per n×n multiply), each after a warm-up, median of repeats."""
+    return measure_ceilings(device, quick=quick, fresh=True)  # fresh: every press measures again
 
 
 @app.cell
 def _(ceilings_button, ch00, device, mo, nb, sizes):
     mo.stop(not nb.pressed(ceilings_button), nb.placeholder(ceilings_button))
     model_name, _weights = nb.model_choice()
-    ceilings = ch00.measure_ceilings_part(device.kind, sizes, model_name)
+    quick = sizes.quick_ceilings  # True: smaller copy and matmul, seconds; False: the full sizes
+    ceilings = ch00.ceilings_result(ceilings_here(device.kind, quick=quick), device, model_name,
+                                    sizes.intensity_context)
     mo.vstack([
         nb.table(ch00.ceilings_table(ceilings)),
         ch00.ceilings_figure(ceilings, ceilings.ceilings.device_name),
@@ -144,11 +162,24 @@ def _(ch00, mo, nb):
     return (hello_button,)
 
 
+@app.function
+def ask(lm, question, max_tokens):
+    """Ask `question` with the model's chat template, greedy, stopping at the end-of-sequence token
+    (random weights have no tokenizer: 16 random token ids instead). (answer or None, timed generation)"""
+    prompt = lm.chat_ids(question) if lm.tokenizer is not None else lm.random_ids(1, 16)
+    rec = timed_generate(lm, prompt, max_tokens)  # stops at EOS: ignore_eos is False
+    if lm.tokenizer is None:
+        return None, rec
+    return lm.tokenizer.decode(rec.token_ids[0], skip_special_tokens=True).strip(), rec
+
+
 @app.cell
 def _(ch00, hello_button, mo, nb, sizes):
     mo.stop(not nb.pressed(hello_button), nb.placeholder(hello_button))
     lm = nb.load_model_or_explain("smollm2-135m", "pretrained")
-    hello = ch00.measure_hello(lm, sizes)
+    question = ch00.QUESTION  # "What is the capital of France?": ask your own, press the button again
+    _answer, _rec = ask(lm, question, sizes.hello_max_tokens)
+    hello = ch00.hello_result(lm, question, _answer, _rec, sizes.hello_max_tokens)
     mo.md(ch00.hello_text(hello))
     return
 

@@ -20,6 +20,13 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    import time
+
+    from infer_lab.harness import summarize, timed_generate
+
 
 @app.cell(hide_code=True)
 def _():
@@ -70,57 +77,101 @@ def _(ch01, mo, model_picker, nb, size_picker, weights_picker):
 
 
 @app.cell(hide_code=True)
-def _(ch01, mo, nb):
+def _(ch01, lm, mo, nb):
     memory_button = mo.ui.run_button(label=ch01.PARTS["memory"])
     mo.md(f"""
     ## 1 · Memory grows with tokens and with users
 
     Weights are a fixed cost. The KV cache grows linearly with every token of every user:
-    bytes per token = 2 (K and V) × layers × KV heads × head dim × bytes per element. The dots
-    are measured from the cache tensors after a real prefill; the line extends them.
+    bytes per token = 2 (K and V) × layers × KV heads × head dim × bytes per element.
+
+    {ch01.memory_prediction(lm)}
+
+    The experiment, `kv_after_prefill`, runs one real prefill per point and counts the bytes of
+    the cache tensors it left behind. The dots are those counts; the line extends them.
 
     {memory_button} {nb.button_time(ch01, "memory")}
     """)
     return (memory_button,)
 
 
+@app.function
+def kv_after_prefill(lm, contexts, users):
+    """KV-cache bytes counted from the cache tensors after one real prefill (one token generated):
+    each context with 1 user, then each user count at the first context. {(context, users): bytes}"""
+    plan = [(c, 1) for c in contexts] + [(contexts[0], u) for u in users]
+    return {(c, u): timed_generate(lm, lm.random_ids(u, c), 1, ignore_eos=True).kv_bytes for c, u in plan}
+
+
 @app.cell
-def _(ch01, lm, memory_button, mo, nb, sizes):
+def kv_memory(ch01, lm, memory_button, mo, nb, sizes):
     mo.stop(not nb.pressed(memory_button), nb.placeholder(memory_button))
-    memory = ch01.measure_memory(lm, sizes)
+    users = sizes.users  # users at the first context, (1, 4) on a CPU: try (1, 8), press the button again
+    kv = kv_after_prefill(lm, sizes.contexts, users)
+    memory = ch01.memory_result(lm, kv)
     mo.vstack([
         ch01.memory_figure(memory, lm.describe()),
         mo.md(ch01.memory_text(memory)),
         nb.table(ch01.memory_table(memory)),
     ])
-    return
+    return (memory,)
 
 
 @app.cell(hide_code=True)
-def _(ch01, mo, nb):
+def _(ch01, lm, mo, nb, sizes):
     ttft_button = mo.ui.run_button(label=ch01.PARTS["ttft"])
+    _a, _b = min(sizes.ttft_lengths), max(sizes.ttft_lengths)
+    ttft_guess = mo.ui.number(start=0, stop=10_000, step=0.1, value=0,
+                              label=f"your guess (0 = none): TTFT at {_b:,} tokens ÷ TTFT at {_a:,} tokens")
     mo.md(f"""
     ## 2 · Time to first token grows with context
 
     Prefill processes every prompt token in one forward pass. Its matmuls grow linearly with
     the prompt and attention grows quadratically, so long prompts wait.
 
+    **Guess first**, then read the prediction: {ttft_guess}
+
+    {ch01.ttft_prediction(lm, sizes.ttft_lengths)}
+
+    The experiment, `ttft_by_prompt`, times one prefill per prompt length (a warm-up at that
+    shape first, then repeats; the median is what the table shows).
+
     {ttft_button} {nb.button_time(ch01, "ttft")}
     """)
-    return (ttft_button,)
+    return ttft_button, ttft_guess
+
+
+@app.function
+def ttft_by_prompt(lm, prompt_lens, repeats):
+    """Time to first token (one prefill, batch 1) per prompt length: a warm-up at that shape, then
+    `repeats` timed runs. {prompt_len: summary in seconds (p50, p90, min, max)}"""
+    out = {}
+    for n in prompt_lens:
+        ids = lm.random_ids(1, n)
+        timed_generate(lm, ids, 1, ignore_eos=True)  # warm-up at this shape
+        out[n] = summarize([timed_generate(lm, ids, 1, ignore_eos=True).ttft_s for _ in range(repeats)])
+    return out
 
 
 @app.cell
-def _(ch01, lm, mo, nb, sizes, ttft_button):
+def _(ch01, lm, mo, nb, sizes, ttft_button, ttft_guess):
     mo.stop(not nb.pressed(ttft_button), nb.placeholder(ttft_button))
-    ttft = ch01.measure_ttft(lm, sizes)
-    mo.vstack([ch01.ttft_figure(ttft, lm.describe()), mo.md(ch01.ttft_text(ttft)), nb.table(ch01.ttft_table(ttft))])
+    repeats = sizes.repeats  # timed runs per prompt length, after one warm-up: raise it for a steadier median
+    _runs = ttft_by_prompt(lm, sizes.ttft_lengths, repeats)
+    ttft = ch01.ttft_points(_runs, repeats)
+    mo.vstack([
+        ch01.ttft_figure(ttft, lm.describe()),
+        mo.md(ch01.ttft_compare_text(lm, ttft, ttft_guess.value) + "\n\n" + ch01.ttft_text(ttft)),
+        nb.table(ch01.ttft_table(ttft)),
+    ])
     return
 
 
 @app.cell(hide_code=True)
-def _(ch01, mo, nb):
+def _(ch01, lm, mo, nb, sizes):
     serving_button = mo.ui.run_button(label=ch01.PARTS["serving"])
+    serving_guess = mo.ui.number(start=0, stop=1_000, step=0.1, value=0,
+                                 label="your guess (0 = none): tokens/s batched ÷ tokens/s one at a time")
     mo.md(f"""
     ## 3 · Naive serving is sequential
 
@@ -128,25 +179,46 @@ def _(ch01, mo, nb):
     API does) and then together in one padded batch. In the chart, grey is time spent waiting in
     line: the last request waits for all the others.
 
+    **Guess first:** {serving_guess}
+
+    {ch01.serving_prediction(lm, sizes.n_requests, sizes.prompt_len)}
+
     {serving_button} {nb.button_time(ch01, "serving")}
     """)
-    return (serving_button,)
+    return serving_button, serving_guess
+
+
+@app.function
+def serve_one_by_one_then_batched(lm, n_requests, prompt_len, new_tokens):
+    """n requests arriving together at t = 0, served one after another, then as one padded batch.
+    {mode: [(start, first token, finish) per request, seconds since t = 0]}"""
+    ids = lm.random_ids(n_requests, prompt_len)
+    timed_generate(lm, ids[:1], 2, ignore_eos=True)  # warm-up
+    sequential, t0 = [], time.perf_counter()
+    for i in range(n_requests):  # request i starts when request i - 1 has finished
+        start = time.perf_counter() - t0
+        rec = timed_generate(lm, ids[i : i + 1], new_tokens, ignore_eos=True)
+        sequential.append((start, start + rec.ttft_s, time.perf_counter() - t0))
+    rec = timed_generate(lm, ids, new_tokens, ignore_eos=True)  # all of them in one batch
+    return {"sequential": sequential, "batched": [(0.0, rec.ttft_s, rec.e2e_s)] * n_requests}
 
 
 @app.cell
-def _(ch01, lm, mo, nb, serving_button, sizes):
+def _(ch01, lm, mo, nb, serving_button, serving_guess, sizes):
     mo.stop(not nb.pressed(serving_button), nb.placeholder(serving_button))
-    serving = ch01.measure_serving(lm, sizes)
+    n_requests = sizes.n_requests  # requests arriving together: change it, then press the button again
+    _times = serve_one_by_one_then_batched(lm, n_requests, sizes.prompt_len, sizes.new_tokens)
+    serving = ch01.serving_result(_times, sizes.prompt_len, sizes.new_tokens)
     mo.vstack([
         ch01.serving_figure(serving, lm.describe()),
-        mo.md(ch01.serving_text(serving)),
+        mo.md(ch01.serving_compare_text(lm, serving, serving_guess.value) + "\n\n" + ch01.serving_text(serving)),
         nb.table(ch01.serving_table(serving)),
     ])
     return
 
 
 @app.cell(hide_code=True)
-def _(ch01, mo, nb):
+def _(ch01, lm, mo, nb, sizes):
     itl_button = mo.ui.run_button(label=ch01.PARTS["itl"])
     mo.md(f"""
     ## 4 · Inter-token latency: every token is a full pass over the weights
@@ -155,15 +227,36 @@ def _(ch01, mo, nb):
     that read across sequences, so total throughput rises while each user's speed drops a
     little. Longer contexts add KV bytes to read at every step.
 
+    {ch01.itl_prediction(lm, sizes.itl_contexts, sizes.itl_batches)}
+
+    The experiment, `decode_step_times`, generates at each (context, batch) and keeps the time
+    of every decode step after the first token: one step per token, each one an ITL sample.
+
     {itl_button} {nb.button_time(ch01, "itl")}
     """)
     return (itl_button,)
 
 
+@app.function
+def decode_step_times(lm, contexts, batches, steps):
+    """Decode step time (ITL) per (context, batch): a warm-up at that shape, then `steps` cached
+    steps of one generation. {(context, batch): (summary of the steps in seconds, KV bytes at the end)}"""
+    out = {}
+    for context in contexts:
+        for batch in batches:
+            ids = lm.random_ids(batch, context)
+            timed_generate(lm, ids, 2, ignore_eos=True)  # warm-up at this shape
+            rec = timed_generate(lm, ids, steps + 1, ignore_eos=True)  # the first token is the prefill's
+            out[context, batch] = (summarize(rec.itl_s), rec.kv_bytes)
+    return out
+
+
 @app.cell
 def _(ch01, itl_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(itl_button), nb.placeholder(itl_button))
-    itl = ch01.measure_itl(lm, sizes)
+    batches = sizes.itl_batches  # sequences decoded together, e.g. (1, 2, 4): change them, press again
+    _runs = decode_step_times(lm, sizes.itl_contexts, batches, sizes.itl_steps)
+    itl = ch01.itl_points(_runs)
     mo.vstack([ch01.itl_figure(itl, lm.describe()), mo.md(ch01.itl_text(itl)), nb.table(ch01.itl_table(itl))])
     return
 

@@ -22,6 +22,13 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.analysis.compare import dtype_name, shape_of
+    from infer_lab.analysis.memory import kv_bytes, kv_report, weight_bytes
+    from infer_lab.harness import timed_generate
+
 
 @app.cell(hide_code=True)
 def _():
@@ -66,9 +73,20 @@ def _(ch02, list_gpus, list_models, mo):
     return context_pick, gpu_pick, kv_dtype_pick, model_pick, users_pick
 
 
+@app.cell(hide_code=True)
+def _(ch02, mo):
+    mo.vstack([mo.md("""
+    The formula is the library's real code (`src/infer_lab/analysis/memory.py`); the MLA branch
+    is the trap of a later section:
+    """), mo.md(ch02.kv_formula_code())])
+    return
+
+
 @app.cell
 def _(ch02, context_pick, kv_dtype_pick, mo, model_pick, users_pick):
-    report = ch02.kv_summary(model_pick.value, kv_dtype_pick.value, context_pick.value, users_pick.value)
+    # the controls above feed the library's calculator directly: move them, or type numbers here
+    report = kv_report(model_pick.value, context=context_pick.value, users=users_pick.value,
+                       kv_dtype=kv_dtype_pick.value)
     mo.md(ch02.kv_summary_text(report))
     return
 
@@ -193,18 +211,36 @@ def _(ch02, mo, nb):
     Load the course's model for this device, generate a few tokens, and count bytes from the
     tensors themselves: the weights from the parameters, the KV from the cache's K and V tensors.
 
+    **Predict first:** the equation gives both numbers from the config alone. Should they match
+    the tensors to 1%, or exactly? And what does doubling the batch do to each?
+
     {size_picker} {check_button} {nb.button_time(ch02, "check")}
     """)
     return check_button, size_picker
 
 
+@app.function
+def bytes_predicted_vs_counted(lm, batch, prompt_len, new_tokens):
+    """The memory equation (from the config) next to bytes counted from the tensors: weights from
+    the parameters, KV from the cache after a real generation. -> ([(what, predicted, counted)], cached)"""
+    shape, dtype = shape_of(lm), dtype_name(lm)
+    rec = timed_generate(lm, lm.random_ids(batch, prompt_len), new_tokens, ignore_eos=True)
+    cached = prompt_len + rec.new_tokens - 1  # the last sampled token is never fed back
+    return [("weight bytes (parameters)", weight_bytes(shape, dtype).total, lm.weight_bytes),
+            (f"KV bytes ({batch} × {cached} tokens, cache tensors)", kv_bytes(shape, cached, batch, dtype),
+             rec.kv_bytes)], cached
+
+
 @app.cell
-def _(ch02, check_button, mo, nb, size_picker):
+def check_cell(ch02, check_button, mo, nb, size_picker):
     mo.stop(not nb.pressed(check_button), nb.placeholder(check_button))
     lm = nb.load_model_or_explain(*nb.model_choice())
-    check = ch02.measure_check(lm, ch02.sizes(lm.device, size_picker.value))
+    _s = ch02.sizes(lm.device, size_picker.value)
+    batch = _s.check_batch  # sequences generated together (2): try 4, then press the button again
+    _rows, _cached = bytes_predicted_vs_counted(lm, batch, _s.check_prompt_len, _s.check_new_tokens)
+    check = ch02.check_result(lm, _rows, batch, _cached)
     mo.vstack([mo.md(ch02.check_text(check)), nb.table(ch02.check_table(check))])
-    return
+    return (check,)
 
 
 @app.cell(hide_code=True)

@@ -22,6 +22,19 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.analysis.roofline import (
+        decode_ops,
+        gpu_roof,
+        measured_roof,
+        predict,
+        prefill_ops,
+    )
+    from infer_lab.bench.hf_predicted import predicted_vs_measured
+    from infer_lab.hardware import measure_ceilings
+
 
 @app.cell(hide_code=True)
 def _():
@@ -35,7 +48,7 @@ def _():
 
 @app.cell(hide_code=True)
 def _(ch03, mo):
-    mo.md(f"""
+    mo.vstack([mo.md(f"""
     # 03 · Prefill vs decode and the roofline
 
     A kernel is limited either by arithmetic (FLOP/s) or by memory traffic (bytes/s). Its
@@ -50,7 +63,9 @@ def _(ch03, mo):
 
     We predict both op by op, as `max(FLOPs / peak, bytes / bandwidth)`, then measure them. The
     datasheet part follows the controls live; the measurement waits for its button.
-    """)
+
+    The roofline is two lines of the library (`Roof` in `src/infer_lab/analysis/roofline.py`):
+    """), mo.md(ch03.roof_code())])
     return
 
 
@@ -65,9 +80,19 @@ def _(ch03, list_gpus, list_models, mo):
     return rl_batch, rl_context, rl_gpu, rl_model
 
 
+@app.function
+def datasheet_prediction(model, gpu, batch, context):
+    """The roofline on `gpu`'s datasheet: TTFT of one `context`-token prompt and the decode step of
+    `batch` sequences at `context` tokens, with each op's FLOPs and bytes (summed over the layers)."""
+    roof = gpu_roof(gpu)  # peak bf16 FLOP/s and memory bandwidth from the datasheet
+    prediction = predict(model, roof, batch=batch, context=context)
+    return roof, prediction, prefill_ops(model, 1, context), decode_ops(model, batch, context)
+
+
 @app.cell
 def _(ch03, mo, nb, rl_batch, rl_context, rl_gpu, rl_model):
-    view = ch03.datasheet_view(rl_model.value, rl_gpu.value, rl_batch.value, rl_context.value)
+    _parts = datasheet_prediction(rl_model.value, rl_gpu.value, rl_batch.value, rl_context.value)
+    view = ch03.datasheet_view_of(*_parts)  # move the sliders: batch and context change the step
     mo.vstack([
         mo.md(ch03.datasheet_text(view)),
         mo.md(f"**Prefill, one {view.context:,}-token prompt**"),
@@ -97,18 +122,38 @@ def _(ch03, mo, nb):
     warm-up, synchronization, repeats, medians. Weight and KV bytes must agree to within 1%;
     times will not, and the ratio is the lesson.
 
+    **Predict first:** the decode step reads every weight once per step, so at batch 1 its
+    predicted time is about the weight bytes ÷ the measured copy bandwidth. The measured step
+    is slower: by how much, on a CPU and on a GPU? The ratio below answers for this machine.
+
     {size_picker} {save_switch if nb.has_gpu() else ""} {compare_button} {nb.button_time(ch03, "compare")}
     """)
     return compare_button, save_switch, size_picker
+
+
+@app.function
+def roofline_vs_harness(lm, prompt_lengths, contexts, batches, new_tokens, repeats, quick=True):
+    """The roofline on the ceilings measured here now (copy bandwidth, matmul FLOP/s) next to the
+    harness (warm-up, synchronization, repeats, medians): weight and KV bytes, each prefill (TTFT)
+    and each decode step (ITL), as rows with predicted, measured and measured ÷ predicted."""
+    ceilings = measure_ceilings(lm.device, quick=quick, fresh=True)  # never a stale roof
+    rows = predicted_vs_measured(lm, prompt_lengths=prompt_lengths, contexts=contexts, batches=batches,
+                                 new_tokens=new_tokens, repeats=repeats, roof=measured_roof(ceilings))
+    return ceilings, rows
 
 
 @app.cell
 def _(ch03, compare_button, mo, nb, save_switch, size_picker):
     mo.stop(not nb.pressed(compare_button), nb.placeholder(compare_button))
     lm = nb.load_model_or_explain(*nb.model_choice())
-    compare = ch03.measure_compare(lm, ch03.sizes(lm.device, size_picker.value))
+    _s = ch03.sizes(lm.device, size_picker.value)
+    batches = _s.batches  # decode batches, (1, 2) on a CPU: try (1, 8), then press the button again
+    _ceilings, _rows = roofline_vs_harness(lm, _s.prompt_lengths, _s.contexts, batches, _s.new_tokens,
+                                           _s.repeats, quick=_s.quick_ceilings)
+    compare = ch03.compare_result(lm, _ceilings, _rows)
     _saved = ch03.save_compare(compare, lm) if nb.has_gpu() and save_switch.value else None
     mo.vstack([
+        mo.md(ch03.decode_ratio_text(compare)),
         mo.md(ch03.compare_text(compare)),
         nb.table(ch03.compare_table(compare.rows)),
         ch03.compare_figure(compare),

@@ -16,6 +16,10 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # The library's planner, called directly by the cell "One plan by hand" below.
+    from infer_lab.analysis.capacity import plan
+
 
 @app.cell(hide_code=True)
 def _():
@@ -46,6 +50,27 @@ def _(ch04, mo):
     Prices: {ch04.price_note()}.
     """)
     return
+
+
+@app.cell(hide_code=True)
+def _(ch04, mo):
+    mo.vstack([mo.md("""
+    ## One plan by hand
+
+    The cell below calls the library's planner (`analysis.capacity.plan`) on one GPU. Its
+    memory half is `fit` (`src/infer_lab/analysis/memory.py`): usable memory minus the weights
+    and the overhead is the KV budget, and the budget over one user's KV is the most users.
+    **Predict first:** quadruple the context in the cell; how many users are left?
+    """), mo.md(ch04.fit_code())])
+    return
+
+
+@app.cell
+def by_hand(ch04, mo, nb):
+    context = 4096  # tokens per user: try 16384, then compare the users
+    one = plan("mistral-7b", "H100-SXM", n_gpus=1, context=context, itl_slo_ms=50.0)
+    mo.vstack([mo.md(ch04.plan_line(one)), nb.table(ch04.plans_table([one]))])
+    return (one,)
 
 
 @app.cell(hide_code=True)

@@ -121,7 +121,7 @@ def test_01_ttft_separated_spread_states_the_lesson():
 
 def test_01_ttft_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
     sizes = replace(ch01.sizes("cpu", "quick"), ttft_lengths=[8, 32], repeats=3)
-    points = ch01.measure_ttft(embedded, sizes)
+    points = ch01.run_ttft(embedded, sizes)
     assert points[0].machine is not None and points[0].machine.busy
     text = ch01.ttft_text(points)
     assert "machine was busy" in text

@@ -14,7 +14,7 @@ CPU = DeviceInfo(kind="cpu", name="Test CPU", memory_total_bytes=8 * 10**9, memo
 
 
 def test_hello_stops_at_the_end_of_sequence_token(embedded):
-    hello = ch00.measure_hello(embedded, ch00.sizes("cpu", "quick"))
+    hello = ch00.run_hello(embedded, ch00.sizes("cpu", "quick"))
     assert hello.answer == "The capital of France is Paris."
     assert hello.stopped_at_eos and hello.new_tokens < hello.max_new_tokens
     assert "end-of-sequence" in ch00.hello_text(hello)
@@ -51,7 +51,7 @@ def test_memory_equation_numbers_from_the_configs():
 
 
 def test_memory_check_counts_the_tensors_exactly(embedded):
-    check = ch02.measure_check(embedded, ch02.sizes("cpu", "quick"))
+    check = ch02.run_check(embedded, ch02.sizes("cpu", "quick"))
     assert [r.measured_over_predicted for r in check.rows] == [1.0, 1.0]
     assert check.rows[1].measured == 2 * 30 * 3 * 64 * 4 * check.batch * check.cached_tokens  # SmolLM2, fp32
 

@@ -23,11 +23,11 @@ from ..hardware import (
     catalog_spec,
     ceilings_vs_spec,
     detect,
-    measure_ceilings,
 )
 from ..models import EMBEDDED_NAME
 from ..units import fmt_bytes, human
 from .chapter import ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -207,34 +207,36 @@ def ceilings_result(ceilings: Ceilings, info: DeviceInfo, model: ModelLike, cont
                           decode_intensities(model, context))
 
 
-def measure_ceilings_part(device: torch.device | str | None, sizes: Sizes,
-                          model: ModelLike = EMBEDDED_NAME) -> CeilingsResult:
-    """Measure the copy bandwidth and matmul FLOP/s of ``device`` and set them beside the datasheet."""
-    info = detect(device)
-    ceilings = measure_ceilings(device, quick=sizes.quick_ceilings, fresh=True)  # every press measures afresh
-    return ceilings_result(ceilings, info, model, sizes.intensity_context)
+def run_ceilings(device: torch.device | str | None, sizes: Sizes,
+                 model: ModelLike = EMBEDDED_NAME) -> CeilingsResult:
+    """Run the notebook's own experiment (``ceilings_here`` of ``notebooks/00_setup.py``) and set
+    the ceilings beside the datasheet."""
+    experiment = notebook_function(NUMBER, "ceilings_here")
+    return ceilings_result(experiment(device, quick=sizes.quick_ceilings), detect(device), model,
+                           sizes.intensity_context)
 
 
-@torch.inference_mode()
-def measure_hello(lm: Any, sizes: Sizes, question: str = QUESTION) -> HelloResult:
-    """Ask ``question`` with the chat template, greedy; generation stops at the end-of-sequence token.
+def hello_result(lm: Any, question: str, answer: str | None, rec: Any, max_tokens: int) -> HelloResult:
+    """What the notebook's ``ask`` returns (the answer, or ``None`` without a tokenizer, and the
+    timed generation) as a :class:`HelloResult`."""
+    ids = rec.token_ids[0]
+    if answer is None:
+        answer = f"({len(ids)} token ids from random weights, which have no tokenizer: {ids[:8]} ...)"
+        question = "16 random token ids"
+    return HelloResult(lm.describe(), question, answer, len(ids), max_tokens,
+                       bool(ids) and ids[-1] in lm.eos_token_ids, rec.ttft_s, rec.tpot_s, lm.load_seconds,
+                       lm.weight_bytes)
+
+
+def run_hello(lm: Any, sizes: Sizes, question: str = QUESTION) -> HelloResult:
+    """Run the notebook's own experiment (``ask`` of ``notebooks/00_setup.py``).
 
     A random-weights model has no tokenizer and no end-of-sequence token: it gets random prompt
     ids instead, which checks only that generation runs on this device.
     """
-    from ..harness import timed_generate
-
-    prompt = lm.chat_ids(question) if lm.tokenizer is not None else lm.random_ids(1, 16)
-    rec = timed_generate(lm, prompt, sizes.hello_max_tokens)
-    ids = rec.token_ids[0]
-    if lm.tokenizer is not None:
-        answer = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
-    else:
-        answer = f"({len(ids)} token ids from random weights, which have no tokenizer: {ids[:8]} ...)"
-        question = "16 random token ids"
-    return HelloResult(lm.describe(), question, answer, len(ids), sizes.hello_max_tokens,
-                       bool(ids) and ids[-1] in lm.eos_token_ids, rec.ttft_s, rec.tpot_s, lm.load_seconds,
-                       lm.weight_bytes)
+    experiment = notebook_function(NUMBER, "ask")
+    answer, rec = experiment(lm, question, sizes.hello_max_tokens)
+    return hello_result(lm, question, answer, rec, sizes.hello_max_tokens)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -243,8 +245,8 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else "", device=detect(device))
     model = lm.name if lm is not None else EMBEDDED_NAME
     return run_parts(result, parts, PARTS, {
-        "ceilings": lambda: measure_ceilings_part(device, sizes, model),
-        "hello": lambda: measure_hello(lm, sizes),
+        "ceilings": lambda: run_ceilings(device, sizes, model),
+        "hello": lambda: run_hello(lm, sizes),
     })
 
 

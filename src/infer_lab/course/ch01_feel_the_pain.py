@@ -5,6 +5,14 @@
 3. Naive serving runs requests one after another.
 4. Each decode step (the inter-token latency) costs a full read of the weights and the KV.
 
+Each part is predict -> run -> compare. The prediction (from the config alone, through
+:mod:`infer_lab.analysis`) is on the page first, with a guess field where it teaches. The
+experiments are the notebook's own ``@app.function`` s (``kv_after_prefill``, ``ttft_by_prompt``,
+``serve_one_by_one_then_batched``, ``decode_step_times`` in ``notebooks/01_feel_the_pain.py``),
+which call :func:`infer_lab.harness.timed_generate` directly; this module turns what they return
+into results, figures, tables and words, and runs the same functions for the tour, the tests and
+the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
+
 Every timing goes through :mod:`infer_lab.harness` (warm-up, synchronization, repeats,
 percentiles). The prompts are random token ids and EOS is ignored, so every run has exactly
 the length asked for.
@@ -12,25 +20,18 @@ the length asked for.
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..analysis import memory, roofline
+from ..analysis.compare import dtype_name, shape_of
 from ..figures import finish
-from ..harness import (
-    cache_kwarg,
-    cache_tensor_bytes,
-    progress,
-    summarize,
-    synchronize,
-    timed_generate,
-)
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, compare_spreads
-from ..units import GB
+from ..units import GB, human
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -111,6 +112,7 @@ class MemoryResult:
     device_memory_bytes: int
     device_memory_label: str  # "GPU memory" or "RAM"
     max_context: int  # the model's position limit (tokens)
+    predicted_kv_bytes_per_token: int | None = None  # from the config alone (analysis.memory)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -203,45 +205,152 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurements
+# The experiments are the notebook's own functions (``notebooks/01_feel_the_pain.py``); this module
+# predicts before them, turns what they return into typed results, and runs them for the tour,
+# the tests and the Jupyter edition through :func:`notebook_function`.
 
 
-@torch.inference_mode()
-def _prefill_kv_bytes(lm: Any, batch: int, length: int) -> int:
-    """Run one prefill and count the bytes of the KV cache it produced."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=lm.model.config)
-    lm.model(lm.random_ids(batch, length), use_cache=True, logits_to_keep=1, **{cache_kwarg(lm.model): cache})
-    return cache_tensor_bytes(cache)
+def _shape_dtype(lm: Any) -> tuple[Any, str]:
+    return shape_of(lm), dtype_name(lm)
 
 
-def measure_memory(lm: Any, sizes: Sizes) -> MemoryResult:
-    """KV bytes measured after a real prefill, for each context (1 user) and each user count."""
+def predicted_kv_bytes_per_token(lm: Any) -> int:
+    """KV bytes one token adds, from the model's config alone (:func:`infer_lab.analysis.memory.kv_bytes_per_token`)."""
+    shape, dtype = _shape_dtype(lm)
+    return memory.kv_bytes_per_token(shape, dtype)
+
+
+def memory_prediction(lm: Any) -> str:
+    """The KV formula with this model's numbers, before anything runs."""
+    shape, dtype = _shape_dtype(lm)
+    per_token = memory.kv_bytes_per_token(shape, dtype)
+    return (f"**Predicted from the config alone:** 2 (K and V) × {shape.layers} layers × {shape.kv_heads} KV heads "
+            f"× {shape.head_dim} dims × {memory.kv_bytes_per_element(dtype)} B ({dtype}) = "
+            f"**{per_token:,} bytes per token**, so 4× the tokens or 4× the users is 4× the bytes.")
+
+
+def memory_result(lm: Any, kv: dict[tuple[int, int], int]) -> MemoryResult:
+    """The notebook's ``kv_after_prefill`` output ({(context, users): bytes}) as a :class:`MemoryResult`."""
     from ..hardware import detect
 
-    plan = [("context", c, 1) for c in sizes.contexts] + [("users", sizes.contexts[0], u) for u in sizes.users]
-    points = [
-        MemoryPoint(axis, ctx, users, _prefill_kv_bytes(lm, users, ctx), lm.weight_bytes)
-        for axis, ctx, users in progress(plan, desc="KV bytes")
-    ]
+    first = min(c for c, _ in kv)
+    points = [MemoryPoint("context", c, u, b, lm.weight_bytes) for (c, u), b in sorted(kv.items()) if u == 1]
+    points += [MemoryPoint("users", c, u, b, lm.weight_bytes) for (c, u), b in sorted(kv.items())
+               if c == first]
     info = detect(lm.device)
     return MemoryResult(points, info.memory_total_bytes, "GPU memory" if info.kind == "cuda" else "RAM",
-                        lm.config.max_position_embeddings)
+                        lm.config.max_position_embeddings, predicted_kv_bytes_per_token(lm))
 
 
-@torch.inference_mode()
-def measure_ttft(lm: Any, sizes: Sizes) -> list[TTFTPoint]:
-    """Prefill time (TTFT) of one request for each prompt length, after a warm-up at that shape."""
+def run_memory(lm: Any, sizes: Sizes) -> MemoryResult:
+    """Run the notebook's own experiment (``kv_after_prefill`` of ``notebooks/01_feel_the_pain.py``)."""
+    experiment = notebook_function(NUMBER, "kv_after_prefill")
+    return memory_result(lm, experiment(lm, sizes.contexts, sizes.users))
+
+
+def prefill_flops(lm: Any, prompt_len: int) -> float:
+    """FLOPs of one prefill of ``prompt_len`` tokens (batch 1, every position's logits), from the config."""
+    shape, dtype = _shape_dtype(lm)
+    ops = roofline.prefill_ops(shape, 1, prompt_len, weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype,
+                               logits="all")
+    return sum(o.flops for o in ops)
+
+
+def ttft_prediction(lm: Any, lengths: tuple[int, ...]) -> str:
+    """The prefill's FLOPs at the shortest and longest prompt: the work TTFT has to do."""
+    a, b = min(lengths), max(lengths)
+    fa, fb = prefill_flops(lm, a), prefill_flops(lm, b)
+    return (f"**Predicted from the config:** a {a:,}-token prefill is {human(fa / 1e9, 3)} GFLOP, a {b:,}-token one "
+            f"{human(fb / 1e9, 3)} GFLOP: **{human(fb / fa, 3)}× the work** for {human(b / a, 3)}× the tokens "
+            "(attention's share grows with the square of the prompt). On a busy or tiny machine a short prefill "
+            "also pays fixed per-call costs, so expect the measured ratio below that.")
+
+
+def ttft_points(runs: dict[int, Any], repeats: int, machine: MachineLoad | None = None) -> list[TTFTPoint]:
+    """The notebook's ``ttft_by_prompt`` output ({prompt_len: Stats in s}) as :class:`TTFTPoint` s, with
+    the machine's load (``machine``, else one check taken now)."""
+    machine = machine or check_machine()
+    return [TTFTPoint(n, s.p50, s.p90, s.min, repeats, s.max, machine) for n, s in sorted(runs.items())]
+
+
+def ttft_ratio(ttft: list[TTFTPoint]) -> float:
+    """Measured TTFT p50 of the longest prompt over the shortest's."""
+    return ttft[-1].p50_s / ttft[0].p50_s
+
+
+def run_ttft(lm: Any, sizes: Sizes) -> list[TTFTPoint]:
+    """Run the notebook's own experiment (``ttft_by_prompt`` of ``notebooks/01_feel_the_pain.py``)."""
+    experiment = notebook_function(NUMBER, "ttft_by_prompt")
     before = check_machine()
-    points = []
-    for length in progress(sizes.ttft_lengths, desc="TTFT vs prompt length"):
-        ids = lm.random_ids(1, length)
-        timed_generate(lm, ids, 1, ignore_eos=True)  # warm-up at this shape
-        s = summarize([timed_generate(lm, ids, 1, ignore_eos=True).ttft_s for _ in range(sizes.repeats)])
-        points.append(TTFTPoint(length, s.p50, s.p90, s.min, sizes.repeats, s.max))
-    machine = before.worst(check_machine())
-    return [dataclasses.replace(p, machine=machine) for p in points]
+    runs = experiment(lm, sizes.ttft_lengths, sizes.repeats)
+    return ttft_points(runs, sizes.repeats, before.worst(check_machine()))
+
+
+def serving_prediction(lm: Any, n_requests: int, prompt_len: int) -> str:
+    """What the roofline says one batch of ``n_requests`` costs per decode step against one request."""
+    shape, dtype = _shape_dtype(lm)
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
+    one = sum(o.bytes for o in roofline.decode_ops(shape, 1, prompt_len, **kw))
+    many = sum(o.bytes for o in roofline.decode_ops(shape, n_requests, prompt_len, **kw))
+    return (f"**Predicted:** one at a time, request *k* waits for the *k − 1* before it, so the last of "
+            f"{n_requests} waits for {n_requests - 1} whole requests. A decode step over all {n_requests} reads "
+            f"{human(many / one, 3)}× the bytes of a step over one (the weights are read once for everyone), so "
+            f"a memory-bound machine would give up to **{human(n_requests * one / many, 3)}× the tokens/s** batched.")
+
+
+def serving_result(times: dict[str, list[tuple[float, float, float]]], prompt_len: int,
+                   new_tokens: int) -> ServingResult:
+    """The notebook's ``serve_one_by_one_then_batched`` output ({mode: [(start, first token, finish) s]})."""
+    requests = [RequestTimes(mode, i, *t) for mode, rows in times.items() for i, t in enumerate(rows)]
+    wall = {mode: max(t[2] for t in rows) for mode, rows in times.items()}
+    return ServingResult(requests, len(times["sequential"]), prompt_len, new_tokens, wall)
+
+
+def run_serving(lm: Any, sizes: Sizes) -> ServingResult:
+    """Run the notebook's own experiment (``serve_one_by_one_then_batched``)."""
+    experiment = notebook_function(NUMBER, "serve_one_by_one_then_batched")
+    times = experiment(lm, sizes.n_requests, sizes.prompt_len, sizes.new_tokens)
+    return serving_result(times, sizes.prompt_len, sizes.new_tokens)
+
+
+def decode_bytes(lm: Any, batch: int, context: int) -> float:
+    """Bytes one decode step reads and writes (weights, KV, activations), from the config."""
+    shape, dtype = _shape_dtype(lm)
+    return sum(o.bytes for o in roofline.decode_ops(shape, batch, context, weight_dtype=dtype, kv_dtype=dtype,
+                                                    act_dtype=dtype))
+
+
+def itl_prediction(lm: Any, contexts: tuple[int, ...], batches: tuple[int, ...]) -> str:
+    """Bytes a decode step moves at the smallest and largest (context, batch), before anything runs."""
+    c, b = min(contexts), max(batches)
+    small, big = decode_bytes(lm, 1, c), decode_bytes(lm, b, max(contexts))
+    return (f"**Predicted from the config:** a decode step at batch 1 and {c:,} tokens moves "
+            f"{human(small / 1e6, 3)} MB (nearly all of it weights); at batch {b} and {max(contexts):,} tokens "
+            f"{human(big / 1e6, 3)} MB, **{human(big / small, 3)}×** the bytes for {b}× the tokens. If the step "
+            "waits on memory, its time grows like the bytes and the total tokens/s grows almost with the batch.")
+
+
+def itl_points(runs: dict[tuple[int, int], tuple[Any, int]]) -> list[ITLPoint]:
+    """The notebook's ``decode_step_times`` output ({(context, batch): (Stats in s, KV bytes)});
+    ``steps`` is how many decode steps were timed (one per token after the first)."""
+    return [ITLPoint(c, b, s.p50, s.p90, s.n, kv) for (c, b), (s, kv) in sorted(runs.items())]
+
+
+def run_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
+    """Run the notebook's own experiment (``decode_step_times`` of ``notebooks/01_feel_the_pain.py``)."""
+    experiment = notebook_function(NUMBER, "decode_step_times")
+    return itl_points(experiment(lm, sizes.itl_contexts, sizes.itl_batches, sizes.itl_steps))
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`): the notebook's experiments."""
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
+    return run_parts(result, parts, PARTS, {
+        "memory": lambda: run_memory(lm, sizes),
+        "ttft": lambda: run_ttft(lm, sizes),
+        "serving": lambda: run_serving(lm, sizes),
+        "itl": lambda: run_itl(lm, sizes),
+    })
 
 
 def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
@@ -257,49 +366,25 @@ def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
     return finding(outcome, claim, machine, f"beyond the spread of {a.repeats} runs per length, fastest to slowest") + " " + numbers
 
 
-@torch.inference_mode()
-def measure_serving(lm: Any, sizes: Sizes) -> ServingResult:
-    """N requests of the same size, served one after another, then together in one padded batch."""
-    n, new = sizes.n_requests, sizes.new_tokens
-    ids = lm.random_ids(n, sizes.prompt_len)
-    timed_generate(lm, ids[:1], 2, ignore_eos=True)  # warm-up
-    requests, wall = [], {}
-    synchronize(lm.device)
-    t0 = time.perf_counter()
-    for i in progress(range(n), desc="one request at a time"):
-        start = time.perf_counter() - t0
-        rec = timed_generate(lm, ids[i : i + 1], new, ignore_eos=True)
-        requests.append(RequestTimes("sequential", i, start, start + rec.ttft_s, time.perf_counter() - t0))
-    wall["sequential"] = time.perf_counter() - t0
-    rec = timed_generate(lm, ids, new, ignore_eos=True)
-    requests += [RequestTimes("batched", i, 0.0, rec.ttft_s, rec.e2e_s) for i in range(n)]
-    wall["batched"] = rec.e2e_s
-    return ServingResult(requests, n, sizes.prompt_len, new, wall)
+def guess_line(what: str, guess: float | None, predicted: float, measured: float) -> str:
+    """Your guess, the prediction and the measurement of one ratio, side by side."""
+    mine = f"your guess **{human(guess, 3)}×**, " if guess else ""  # 0 or None: no guess entered
+    return (f"{what}: {mine}predicted **{human(predicted, 3)}×**, measured **{human(measured, 3)}×** "
+            f"(measured ÷ predicted = {human(measured / predicted, 3)}).")
 
 
-@torch.inference_mode()
-def measure_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
-    """Decode step time (ITL) for each (context, batch): p50/p90 over cached decode steps."""
-    points = []
-    grid = [(c, b) for c in sizes.itl_contexts for b in sizes.itl_batches]
-    for ctx, batch in progress(grid, desc="decode step grid"):
-        ids = lm.random_ids(batch, ctx)
-        timed_generate(lm, ids, 2, ignore_eos=True)  # warm-up at this shape
-        rec = timed_generate(lm, ids, sizes.itl_steps + 1, ignore_eos=True)
-        s = summarize(rec.itl_s)
-        points.append(ITLPoint(ctx, batch, s.p50, s.p90, len(rec.itl_s), rec.kv_bytes))
-    return points
+def ttft_compare_text(lm: Any, ttft: list[TTFTPoint], guess: float | None = None) -> str:
+    """The longest prompt's TTFT over the shortest's: guess, the prefill FLOPs ratio, measured."""
+    a, b = ttft[0].prompt_len, ttft[-1].prompt_len
+    return guess_line(f"TTFT at {b:,} tokens ÷ TTFT at {a:,}", guess, prefill_flops(lm, b) / prefill_flops(lm, a),
+                      ttft_ratio(ttft))
 
 
-def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "memory": lambda: measure_memory(lm, sizes),
-        "ttft": lambda: measure_ttft(lm, sizes),
-        "serving": lambda: measure_serving(lm, sizes),
-        "itl": lambda: measure_itl(lm, sizes),
-    })
+def serving_compare_text(lm: Any, serving: ServingResult, guess: float | None = None) -> str:
+    """Batched over sequential tokens/s: guess, the roofline's bound, measured."""
+    n, c = serving.n_requests, serving.prompt_len
+    bound = n * decode_bytes(lm, 1, c) / decode_bytes(lm, n, c)
+    return guess_line(f"tokens/s of one batch of {n} ÷ one request at a time", guess, bound, serving.speedup)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +393,18 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def memory_text(memory: MemoryResult) -> str:
     per_token = memory.kv_bytes_per_token
-    return (
+    predicted = memory.predicted_kv_bytes_per_token
+    growth = ""
+    ctx = [p for p in memory.points if p.axis == "context"]
+    users = [p for p in memory.points if p.axis == "users"]
+    if len(ctx) > 1:
+        growth += (f"{human(ctx[-1].context / ctx[0].context, 3)}× the context ({ctx[0].context:,} → {ctx[-1].context:,} tokens) "
+                   f"gave **{ctx[-1].kv_bytes / ctx[0].kv_bytes:.2f}×** the KV bytes; ")
+    if len(users) > 1:
+        growth += (f"{human(users[-1].users / users[0].users, 3)}× the users gave **{users[-1].kv_bytes / users[0].kv_bytes:.2f}×**. ")
+    check = ("" if predicted is None else
+             f"The config predicted {predicted:,} B per token: measured ÷ predicted = {per_token / predicted:.3f}. ")
+    return growth + check + (
         f"Measured: **{per_token:,.0f} bytes of KV per token** ({per_token / 1024:.1f} KiB). At this rate "
         f"the {memory.device_memory_label} of this machine ({memory.device_memory_bytes / GB:.1f} GB) "
         f"holds about **{memory.tokens_that_fit:,.0f} tokens** of KV beside the weights, shared by all users, "

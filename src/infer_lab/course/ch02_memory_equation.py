@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..analysis import memory
+from ..analysis.compare import dtype_name
 from ..analysis.memory import ModelLike, as_shape
 from ..analysis.params import param_counts
 from ..attention.kv_sizing import mla_ratio_explained
@@ -22,6 +23,8 @@ from ..figures import finish
 from ..units import GB, KiB, fmt_bytes, human
 from .calculator import DEFAULTS_KV, KVCurves, kv_curves, kv_visualizer_figure
 from .chapter import ChapterResult, choose_size, run_parts
+from .library_code import code_block
+from .notebook_code import notebook_function
 from .tables import Column, people_table
 
 NUMBER = "02"
@@ -408,22 +411,23 @@ def equation(sizes: Sizes) -> EquationResult:
 # The check on this machine
 
 
-@torch.inference_mode()
-def measure_check(lm: Any, sizes: Sizes) -> CheckResult:
-    """Predicted vs measured bytes: weights from the parameters, KV from the cache tensors."""
-    from ..analysis.compare import dtype_name, shape_of
-    from ..harness import timed_generate
+def check_result(lm: Any, rows: list[tuple[str, int, int]], batch: int, cached_tokens: int) -> CheckResult:
+    """What the notebook's ``bytes_predicted_vs_counted`` returns ([(what, predicted, counted)]) as a
+    :class:`CheckResult`."""
+    return CheckResult(lm.describe(), dtype_name(lm), batch, cached_tokens, [BytesCheck(*r) for r in rows])
 
-    shape, dtype = shape_of(lm), dtype_name(lm)
-    rec = timed_generate(lm, lm.random_ids(sizes.check_batch, sizes.check_prompt_len), sizes.check_new_tokens,
-                         ignore_eos=True)
-    cached = rec.prompt_len + rec.new_tokens - 1  # the last sampled token is never fed back
-    rows = [
-        BytesCheck("weight bytes (parameters)", memory.weight_bytes(shape, dtype).total, lm.weight_bytes),
-        BytesCheck(f"KV bytes ({rec.batch} × {cached} tokens, cache tensors)",
-                   memory.kv_bytes(shape, cached, rec.batch, dtype), rec.kv_bytes),
-    ]
-    return CheckResult(lm.describe(), dtype, rec.batch, cached, rows)
+
+def run_check(lm: Any, sizes: Sizes) -> CheckResult:
+    """Run the notebook's own experiment (``bytes_predicted_vs_counted`` of ``notebooks/02_memory_equation.py``)."""
+    experiment = notebook_function(NUMBER, "bytes_predicted_vs_counted")
+    rows, cached = experiment(lm, sizes.check_batch, sizes.check_prompt_len, sizes.check_new_tokens)
+    return check_result(lm, rows, sizes.check_batch, cached)
+
+
+def kv_formula_code() -> str:
+    """The KV formula, the library's real code (:mod:`infer_lab.analysis.memory`), docstrings left out."""
+    return code_block(memory.kv_elements_per_token_per_layer, memory.kv_bytes_per_token_per_layer,
+                      memory.kv_bytes_per_token)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -431,7 +435,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
     return run_parts(result, parts, PARTS, {
         "equation": lambda: equation(sizes),
-        "check": lambda: measure_check(lm, sizes),
+        "check": lambda: run_check(lm, sizes),
     })
 
 

@@ -6,6 +6,12 @@
 2. On this machine (measured): the same arithmetic on the ceilings measured here, next to what
    the harness measures (:func:`infer_lab.bench.hf_predicted.predicted_vs_measured`): bytes must
    agree to within 1 %; times do not, and the ratio is the lesson.
+
+Both are the notebook's own code: ``datasheet_prediction`` and ``roofline_vs_harness``, the
+``@app.function`` s of ``notebooks/03_prefill_decode_roofline.py`` that call the library directly.
+This module shows what they return and runs the same functions for the tour, the tests and the
+Jupyter edition (:func:`datasheet_view`, :func:`run_compare`, through
+:mod:`infer_lab.course.notebook_code`).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from typing import Any
 import torch
 
 from ..analysis import roofline
+from ..analysis.compare import dtype_name, explain_gaps, shape_of
 from ..analysis.roofline import Prediction, Roof, StepPrediction
 from ..figures import finish
 from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
+from .library_code import code_block
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -155,13 +164,23 @@ def op_rows(ops: list[roofline.OpCost], roof: Roof) -> list[OpRow]:
     return rows
 
 
+def datasheet_view_of(roof: Roof, prediction: Prediction, prefill: list[roofline.OpCost],
+                      decode: list[roofline.OpCost]) -> DatasheetView:
+    """What the notebook's ``datasheet_prediction`` returns, as a :class:`DatasheetView`."""
+    return DatasheetView(prediction.model, roof, prediction.batch, prediction.context, prediction,
+                         op_rows(prefill, roof), op_rows(decode, roof))
+
+
 def datasheet_view(model: str, gpu: str, batch: int = 1, context: int = 4096) -> DatasheetView:
-    """TTFT of one ``context``-token prompt and the decode step at ``batch`` on ``gpu``'s datasheet."""
-    roof = roofline.gpu_roof(gpu)
-    pred = roofline.predict(model, roof, batch=batch, context=context)
-    return DatasheetView(pred.model, roof, batch, context, pred,
-                         op_rows(roofline.prefill_ops(model, 1, context), roof),
-                         op_rows(roofline.decode_ops(model, batch, context), roof))
+    """TTFT of one ``context``-token prompt and the decode step at ``batch`` on ``gpu``'s datasheet:
+    the notebook's own ``datasheet_prediction`` (``notebooks/03_prefill_decode_roofline.py``)."""
+    experiment = notebook_function(NUMBER, "datasheet_prediction")
+    return datasheet_view_of(*experiment(model, gpu, batch, context))
+
+
+def roof_code() -> str:
+    """The roofline itself, the library's real code: one op's time and the FLOP/s the roof allows."""
+    return code_block(Roof.time_s, Roof.attainable_flops)
 
 
 def datasheet_text(view: DatasheetView) -> str:
@@ -196,24 +215,34 @@ def _comparison_row(r: dict[str, Any]) -> ComparisonRow:
     return ComparisonRow(**{k: v for k, v in r.items() if k in names})
 
 
-def measure_compare(lm: Any, sizes: Sizes) -> CompareResult:
-    """The roofline on this machine's measured ceilings against the harness, for ``lm``."""
-    from ..analysis.compare import dtype_name, explain_gaps, shape_of
-    from ..bench.hf_predicted import predicted_vs_measured
-    from ..hardware import measure_ceilings
-
-    ceilings = measure_ceilings(lm.device, quick=sizes.quick_ceilings, fresh=True)  # never a stale roof
+def compare_result(lm: Any, ceilings: Any, raw: list[dict[str, Any]]) -> CompareResult:
+    """What the notebook's ``roofline_vs_harness`` returns (the ceilings measured here and the tidy
+    predicted-vs-measured rows) as a :class:`CompareResult`, with the longest prompt's steps for the figure."""
     roof = roofline.measured_roof(ceilings)
-    raw = predicted_vs_measured(lm, prompt_lengths=sizes.prompt_lengths, contexts=sizes.contexts,
-                                batches=sizes.batches, new_tokens=sizes.new_tokens, repeats=sizes.repeats, roof=roof)
     shape, dtype = shape_of(lm), dtype_name(lm)
     kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype, logits="all")
-    n = max(sizes.prompt_lengths)
+    n = max([r["context"] for r in raw if r.get("phase") == "prefill"] or [1])
     steps = [roofline.predict_prefill(shape, roof, 1, n, **kw), roofline.predict_decode(shape, roof, 1, n, **kw)]
     return CompareResult(lm.describe(), roof, [_comparison_row(r) for r in raw], explain_gaps(raw), steps,
                          op_rows(roofline.prefill_ops(shape, 1, n, **kw), roof),
                          op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads(),
                          ceilings.provenance())
+
+
+def run_compare(lm: Any, sizes: Sizes) -> CompareResult:
+    """Run the notebook's own experiment (``roofline_vs_harness`` of ``notebooks/03_prefill_decode_roofline.py``)."""
+    experiment = notebook_function(NUMBER, "roofline_vs_harness")
+    ceilings, raw = experiment(lm, sizes.prompt_lengths, sizes.contexts, sizes.batches, sizes.new_tokens,
+                               sizes.repeats, quick=sizes.quick_ceilings)
+    return compare_result(lm, ceilings, raw)
+
+
+def decode_ratio_text(result: CompareResult) -> str:
+    """Each timed decode step: predicted, measured and the ratio, one line each."""
+    rows = [r for r in result.rows if r.phase == "decode" and r.unit == "ms"]
+    return "\n".join(f"- decode step, batch {r.batch}, context {r.context:,}: predicted {human(r.predicted, 3)} ms, "
+                     f"measured {human(r.measured, 3)} ms, **measured ÷ predicted = {human(r.measured_over_predicted, 3)}**"
+                     for r in rows)
 
 
 def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
@@ -234,7 +263,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
     return run_parts(result, parts, PARTS, {
         "datasheet": lambda: datasheet_view(sizes.model, sizes.gpu, sizes.batch, sizes.context),
-        "compare": lambda: measure_compare(lm, sizes),
+        "compare": lambda: run_compare(lm, sizes),
     })
 
 

@@ -23,6 +23,7 @@ from ..figures import finish
 from ..units import GB, human
 from .calculator import DEFAULTS_CAPACITY, CalculatorResult, capacity_plans, plans_table
 from .chapter import ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .tables import Column, people_table
 
 NUMBER = "04"
@@ -153,6 +154,23 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 # ---------------------------------------------------------------------------------------------
 # Words
+
+
+def fit_code() -> str:
+    """What fits, the library's real code (:func:`infer_lab.analysis.memory.fit`), docstring left out."""
+    return code_block(memory.fit)
+
+
+def plan_line(p: CapacityPlan) -> str:
+    """One plan in a sentence: what memory allows, what the ITL SLO allows, and what it costs."""
+    if not p.fit.fits and p.itl_ms is None:
+        return f"**{p.n_gpus}x {p.gpu}, {p.model}: does not fit** ({p.why_not})."
+    return (f"**{p.n_gpus}x {p.gpu}, {p.model} at {p.context:,} tokens per user:** memory holds "
+            f"**{p.max_users_memory:,} users** (KV budget {human(p.fit.kv_budget_bytes / GB, 3)} GB ÷ "
+            f"{human(p.fit.kv_bytes_per_user / GB, 3)} GB per user); the ITL SLO allows "
+            f"**{p.max_users_within_slo:,}**; at {p.users:,} users a step takes {human(p.itl_ms, 3)} ms, "
+            f"{human(p.tokens_per_s, 3)} tokens/s in total, "
+            f"${human(p.usd_per_m_output_tokens, 3)} per million output tokens (roofline bounds).")
 
 
 def preset_line(p: PresetResult) -> str:
