@@ -24,7 +24,12 @@ with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
     from infer_lab.attention.quality import measure_variant_quality
-    from infer_lab.quant import compare_methods, layer_error_stats, linear_input_outliers, parse_method
+    from infer_lab.quant import (
+        compare_methods,
+        layer_error_stats,
+        linear_input_outliers,
+        parse_method,
+    )
 
 
 @app.cell(hide_code=True)
@@ -83,7 +88,7 @@ def _(ch05, lm, mo):
 def _(ch05, mo, nb):
     formats_button = mo.ui.run_button(label=ch05.PARTS["formats"])
     mo.vstack([
-        mo.md(f"""
+        mo.md("""
     ## 1 · Formats: how far each one moves the weights
 
     The experiment is `layer_errors` below: it quantizes each linear layer and dequantizes it
