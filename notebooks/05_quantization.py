@@ -214,7 +214,7 @@ def outlier_features(lm, prompt, layer_filter):
 
 
 @app.cell
-def _(ch05, lm, mo, nb, outliers_button):
+def outliers_cell(ch05, lm, mo, nb, outliers_button):
     mo.stop(not nb.pressed(outliers_button), nb.placeholder(outliers_button))
     prompt = "Explain what a KV cache is."  # any text: the outliers sit in the same features
     layer = "q_proj"  # whose inputs: q_proj, gate_proj (after the norms) or down_proj
@@ -257,7 +257,7 @@ def kv_cache_quality(lm, eval_tokens, kv_dtypes):
 
 
 @app.cell
-def _(ch05, kv_button, lm, mo, nb, sizes):
+def kv_cell(ch05, kv_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(kv_button), nb.placeholder(kv_button))
     tokens = sizes.kv_eval_tokens  # tokens of text scored: more is steadier, and slower
     kv_dtypes = ("int8", "fp8")  # the KV formats tried (quant.kv_formats.KV_DTYPES)
