@@ -70,7 +70,6 @@ class Sizes:
     prompt_tokens: int  # per held-out prompt, for top-1 agreement
     new_tokens: int  # decode timing
     repeats: int
-    speed_warmup: int  # extra warm-up generations (the quality passes already ran the model)
     kv_eval_tokens: int
 
 
@@ -82,11 +81,11 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     if size == "quick":
         return Sizes(size, methods=("int8", "q4_1", "int4-g64"), format_methods=formats, format_block_stride=10,
                      eval_tokens=128, eval_window=128, prompt_tokens=16, new_tokens=2, repeats=1,
-                     speed_warmup=0, kv_eval_tokens=128)
+                     kv_eval_tokens=128)
     methods = ALL_METHODS + (("bnb-int8", "bnb-nf4") if on_gpu and importlib.util.find_spec("bitsandbytes") else ())
     return Sizes(size, methods=methods, format_methods=formats + ("int4-g128", "fp8"), format_block_stride=1,
                  eval_tokens=2048, eval_window=256, prompt_tokens=96, new_tokens=32, repeats=5,
-                 speed_warmup=1, kv_eval_tokens=1024)
+                 kv_eval_tokens=1024)
 
 
 # ---------------------------------------------------------------------------------------------
