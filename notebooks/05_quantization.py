@@ -20,6 +20,17 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.attention.quality import measure_variant_quality
+    from infer_lab.quant import (
+        compare_methods,
+        layer_error_stats,
+        linear_input_outliers,
+        parse_method,
+    )
+
 
 @app.cell(hide_code=True)
 def _():
@@ -76,55 +87,99 @@ def _(ch05, lm, mo):
 @app.cell(hide_code=True)
 def _(ch05, mo, nb):
     formats_button = mo.ui.run_button(label=ch05.PARTS["formats"])
-    mo.md(f"""
+    mo.vstack([
+        mo.md("""
     ## 1 · Formats: how far each one moves the weights
 
-    Each linear layer is quantized and dequantized again, and the difference measured:
-    ‖W − Ŵ‖ / ‖W‖ per layer, with the exact stored bits per weight (scales and offsets included).
-    Q4_1 at groups of 32 is the format the embedded model was shipped in.
+    The experiment is `layer_errors` below: it quantizes each linear layer and dequantizes it
+    again (`quant.layer_error_stats`), and measures the difference ‖W − Ŵ‖ / ‖W‖ per layer, with
+    the exact stored bits per weight (scales and offsets included). Q4_1 at groups of 32 is the
+    format the embedded model was shipped in.
 
-    {formats_button} {nb.button_time(ch05, "formats")}
-    """)
+    **Predict first:** a 4-bit code with one 16-bit scale per group of *g* weights costs
+    4 + 16 / *g* bits per weight (more with an offset). Halve the group: do the bits go up or
+    down, and the error? The cell after `layer_errors` has the group size; change it and press
+    again.
+
+    This is the group-wise quantizer the engine's int4 path uses, GGUF's Q4_1, the library's real
+    code (`quantize_q4_1` in `src/infer_lab/quant/formats.py`; `_grouped` reshapes a weight
+    into rows of `group_size`):
+    """),
+        mo.md(ch05.group_quantize_code()),
+        mo.md(f"{formats_button} {nb.button_time(ch05, 'formats')}"),
+    ])
     return (formats_button,)
 
 
+@app.function
+def layer_errors(lm, methods, block_stride):
+    """Each linear layer of every ``block_stride``-th decoder block, quantized and dequantized with
+    each method (``int4-g64``: 4-bit codes, one scale per 64 weights): bytes and error per layer."""
+    blocks = list(lm.model.model.layers)
+    checked = range(0, len(blocks), block_stride)
+    return {parse_method(m).label: {i: layer_error_stats(blocks[i], m) for i in checked}
+            for m in dict.fromkeys(methods)}
+
+
 @app.cell
-def _(ch05, formats_button, lm, mo, nb, sizes):
+def formats_cell(ch05, formats_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(formats_button), nb.placeholder(formats_button))
-    formats = ch05.measure_formats(lm, sizes)
+    group = 64  # weights per scale in the int4 and NF4 rows: try 32 or 128, then press again
+    _methods = ("q4_1-g32", "int4-g32", f"int4-g{group}", f"nf4-g{group}", "int8")
+    formats = ch05.formats_result(lm, layer_errors(lm, _methods, block_stride=sizes.format_block_stride))
     mo.vstack([
         ch05.formats_figure(formats, lm.describe()),
         mo.md(ch05.formats_text(formats)),
         nb.table(ch05.formats_table(formats)),
     ])
-    return
+    return (formats,)
 
 
 @app.cell(hide_code=True)
 def _(ch05, mo, nb, sizes):
     methods = mo.ui.multiselect(options=list(ch05.ALL_METHODS), value=list(sizes.methods)[:3], label="methods")
+    guess = mo.ui.number(start=1, stop=100, value=50, label="your guess: the first method's bytes, % of the baseline's")
     compare_button = mo.ui.run_button(label=ch05.PARTS["compare"])
     mo.md(f"""
     ## 2 · Memory, speed and quality, side by side
 
-    Each method quantizes a copy of the model. *Next token unchanged*: the share of held-out
+    The experiment, `quantize_and_compare` below, quantizes a copy of the model per method and
+    measures it (`quant.compare_methods`). *Next token unchanged*: the share of held-out
     positions where the quantized model picks the same next token as the baseline. Decode
     tokens/s is 1 / median inter-token latency, timed after the quality passes warmed it up.
 
-    {methods}
+    **Predict first:** the embeddings and norms are not quantized, only the linear layers. What
+    share of the baseline's bytes does the first method keep? Enter your guess; the result shows
+    it beside the measurement.
+
+    {methods} {guess}
 
     {compare_button} {nb.button_time(ch05, "compare")}
     """)
-    return compare_button, methods
+    return compare_button, guess, methods
+
+
+@app.function
+def quantize_and_compare(lm, methods, eval_tokens, prompt_tokens, new_tokens, repeats):
+    """The model and one quantized copy per method: exact weight bytes, perplexity (real weights
+    only), share of next tokens unchanged, then decode tokens/s (a fused kernel where one exists)."""
+    real_text = lm.tokenizer is not None and not lm.is_random
+    return compare_methods(lm, list(methods), evaluate=real_text, eval_tokens=eval_tokens,
+                           eval_window=min(eval_tokens, 256), prompt_tokens=prompt_tokens,
+                           new_tokens=new_tokens, repeats=repeats, speed_warmup=1)
 
 
 @app.cell
-def _(ch05, compare_button, lm, methods, mo, nb, sizes):
+def _(ch05, compare_button, guess, lm, methods, mo, nb, sizes):
     mo.stop(not nb.pressed(compare_button), nb.placeholder(compare_button))
-    comparison = ch05.measure_compare(lm, sizes, methods.value or sizes.methods)
+    chosen = tuple(methods.value) or sizes.methods  # the methods ticked above
+    new_tokens = sizes.new_tokens  # decode tokens timed per run: more is steadier, and slower
+    _raw = quantize_and_compare(lm, chosen, eval_tokens=sizes.eval_tokens, prompt_tokens=sizes.prompt_tokens,
+                                new_tokens=new_tokens, repeats=sizes.repeats)
+    comparison = ch05.comparison_result(lm, _raw, sizes.prompt_tokens, new_tokens, sizes.repeats)
     mo.vstack([
         ch05.compare_figure(comparison, lm.describe()),
-        mo.md(ch05.compare_text(comparison, lm.source == "embedded")),
+        mo.md(ch05.compare_text(comparison, lm.source == "embedded", guess_pct=guess.value)),
         nb.table(ch05.compare_table(comparison)),
     ])
     return
@@ -141,15 +196,29 @@ def _(ch05, mo, nb):
     ordinary features to a handful of levels. LLM.int8 keeps those features in 16-bit; group-wise
     scaling confines an outlier's damage to its own group.
 
+    **Predict first:** int8 has 127 steps on each side of zero. If one scale must reach a feature
+    *r* times the median one, about how many steps are left for the median feature? The
+    experiment, `outlier_features` below, hooks the layers' inputs and measures *r*.
+
     {outliers_button} {nb.button_time(ch05, "outliers")}
     """)
     return (outliers_button,)
 
 
+@app.function
+def outlier_features(lm, prompt, layer_filter):
+    """One forward pass over ``prompt``: for each linear layer whose name contains ``layer_filter``,
+    its largest input features against the median feature (``quant.linear_input_outliers``)."""
+    ids = lm.chat_ids(prompt) if lm.tokenizer is not None else lm.random_ids(1, 32)
+    return linear_input_outliers(lm.model, ids, layer_filter)
+
+
 @app.cell
-def _(ch05, lm, mo, nb, outliers_button, sizes):
+def outliers_cell(ch05, lm, mo, nb, outliers_button):
     mo.stop(not nb.pressed(outliers_button), nb.placeholder(outliers_button))
-    outliers = ch05.measure_outliers(lm, sizes)
+    prompt = "Explain what a KV cache is."  # any text: the outliers sit in the same features
+    layer = "q_proj"  # whose inputs: q_proj, gate_proj (after the norms) or down_proj
+    outliers = ch05.outlier_rows(outlier_features(lm, prompt, layer))
     mo.vstack([
         ch05.outliers_figure(outliers, lm.describe()),
         mo.md(ch05.outliers_text(outliers)),
@@ -168,15 +237,31 @@ def _(ch05, mo, nb):
     model runs with K and V round-tripped through the quantized format, and perplexity is
     measured. Weights stay as they are: **KV precision is a separate choice from weight precision.**
 
+    **Predict first:** an int8 cache stores one byte per value plus one fp32 scale per token per
+    head of `head_dim` values, where this model's cache stores its own dtype. How many times less
+    KV per token? The experiment is `kv_cache_quality` below.
+
     {kv_button} {nb.button_time(ch05, "kv")}
     """)
     return (kv_button,)
 
 
+@app.function
+def kv_cache_quality(lm, eval_tokens, kv_dtypes):
+    """Perplexity with K and V round-tripped through each KV format (one scale per token per head,
+    weights unchanged), and KV bytes per token; no rows for random weights (no text to score)."""
+    if lm.tokenizer is None or lm.is_random:
+        return []
+    return measure_variant_quality(lm, eval_tokens=eval_tokens, eval_window=min(eval_tokens, 256),
+                                   kv_dtypes=kv_dtypes, include=("kv",))
+
+
 @app.cell
-def _(ch05, kv_button, lm, mo, nb, sizes):
+def kv_cell(ch05, kv_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(kv_button), nb.placeholder(kv_button))
-    kv = ch05.measure_kv(lm, sizes)
+    tokens = sizes.kv_eval_tokens  # tokens of text scored: more is steadier, and slower
+    kv_dtypes = ("int8", "fp8")  # the KV formats tried (quant.kv_formats.KV_DTYPES)
+    kv = ch05.kv_result(lm, kv_cache_quality(lm, tokens, kv_dtypes), tokens)
     mo.vstack([mo.md(ch05.kv_text(kv, lm.source == "embedded")), nb.table(ch05.kv_table(kv))])
     return
 

@@ -20,6 +20,22 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    import torch
+
+    from infer_lab.attention import (
+        Attention,
+        AttentionConfig,
+        MLAConfig,
+        MultiHeadLatentAttention,
+        diff_from_sdpa,
+    )
+    from infer_lab.attention.quality import measure_variant_quality
+    from infer_lab.bench.attention import decode_attention_vs_kv_heads, sdpa_backend_times
+    from infer_lab.hardware import measure_bandwidth
+
 
 @app.cell(hide_code=True)
 def _():
@@ -72,24 +88,52 @@ def _(ch06, mo, model_picker, nb, size_picker, weights_picker):
 @app.cell(hide_code=True)
 def _(ch06, mo, nb):
     equivalence_button = mo.ui.run_button(label=ch06.PARTS["equivalence"])
-    mo.md(f"""
+    mo.vstack([
+        mo.md("""
     ## 1 · Every variant equals SDPA
 
-    Each variant, written out (`naive`), tiled with an online softmax (`flash`), and MLA's two
-    decode paths, against `torch.nn.functional.scaled_dot_product_attention`: in one prefill, and
-    token by token through the KV cache.
+    The experiment, `against_sdpa` below, builds each variant as a small random layer and runs it
+    written out (`naive`), tiled with an online softmax (`flash`), and MLA's two decode paths,
+    against `torch.nn.functional.scaled_dot_product_attention`: in one prefill, and token by
+    token through the layer's KV cache (`attention.diff_from_sdpa`).
 
-    {equivalence_button} {nb.button_time(ch06, "equivalence")}
-    """)
+    **Predict first:** the flash path never holds a row's full softmax; it sees the keys one tile
+    at a time. Can it still match SDPA to fp32 rounding, and does that survive a sequence longer
+    than one 64-token tile? Change `tokens` in the cell after `against_sdpa` and see.
+
+    The tile step the flash path repeats, the library's real code (`online_softmax_tile` in
+    `src/infer_lab/attention/flash.py`): when a larger score appears, everything summed so far is
+    rescaled by `exp(old max − new max)`.
+    """),
+        mo.md(ch06.flash_tile_code()),
+        mo.md(f"{equivalence_button} {nb.button_time(ch06, 'equivalence')}"),
+    ])
     return (equivalence_button,)
 
 
+@app.function
+def against_sdpa(tokens, kv_heads, window, seed=0):
+    """Max |output − SDPA's| per variant and path (d_model 64, 4 query heads): one prefill, and
+    token by token through the KV cache after a prefill of half the tokens."""
+    torch.manual_seed(seed)
+    x, prefix, rows = torch.randn(1, tokens, 64), tokens // 2, []
+    for kv, w in [(None, None), *((k, None) for k in kv_heads), (kv_heads[0], window)]:
+        layer = Attention(AttentionConfig(64, 4, kv, window=w))  # kv None: MHA; w: sliding window
+        rows += [(layer.config.kind, path, *diff_from_sdpa(layer, x, prefix, backend=path))
+                 for path in ("naive", "flash")]
+    mla = MultiHeadLatentAttention(MLAConfig(64, 4, 16, 8, 4, 8))
+    rows += [("MLA", path, *diff_from_sdpa(mla, x, prefix, decode=path)) for path in ("naive", "absorbed")]
+    return rows
+
+
 @app.cell
-def _(ch06, equivalence_button, lm, mo, nb, sizes):
+def equivalence_cell(ch06, equivalence_button, mo, nb):
     mo.stop(not nb.pressed(equivalence_button), nb.placeholder(equivalence_button))
-    equivalence = ch06.measure_equivalence(lm, sizes)
+    tokens = 12  # sequence length: try 150 (the flash path then walks three 64-token tiles)
+    grouped_kv_heads = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
+    equivalence = ch06.equivalence_rows(against_sdpa(tokens, grouped_kv_heads, window=4))
     mo.vstack([mo.md(ch06.equivalence_text(equivalence)), nb.table(ch06.equivalence_table(equivalence))])
-    return
+    return (equivalence,)
 
 
 @app.cell(hide_code=True)
@@ -153,10 +197,22 @@ def _(ch06, mo, nb):
     return (quality_button,)
 
 
+@app.function
+def attention_quality(lm, eval_tokens, window, include):
+    """Perplexity on the shipped text of the model's own attention, of its K/V heads mean-pooled
+    into one (MQA) and of a sliding window, with KV bytes per token; no rows for random weights."""
+    if lm.tokenizer is None or lm.is_random:
+        return []
+    return measure_variant_quality(lm, eval_tokens=eval_tokens, eval_window=min(eval_tokens, 256),
+                                   window=window, include=include)
+
+
 @app.cell
 def _(ch06, context, gpu, lm, mo, nb, quality_button, sizes):
     mo.stop(not nb.pressed(quality_button), nb.placeholder(quality_button))
-    quality = ch06.measure_quality(lm, sizes)
+    window = 32  # tokens each query sees in the sliding-window row: try 8 or 96
+    _rows = attention_quality(lm, sizes.eval_tokens, window, include=sizes.quality_include)
+    quality = ch06.quality_result(lm, _rows, sizes.eval_tokens)
     mo.vstack([
         *([ch06.quality_figure(quality, lm.describe())] if quality.rows else []),
         mo.md(ch06.quality_text(quality)),
@@ -251,7 +307,7 @@ def _(ch06, context, gpu, nb):
 
 
 @app.cell(hide_code=True)
-def _(ch06, mo, nb):
+def _(ch06, mo, nb, sizes):
     timing_button = mo.ui.run_button(label=ch06.PARTS["timing"])
     mo.md(f"""
     ## 8 · Measured on this machine: SDPA backends, and decode attention vs KV heads
@@ -259,17 +315,40 @@ def _(ch06, mo, nb):
     The math backend materializes the scores; the flash and efficient backends do not. Decode
     attention should follow the KV bytes, which are proportional to the KV heads: the dashed line
     is those bytes over this machine's measured copy bandwidth. On a GPU the shapes grow to a
-    7B layer and tens of thousands of tokens.
+    7B layer and tens of thousands of tokens. The experiment is `attention_times` below; decode
+    attention runs in the engine's layout, where the query heads sharing a KV head are its query
+    rows, so each K/V head is read once.
+
+    **The prediction:** with {sizes.decode_kv_heads[-1]} KV heads a step reads
+    {sizes.decode_kv_heads[-1] // sizes.decode_kv_heads[0]}× the bytes of {sizes.decode_kv_heads[0]},
+    over {sizes.decode_context:,} cached tokens: if decode attention is memory-bound, it takes about
+    {sizes.decode_kv_heads[-1] // sizes.decode_kv_heads[0]}× the time. On a loaded or small CPU,
+    compute and thread start-up blur that; read the measured ratio next to it.
 
     {timing_button} {nb.button_time(ch06, "timing")}
     """)
     return (timing_button,)
 
 
+@app.function
+def attention_times(device, lengths, heads, head_dim, cached_tokens, kv_heads, repeats):
+    """SDPA's backends on prefill attention per length, then one decode step of attention per
+    KV-head count next to KV bytes / this machine's measured copy bandwidth (medians)."""
+    bandwidth = measure_bandwidth(device, n_bytes=(256 if device.type == "cuda" else 64) * 2**20, repeats=5)
+    backends = sdpa_backend_times(lengths, heads=heads, head_dim=head_dim, device=device, repeats=repeats)
+    decode = decode_attention_vs_kv_heads(cached_tokens, n_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                          device=device, bandwidth_Bps=bandwidth, repeats=repeats)
+    return backends, decode, bandwidth
+
+
 @app.cell
 def _(ch06, lm, mo, nb, sizes, timing_button):
     mo.stop(not nb.pressed(timing_button), nb.placeholder(timing_button))
-    timing = ch06.measure_timing(lm, sizes)
+    cached_tokens = sizes.decode_context  # tokens each decode step reads K and V for
+    kv_head_counts = sizes.decode_kv_heads  # of the query heads (sizes.heads); each must divide them
+    _measured = attention_times(lm.device, sizes.sdpa_lengths, sizes.heads, sizes.head_dim, cached_tokens,
+                                kv_head_counts, sizes.repeats)
+    timing = ch06.timing_result(lm.device, _measured)
     mo.vstack([
         ch06.timing_figure(timing),
         mo.md(ch06.timing_text(timing)),

@@ -11,7 +11,7 @@ from infer_lab.course import ch06_attention_variants as ch06
 
 
 def test_every_variant_and_path_equals_sdpa():
-    rows = ch06.measure_equivalence()
+    rows = ch06.run_equivalence()
     assert {(r.variant, r.path) for r in rows} >= {("MHA", "naive"), ("MQA", "flash"), ("MLA", "absorbed")}
     assert all(r.equal for r in rows), [r for r in rows if not r.equal]
     assert f"{len(rows)} of {len(rows)}" in ch06.equivalence_text(rows)

@@ -5,6 +5,7 @@
 * :mod:`.variants`: one :class:`Attention` layer with a KV cache for MHA/GQA/MQA/sliding window.
 * :mod:`.mla`: multi-head latent attention with naive and weight-absorbed decode.
 * :mod:`.flash`: tiled online-softmax attention and the HBM-bytes analysis.
+* :mod:`.equivalence`: a layer against SDPA, in one prefill and token by token through its cache.
 * :mod:`.hf`: MQA conversion of a real transformers model, and running it with quantized KV or a window.
 * :mod:`.quality`: the perplexity price of those changes, measured on a real model.
 * :mod:`.kv_sizing`: KV bytes, max users and predicted decode per variant, from :mod:`infer_lab.analysis`.
@@ -12,9 +13,11 @@
 Timing attention kernels on a device is a benchmark: :mod:`infer_lab.bench.attention`.
 """
 
+from .equivalence import decode_token_by_token, diff_from_sdpa
 from .flash import (
     flash_attention,
     naive_attention_hbm_bytes,
+    online_softmax_tile,
     score_matrix_bytes,
     tiled_attention_hbm_bytes,
 )
@@ -32,9 +35,12 @@ __all__ = [
     "MultiHeadLatentAttention",
     "allowed_mask",
     "convert_to_mqa",
+    "decode_token_by_token",
+    "diff_from_sdpa",
     "flash_attention",
     "naive_attention",
     "naive_attention_hbm_bytes",
+    "online_softmax_tile",
     "patched_attention",
     "score_matrix_bytes",
     "sdpa_attention",

@@ -61,17 +61,34 @@ def flash_attention(
                     window,
                 )
                 scores = scores.masked_fill(~mask, float("-inf"))
-            tile_max = scores.amax(dim=-1, keepdim=True)
-            new_max = torch.maximum(running_max, tile_max)
-            # A row that has seen only masked keys keeps max -inf; use 0 so exp() gives 0, not NaN.
-            safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
-            correction = torch.exp(running_max - safe_max)
-            probs = torch.exp(scores - safe_max)
-            running_sum = running_sum * correction + probs.sum(dim=-1, keepdim=True)
-            output_acc = output_acc * correction + probs @ v[..., k_start:k_end, :].float()
-            running_max = new_max
+            running_max, running_sum, output_acc = online_softmax_tile(
+                scores, v[..., k_start:k_end, :].float(), running_max, running_sum, output_acc)
         out[..., q_start : q_start + rows, :] = (output_acc / running_sum).to(q.dtype)
     return out
+
+
+def online_softmax_tile(
+    scores: torch.Tensor,
+    v_tile: torch.Tensor,
+    running_max: torch.Tensor,
+    running_sum: torch.Tensor,
+    output_acc: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fold one key/value tile into a query tile's running softmax: FlashAttention's inner step.
+
+    ``scores (..., rows, tile)`` are this tile's scaled (and masked) scores, ``v_tile (..., tile, d)``
+    its values. Whenever a larger score appears, what was summed so far is rescaled by
+    ``exp(old max - new max)``, so ``output_acc / running_sum`` is always the softmax-weighted
+    sum of the values seen so far. Returns the new ``(running_max, running_sum, output_acc)``.
+    """
+    new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+    # A row that has seen only masked keys keeps max -inf; use 0 so exp() gives 0, not NaN.
+    safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+    correction = torch.exp(running_max - safe_max)
+    probs = torch.exp(scores - safe_max)
+    running_sum = running_sum * correction + probs.sum(dim=-1, keepdim=True)
+    output_acc = output_acc * correction + probs @ v_tile
+    return new_max, running_sum, output_acc
 
 
 def naive_attention_hbm_bytes(

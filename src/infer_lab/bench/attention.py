@@ -121,10 +121,11 @@ def decode_attention_vs_kv_heads(
     for kv in kv_heads:
         if n_heads % kv:
             raise ValueError(f"{n_heads} query heads cannot be grouped over {kv} KV heads")
-        q = torch.randn(batch, n_heads, 1, head_dim, device=dev, dtype=dtype)
+        # The engine's decode layout (engine.layers.grouped_decode_attention): the query heads that
+        # share a KV head are that head's query rows, so each K/V head is read once for its group.
+        q = torch.randn(batch, kv, n_heads // kv, head_dim, device=dev, dtype=dtype)
         k, v = (torch.randn(batch, kv, context, head_dim, device=dev, dtype=dtype) for _ in range(2))
-        times = time_call(partial(F.scaled_dot_product_attention, q, k, v, enable_gqa=kv != n_heads),
-                          dev, warmup=2, repeats=repeats)
+        times = time_call(partial(F.scaled_dot_product_attention, q, k, v), dev, warmup=2, repeats=repeats)
         kv_bytes = 2 * k.numel() * k.element_size()
         rows.append(DecodeAttentionTime(kv, context, batch, kv_bytes, summarize(times).p50,
                                         kv_bytes / bandwidth_Bps if bandwidth_Bps else None))

@@ -10,24 +10,36 @@
 Analytic and saved parts need no button: which big model fits one GPU in which format (the
 memory model), and bitsandbytes on an H200 (saved): int8 reads half the bytes of bf16 and is
 slower. The quantizers themselves are library code in :mod:`infer_lab.quant`.
+
+The experiments are the notebook's own code: ``@app.function`` definitions in
+``notebooks/05_quantization.py`` (``layer_errors``, ``quantize_and_compare``,
+``outlier_features``, ``kv_cache_quality``) that call :mod:`infer_lab.quant` directly. This module
+sizes them, turns what they return into typed results, figures, tables and words, and runs the
+very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
+:mod:`infer_lab.course.notebook_code`).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import inspect
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..analysis import memory as kv_memory
-from ..attention.quality import VariantQuality, measure_variant_quality
+from ..attention.quality import VariantQuality
 from ..catalog import get_gpu, list_gpus
 from ..figures import finish
 from ..models import EMBEDDED_GGUF
-from ..quant import compare_methods, layer_error_stats, linear_input_outliers, parse_method
+from ..quant.formats import quantize_q4_1
+from ..quant.kv_formats import KV_DTYPES
 from ..units import MB, fmt_bytes, human
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -58,7 +70,6 @@ class Sizes:
     prompt_tokens: int  # per held-out prompt, for top-1 agreement
     new_tokens: int  # decode timing
     repeats: int
-    speed_warmup: int  # extra warm-up generations (the quality passes already ran the model)
     kv_eval_tokens: int
 
 
@@ -70,11 +81,11 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     if size == "quick":
         return Sizes(size, methods=("int8", "q4_1", "int4-g64"), format_methods=formats, format_block_stride=10,
                      eval_tokens=128, eval_window=128, prompt_tokens=16, new_tokens=2, repeats=1,
-                     speed_warmup=0, kv_eval_tokens=128)
+                     kv_eval_tokens=128)
     methods = ALL_METHODS + (("bnb-int8", "bnb-nf4") if on_gpu and importlib.util.find_spec("bitsandbytes") else ())
     return Sizes(size, methods=methods, format_methods=formats + ("int4-g128", "fp8"), format_block_stride=1,
                  eval_tokens=2048, eval_window=256, prompt_tokens=96, new_tokens=32, repeats=5,
-                 speed_warmup=1, kv_eval_tokens=1024)
+                 kv_eval_tokens=1024)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,25 +202,26 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurements
+# Running the notebook's experiments (the code is in notebooks/05_quantization.py)
+
+FORMAT_GROUP = 64  # weights per scale of the 4-bit rows; the notebook's formats cell starts at the same number
+OUTLIER_PROMPT = "Explain what a KV cache is."
+OUTLIER_LAYER = "q_proj"
 
 
-def _blocks(lm: Any) -> list[torch.nn.Module]:
-    return list(lm.model.model.layers)
+def formats_result(lm: Any, errors: dict[str, dict[int, list[dict[str, Any]]]]) -> FormatsResult:
+    """The notebook's ``layer_errors`` (method -> block -> per-layer stats) as a typed result."""
+    rows = [LayerError(method, f"layers.{index}.{r['layer']}", r["out_features"] * r["in_features"],
+                       r["bytes_after"], r["rel_fro"], r["max_abs"])
+            for method, blocks in errors.items() for index, stats in blocks.items() for r in stats]
+    checked = list(next(iter(errors.values()))) if errors else []
+    return FormatsResult(rows, checked, len(lm.model.model.layers), lm.source == "embedded")
 
 
-def measure_formats(lm: Any, sizes: Sizes) -> FormatsResult:
-    """Each linear layer of every n-th block, quantized with each format: bytes and error."""
-    blocks = _blocks(lm)
-    checked = list(range(0, len(blocks), sizes.format_block_stride))
-    rows = []
-    for method in sizes.format_methods:
-        label = parse_method(method).label
-        for index in checked:
-            for r in layer_error_stats(blocks[index], method):
-                rows.append(LayerError(label, f"layers.{index}.{r['layer']}", r["out_features"] * r["in_features"],
-                                       r["bytes_after"], r["rel_fro"], r["max_abs"]))
-    return FormatsResult(rows, checked, len(blocks), lm.source == "embedded")
+def run_formats(lm: Any, sizes: Sizes) -> FormatsResult:
+    """Run the notebook's own ``layer_errors`` with this size's formats."""
+    layer_errors = notebook_function(NUMBER, "layer_errors")
+    return formats_result(lm, layer_errors(lm, sizes.format_methods, block_stride=sizes.format_block_stride))
 
 
 def _method_row(row: dict[str, Any]) -> MethodRow:
@@ -218,37 +230,58 @@ def _method_row(row: dict[str, Any]) -> MethodRow:
                      row.get("layer_rel_error_mean"), row.get("decode_kernel"))
 
 
-def measure_compare(lm: Any, sizes: Sizes, methods: tuple[str, ...] | list[str] | None = None) -> Comparison:
-    """The baseline and each method: exact bytes, perplexity, top-1 agreement, then decode speed."""
-    evaluate = lm.tokenizer is not None and not lm.is_random
-    result = compare_methods(
-        lm, list(methods or sizes.methods), evaluate=evaluate, eval_tokens=sizes.eval_tokens,
-        eval_window=sizes.eval_window, new_tokens=sizes.new_tokens, repeats=sizes.repeats,
-        prompt_tokens=sizes.prompt_tokens, layer_stats=True, speed_warmup=sizes.speed_warmup,
-    )
+def comparison_result(lm: Any, result: dict[str, Any], prompt_tokens: int, new_tokens: int,
+                      repeats: int) -> Comparison:
+    """The notebook's ``quantize_and_compare`` (``quant.compare_methods``'s dict) as a typed result."""
     base = result["baseline"]
     return Comparison(_method_row(base), [_method_row(r) for r in result["methods"]],
-                      base.get("eval_scored_tokens"), sizes.prompt_tokens, sizes.new_tokens, sizes.repeats,
+                      base.get("eval_scored_tokens"), prompt_tokens, new_tokens, repeats,
                       torch.get_num_threads(), lm.describe())
 
 
-OUTLIER_PROMPT = "Explain what a KV cache is."
+def run_compare(lm: Any, sizes: Sizes, methods: tuple[str, ...] | list[str] | None = None) -> Comparison:
+    """Run the notebook's own ``quantize_and_compare`` with this size's methods."""
+    experiment = notebook_function(NUMBER, "quantize_and_compare")
+    raw = experiment(lm, tuple(methods or sizes.methods), eval_tokens=sizes.eval_tokens,
+                     prompt_tokens=sizes.prompt_tokens, new_tokens=sizes.new_tokens, repeats=sizes.repeats)
+    return comparison_result(lm, raw, sizes.prompt_tokens, sizes.new_tokens, sizes.repeats)
 
 
-def measure_outliers(lm: Any, sizes: Sizes) -> list[OutlierRow]:
-    """Activation magnitudes entering every attention q projection, for one chat prompt."""
-    ids = lm.chat_ids(OUTLIER_PROMPT) if lm.tokenizer is not None else lm.random_ids(1, 32)
+def outlier_rows(rows: list[dict[str, Any]]) -> list[OutlierRow]:
+    """The notebook's ``outlier_features`` (``quant.linear_input_outliers``) as typed rows."""
     return [OutlierRow(r["layer"], r["top_features"][0], r["top_absmax"][0], r["median_feature_absmax"],
-                       r["max_over_median"]) for r in linear_input_outliers(lm.model, ids, "q_proj")]
+                       r["max_over_median"]) for r in rows]
 
 
-def measure_kv(lm: Any, sizes: Sizes) -> KVResult:
-    """Perplexity with K and V round-tripped through int8 and fp8 (weights unchanged)."""
-    if lm.tokenizer is None or lm.is_random:
+def run_outliers(lm: Any, sizes: Sizes) -> list[OutlierRow]:
+    """Run the notebook's own ``outlier_features`` on the chapter's prompt and layers."""
+    return outlier_rows(notebook_function(NUMBER, "outlier_features")(lm, OUTLIER_PROMPT, OUTLIER_LAYER))
+
+
+def kv_result(lm: Any, rows: list[VariantQuality], eval_tokens: int) -> KVResult:
+    """The notebook's ``kv_cache_quality`` rows as a result (random weights: why nothing was measured)."""
+    if not rows:
         return KVResult([], 0, skipped=f"{lm.name} has random weights: there is no text quality to measure")
-    rows = measure_variant_quality(lm, eval_tokens=sizes.kv_eval_tokens, eval_window=min(sizes.kv_eval_tokens, 256),
-                                   include=("kv",))
-    return KVResult(rows, sizes.kv_eval_tokens, baseline_dtype=dtype_label(lm.dtype))
+    return KVResult(rows, eval_tokens, baseline_dtype=dtype_label(lm.dtype))
+
+
+def run_kv(lm: Any, sizes: Sizes) -> KVResult:
+    """Run the notebook's own ``kv_cache_quality`` at this size."""
+    rows = notebook_function(NUMBER, "kv_cache_quality")(lm, sizes.kv_eval_tokens, KV_DTYPES)
+    return kv_result(lm, rows, sizes.kv_eval_tokens)
+
+
+def code_block(function: Any) -> str:
+    """A library function's real source, its docstring left out, as a markdown code block."""
+    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+
+
+def group_quantize_code() -> str:
+    """The group-wise 4-bit quantizer the engine's int4 path uses (GGUF's Q4_1), as the page shows it."""
+    return code_block(quantize_q4_1)
 
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -264,10 +297,10 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL, embedded=lm is not None and lm.source == "embedded")
     return run_parts(result, parts, PARTS, {
-        "formats": lambda: measure_formats(lm, sizes),
-        "compare": lambda: measure_compare(lm, sizes),
-        "outliers": lambda: measure_outliers(lm, sizes),
-        "kv": lambda: measure_kv(lm, sizes),
+        "formats": lambda: run_formats(lm, sizes),
+        "compare": lambda: run_compare(lm, sizes),
+        "outliers": lambda: run_outliers(lm, sizes),
+        "kv": lambda: run_kv(lm, sizes),
     })
 
 
@@ -323,7 +356,18 @@ def formats_text(formats: FormatsResult) -> str:
     return "\n\n".join(lines + ([proof] if proof else []))
 
 
-def compare_text(comparison: Comparison, embedded: bool) -> str:
+def guess_text(comparison: Comparison, guess_pct: float | None) -> str:
+    """The learner's guess (the first method's bytes as a % of the baseline's) beside the measured share."""
+    if guess_pct is None or not comparison.methods:
+        return ""
+    first = comparison.methods[0]
+    share = 100 * first.weight_bytes / comparison.baseline.weight_bytes
+    return (f"**Your guess:** {first.method} keeps {human(guess_pct)}% of the {comparison.baseline.method} bytes; "
+            f"**measured: {share:.1f}%** ({fmt_bytes(first.weight_bytes)} of "
+            f"{fmt_bytes(comparison.baseline.weight_bytes)}). ")
+
+
+def compare_text(comparison: Comparison, embedded: bool, guess_pct: float | None = None) -> str:
     base = comparison.baseline
     parts = []
     for m in comparison.methods:
@@ -336,7 +380,7 @@ def compare_text(comparison: Comparison, embedded: bool) -> str:
             if m.decode_kernel:
                 line += f" ({m.decode_kernel})"
         parts.append(line)
-    text = "; ".join(parts) + "."
+    text = guess_text(comparison, guess_pct) + "; ".join(parts) + "."
     text += (f" Decode timed over {comparison.new_tokens} tokens × {comparison.repeats} run(s) on "
              f"{comparison.device}, {comparison.threads} torch threads, through transformers' generate. "
              "Quality is the readable reference's (dequantize, then multiply); the decode timing runs the "
@@ -369,9 +413,10 @@ def compare_text(comparison: Comparison, embedded: bool) -> str:
 def outliers_text(outliers: list[OutlierRow]) -> str:
     worst = max(outliers, key=lambda r: r.max_over_median)
     share = sum(r.max_over_median >= 10 for r in outliers)
+    kind = worst.layer.rsplit(".", 1)[-1]
     return (
         f"In `{worst.layer}` feature {worst.top_feature} reaches {worst.top_absmax:.1f}, "
-        f"**{worst.max_over_median:.0f}×** the median feature; {share} of {len(outliers)} q projections have a "
+        f"**{worst.max_over_median:.0f}×** the median feature; {share} of {len(outliers)} `{kind}` layers have a "
         "feature at least 10× their median. One int8 scale sized for that feature leaves the ordinary ones "
         "a handful of levels: LLM.int8 keeps such features in 16-bit, group-wise scales confine the damage."
     )

@@ -12,6 +12,12 @@ Analytic (live): KV bytes per token and max users per variant on real shapes, th
 against each baseline, the scorecard, constant-state architectures, FlashAttention's HBM
 bytes and the roofline decode time vs KV heads. The layers are library code in
 :mod:`infer_lab.attention`; the timing is :mod:`infer_lab.bench.attention`.
+
+The measured parts are the notebook's own code: ``@app.function`` definitions in
+``notebooks/06_attention_variants.py`` (``against_sdpa``, ``attention_quality``,
+``attention_times``) that call the library directly. This module sizes them, shows what they
+return, and runs the very same functions for the tour, the tests and the Jupyter edition
+(``run_*``, through :mod:`infer_lab.course.notebook_code`).
 """
 
 from __future__ import annotations
@@ -22,11 +28,8 @@ from typing import Any
 import torch
 
 from ..attention import (
-    Attention,
-    AttentionConfig,
-    MLAConfig,
-    MultiHeadLatentAttention,
     naive_attention_hbm_bytes,
+    online_softmax_tile,
     score_matrix_bytes,
     tiled_attention_hbm_bytes,
 )
@@ -42,18 +45,14 @@ from ..attention.kv_sizing import (
     scorecard,
     variant_memory_table,
 )
-from ..attention.quality import VariantQuality, measure_variant_quality
-from ..bench.attention import (
-    BackendTime,
-    DecodeAttentionTime,
-    decode_attention_vs_kv_heads,
-    sdpa_backend_times,
-)
+from ..attention.quality import VariantQuality
+from ..bench.attention import BackendTime, DecodeAttentionTime
 from ..figures import finish
-from ..hardware import device_label, measure_bandwidth
+from ..hardware import device_label
 from ..units import fmt_bytes, human
-from .ch05_quantization import baseline_note
+from .ch05_quantization import baseline_note, code_block
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -99,10 +98,10 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
                      decode_kv_heads=(1, 2, 4, 8, 16, 32), repeats=5)
     if size == "quick":
         return Sizes(size, eval_tokens=128, eval_window=128, quality_include=("mqa", "window"),
-                     sdpa_lengths=(256, 512), heads=8, head_dim=64, decode_context=4096,
+                     sdpa_lengths=(256, 512), heads=8, head_dim=64, decode_context=16384,
                      decode_kv_heads=(1, 2, 8), repeats=3)
     return Sizes(size, eval_tokens=1024, eval_window=256, quality_include=("mqa", "window", "kv"),
-                 sdpa_lengths=(512, 2048), heads=8, head_dim=64, decode_context=8192,
+                 sdpa_lengths=(512, 2048), heads=8, head_dim=64, decode_context=32768,
                  decode_kv_heads=(1, 2, 4, 8), repeats=5)
 
 
@@ -155,69 +154,68 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurements
+# Running the notebook's experiments (the code is in notebooks/06_attention_variants.py)
+
+EQUIVALENCE_TOKENS = 12  # the notebook's equivalence cell starts at the same numbers
+EQUIVALENCE_KV_HEADS = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
+EQUIVALENCE_WINDOW = 4
+QUALITY_WINDOW = 32  # tokens each query sees in the sliding-window row
 
 
-@torch.inference_mode()
-def measure_equivalence(lm: Any = None, sizes: Sizes | None = None, seed: int = 0) -> list[EquivalenceRow]:
-    """Every variant and backend against torch SDPA on a small random layer (12 tokens, d_model 64)."""
-    torch.manual_seed(seed)
-    x = torch.randn(1, 12, 64)
-
-    def decode(layer, prefix: int, **kwargs) -> torch.Tensor:
-        cache = layer.new_cache()
-        outs = [layer(x[:, :prefix], cache, **kwargs)]
-        outs += [layer(x[:, i : i + 1], cache, **kwargs) for i in range(prefix, x.shape[1])]
-        return torch.cat(outs, dim=1)
-
-    def diff(a: torch.Tensor, b: torch.Tensor) -> float:
-        return float((a - b).abs().max())
-
-    rows = []
-    for kv, window in ((None, None), (2, None), (1, None), (2, 4)):
-        layer = Attention(AttentionConfig(64, 4, kv, window=window))
-        reference = layer(x, backend="sdpa")
-        for backend in ("naive", "flash"):
-            rows.append(EquivalenceRow(layer.config.kind, backend, diff(layer(x, backend=backend), reference),
-                                       diff(decode(layer, 8, backend=backend), reference)))
-    mla = MultiHeadLatentAttention(MLAConfig(64, 4, 16, 8, 4, 8))
-    reference = mla(x, backend="sdpa")
-    for path in ("naive", "absorbed"):
-        rows.append(EquivalenceRow("MLA", path, diff(mla(x, decode=path), reference),
-                                   diff(decode(mla, 8, decode=path), reference)))
-    return rows
+def equivalence_rows(rows: list[tuple[str, str, float, float]]) -> list[EquivalenceRow]:
+    """The notebook's ``against_sdpa`` rows ``(variant, path, prefill diff, decode diff)`` as typed rows."""
+    return [EquivalenceRow(*row) for row in rows]
 
 
-def measure_quality(lm: Any, sizes: Sizes) -> QualityResult:
-    """Perplexity of the model's own attention and its cheaper variants (see :data:`Sizes.quality_include`)."""
+def run_equivalence(lm: Any = None, sizes: Sizes | None = None) -> list[EquivalenceRow]:
+    """Run the notebook's own ``against_sdpa`` at the cell's numbers (no model: a small random layer)."""
+    against_sdpa = notebook_function(NUMBER, "against_sdpa")
+    return equivalence_rows(against_sdpa(EQUIVALENCE_TOKENS, EQUIVALENCE_KV_HEADS, window=EQUIVALENCE_WINDOW))
+
+
+def flash_tile_code() -> str:
+    """FlashAttention's inner step, the library's real code, as the page shows it."""
+    return code_block(online_softmax_tile)
+
+
+def quality_result(lm: Any, rows: list[VariantQuality], eval_tokens: int) -> QualityResult:
+    """The notebook's ``attention_quality`` rows as a result (random weights: why nothing was measured)."""
     embedded = lm.source == "embedded"
-    if lm.tokenizer is None or lm.is_random:
+    if not rows:
         return QualityResult([], 0, lm.describe(), lm.name, embedded,
                              skipped=f"{lm.name} has random weights: there is no text quality to measure")
-    rows = measure_variant_quality(lm, eval_tokens=sizes.eval_tokens, eval_window=sizes.eval_window,
-                                   include=sizes.quality_include)
-    return QualityResult(rows, sizes.eval_tokens, lm.describe(), lm.name, embedded)
+    return QualityResult(rows, eval_tokens, lm.describe(), lm.name, embedded)
 
 
-def measure_timing(lm: Any, sizes: Sizes) -> TimingResult:
-    """SDPA backends across lengths and one decode step vs KV heads, next to ``kv_bytes / copy bandwidth``."""
-    device = lm.device if lm is not None else torch.device("cpu")
-    bandwidth = measure_bandwidth(device, n_bytes=(256 if device.type == "cuda" else 64) * 2**20, repeats=5)
-    backends = sdpa_backend_times(sizes.sdpa_lengths, heads=sizes.heads, head_dim=sizes.head_dim, device=device,
-                                  repeats=sizes.repeats)
-    decode = decode_attention_vs_kv_heads(sizes.decode_context, n_heads=sizes.heads, kv_heads=sizes.decode_kv_heads,
-                                          head_dim=sizes.head_dim, device=device, bandwidth_Bps=bandwidth,
-                                          repeats=sizes.repeats)
+def run_quality(lm: Any, sizes: Sizes) -> QualityResult:
+    """Run the notebook's own ``attention_quality`` at this size."""
+    attention_quality = notebook_function(NUMBER, "attention_quality")
+    rows = attention_quality(lm, sizes.eval_tokens, QUALITY_WINDOW, sizes.quality_include)
+    return quality_result(lm, rows, sizes.eval_tokens)
+
+
+def timing_result(device: torch.device, measured: tuple[list[BackendTime], list[DecodeAttentionTime], float]
+                  ) -> TimingResult:
+    """The notebook's ``attention_times`` (backends, decode steps, copy bandwidth) as a result."""
+    backends, decode, bandwidth = measured
     return TimingResult(backends, decode, device_label(device), bandwidth, torch.get_num_threads())
+
+
+def run_timing(lm: Any, sizes: Sizes) -> TimingResult:
+    """Run the notebook's own ``attention_times`` at this size."""
+    device = lm.device if lm is not None else torch.device("cpu")
+    attention_times = notebook_function(NUMBER, "attention_times")
+    return timing_result(device, attention_times(device, sizes.sdpa_lengths, sizes.heads, sizes.head_dim,
+                                                 sizes.decode_context, sizes.decode_kv_heads, sizes.repeats))
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
-        "equivalence": lambda: measure_equivalence(lm, sizes),
-        "quality": lambda: measure_quality(lm, sizes),
-        "timing": lambda: measure_timing(lm, sizes),
+        "equivalence": lambda: run_equivalence(lm, sizes),
+        "quality": lambda: run_quality(lm, sizes),
+        "timing": lambda: run_timing(lm, sizes),
     })
 
 
