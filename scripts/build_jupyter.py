@@ -241,6 +241,8 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     labels = labels or {}
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
         return "markdown", escape_dollars(jupyter_text(textwrap.dedent(arg.value).strip("\n")))
+    if isinstance(arg, ast.Call) and free_names(arg) <= known:  # text a chapter function writes (its real code...)
+        return "code", f"jupyter.md({ast.unparse(arg)})"
     if not isinstance(arg, ast.JoinedStr):
         return None
     pieces, dynamic = [], False
