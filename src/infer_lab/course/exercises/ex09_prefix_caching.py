@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from ...engine import HashPrefixCache, RadixPrefixCache
+from ...engine.prefix_cache import RadixNode
 from . import Exercise, build
 from .checking import plain, short_repr
 from .engine_sim import paged_cache, sequence
@@ -173,6 +174,7 @@ def _diagnose(got: Any, want: list[int], tokens: list[int]) -> str:
 
 
 def check_radix_engine(fns, r) -> None:
+    r.call(fns.radix_match, RadixNode(tokens=[], slots=[], parent=None), [1, 2, 3], case="setup")  # an empty tree
     broken: list[str] = []
 
     def plug(engine):
