@@ -80,8 +80,8 @@ def _(ch10, mo, nb, sizes):
     ## A long prompt arrives while others decode
 
     {sizes.decoders} requests start at step 0 with {sizes.decoder_prompt}-token prompts and generate
-    {sizes.decode_tokens} tokens each; a {sizes.long_prompt:,}-token prompt arrives at step
-    {sizes.arrive_at_step}. The experiment is `serve` below: a fresh engine serves these requests and
+    {sizes.decode_tokens} tokens each; at step {sizes.arrive_at_step} a {sizes.long_prompt:,}-token
+    prompt arrives. The experiment is `serve` below: a fresh engine serves these requests and
     keeps its own record of every step. The cell after it runs `serve` twice, once with the whole
     prompt in one step and once with chunked prefill under a {sizes.chunk_tokens}-token budget.
 
