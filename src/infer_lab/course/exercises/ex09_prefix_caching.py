@@ -208,6 +208,13 @@ def check_radix_engine(fns, r) -> None:
     build.pool_back(r, "invariant: the pool is full again after the cache is cleared", run)
 
 
+def install_radix_match(engine: Any, fns: Any) -> None:
+    """The capstone: your radix_match() as a serving engine's radix-tree lookup (engines with ``prefix_cache="radix"``)."""
+    cache = engine.prefix_cache
+    if isinstance(cache, RadixPrefixCache):
+        cache.match = lambda token_ids: plain(fns.radix_match(cache.root, list(token_ids)))
+
+
 EXERCISES.append(
     Exercise("radix_engine", "The radix tree's match inside the engine", "build",
              "Your radix_match() walks the engine's radix tree to find the cache slots of a prompt's longest "
