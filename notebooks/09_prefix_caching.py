@@ -22,15 +22,20 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.bench.engine import workload
+    from infer_lab.engine import Engine, EngineConfig, SamplingParams
+
+
 @app.cell(hide_code=True)
 def _():
-    from dataclasses import replace
-
     import marimo as mo
 
     from infer_lab import nb
     from infer_lab.course import ch09_prefix_caching as ch09
-    return ch09, mo, nb, replace
+    return ch09, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -74,39 +79,62 @@ def _(ch09, mo, model_picker, nb, size_picker, weights_picker):
 
 @app.cell(hide_code=True)
 def _(ch09, mo, nb, sizes):
-    match_block = mo.ui.dropdown(["4", "8", "16", "32"], value=str(sizes.match_block), label="block size (tokens)")
     match_button = mo.ui.run_button(label=ch09.PARTS["granularity"])
     mo.vstack([
         mo.md(f"""
     ## 1 · Match granularity, measured
 
-    Two requests run one after the other. Their prompts are {sizes.match_blocks} blocks long and
-    share their first *k* tokens. The second request asks the cache for its prompt; we read back
-    how many tokens the cache handed it (the engine's `prefix_hit_tokens`), for *k* on either side
-    of every block edge. Nothing about granularity is assumed: the lines below are measured.
+    The experiment is `tokens_reused` below: two prompts of {sizes.match_blocks} blocks share their
+    first *k* tokens and run one after the other through a fresh engine; we read back how many
+    prompt tokens the cache handed the second one (the engine's own count,
+    `num_cached_prompt_tokens`). The cell after it tries *k* on either side of every block edge.
+
+    **Predict first:** with {sizes.match_block}-token blocks and *k* = {2 * sizes.match_block - 1}
+    shared tokens, how many does each cache reuse? The dotted lines of the figure are the
+    prediction (hash: the whole blocks of the shared prefix; radix: every shared token), the
+    markers what the engine did.
+
+    The radix tree's lookup is the engine's real code (`RadixPrefixCache.match` in
+    `src/infer_lab/engine/prefix_cache.py`): it walks the tree edge by edge, comparing token ids.
     """),
-        mo.hstack([match_block, match_button, mo.md(nb.button_time(ch09, "granularity"))], justify="start"),
+        mo.md(ch09.radix_match_code()),
+        mo.md(f"{match_button} {nb.button_time(ch09, 'granularity')}"),
     ])
-    return match_block, match_button
+    return (match_button,)
+
+
+@app.function
+def tokens_reused(lm, cache, block_size, prompt_len, shared):
+    """Two prompts sharing their first ``shared`` tokens run one after the other through a fresh
+    engine with ``cache`` ("hash" or "radix"); the prompt tokens the cache handed the second one."""
+    first, second = workload(lm, 2, prompt_len, shared_prefix_len=shared)  # random ids, seeded
+    config = EngineConfig(prefix_cache=cache, block_size=block_size, max_num_seqs=1,
+                          max_model_len=prompt_len + 2)
+    engine = Engine.from_loaded(lm, config)
+    engine.generate([first], SamplingParams(max_tokens=1))  # its K/V goes into the cache
+    [out] = engine.generate([second], SamplingParams(max_tokens=1))
+    return out.num_cached_prompt_tokens  # counted by the engine when it admitted the request
 
 
 @app.cell
-def _(ch09, lm, match_block, match_button, mo, nb, replace, sizes):
+def granularity_experiment(ch09, lm, match_button, mo, nb, sizes):
     mo.stop(not nb.pressed(match_button), nb.placeholder(match_button))
-    match = ch09.measure_granularity(lm, replace(sizes, match_block=int(match_block.value)))
+    block_size = sizes.match_block  # tokens per KV block (4 at quick size): change it, press again
+    prompt_len = sizes.match_blocks * block_size
+    shared = ch09.shared_lengths(block_size, prompt_len)  # 0, 1, and either side of each block edge
+    reused = {(cache, k): tokens_reused(lm, cache, block_size, prompt_len, k)
+              for cache in ("hash", "radix") for k in shared}
+    match = ch09.match_result(block_size, prompt_len, reused)
     mo.vstack([
         ch09.granularity_figure(match, lm.describe()),
         mo.md(ch09.granularity_text(match)),
         nb.table(ch09.granularity_table(match)),
     ])
-    return
+    return (match,)
 
 
 @app.cell(hide_code=True)
 def _(ch09, mo, nb, sizes):
-    system_len = mo.ui.slider(16, 512, step=16, value=sizes.system_len, label="system prompt (tokens)",
-                              show_value=True)
-    workload_block = mo.ui.dropdown(["4", "8", "16", "32"], value=str(sizes.block_size), label="block size (tokens)")
     workloads_button = mo.ui.run_button(label=ch09.PARTS["workloads"])
     mo.vstack([
         mo.md(r"""
@@ -121,28 +149,48 @@ def _(ch09, mo, nb, sizes):
       is the kind of workload on which SGLang was reported 3–4× faster than vLLM (end to end;
       after the measurement, what a cache alone can explain of that).
 
-    For each: no cache vs hash vs radix. The hit rate (prompt tokens found in the cache over prompt
-    tokens looked up), the prefill tokens actually computed (the rest were saved) and the TTFT.
+    The experiment is `serve_waves` below: one fresh engine per cache (none, hash, radix) serves a
+    workload wave after wave, and keeps its own records: the prompt tokens each step computed
+    and the cache's counters (prompt tokens looked up and found). Prefill tokens saved are
+    exact; the TTFT is a time, noisy on a busy CPU.
     """),
-        mo.hstack([system_len, workload_block, workloads_button, mo.md(nb.button_time(ch09, "workloads"))],
-                  justify="start"),
+        mo.md(ch09.shared_prompt_prediction_text(sizes)),
+        mo.md(f"{workloads_button} {nb.button_time(ch09, 'workloads')}"),
     ])
-    return system_len, workload_block, workloads_button
+    return (workloads_button,)
+
+
+@app.function
+def serve_waves(lm, waves, cache, block_size):
+    """Serve the waves (each a Workload) one after another through one fresh engine with ``cache``,
+    after a warm-up; the engine's step records, its prefix-cache counters and every request's output."""
+    longest = max(len(p) + n for w in waves for p, n in zip(w.prompts, w.output_lens, strict=True))
+    config = EngineConfig(prefix_cache=cache, block_size=block_size,
+                          max_num_seqs=max(len(w.prompts) for w in waves), max_model_len=longest + 1)
+    Engine.from_loaded(lm, config).generate([waves[0].prompts[0][:4]], SamplingParams(max_tokens=1))  # warm-up
+    engine = Engine.from_loaded(lm, config)
+    outputs = [out for w in waves for out in engine.generate(
+        w.prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in w.output_lens])]
+    stats = engine.prefix_cache.stats if engine.prefix_cache else None  # tokens looked up and found
+    return list(engine.step_log), stats, outputs
 
 
 @app.cell
-def _(ch09, lm, mo, nb, replace, sizes, system_len, workload_block, workloads_button):
+def workloads_experiment(ch09, lm, mo, nb, sizes, workloads_button):
     mo.stop(not nb.pressed(workloads_button), nb.placeholder(workloads_button))
-    workloads = ch09.measure_workloads(
-        lm, replace(sizes, system_len=system_len.value, block_size=int(workload_block.value)))
+    system_len = sizes.system_len  # tokens of the shared system prompt: change it, press again
+    kv_block = sizes.block_size  # tokens per KV block
+    workloads = ch09.WorkloadsResult([
+        ch09.workload_run(name, cache, kv_block, waves, *serve_waves(lm, waves, cache, kv_block))
+        for name, waves in ch09.workload_waves(lm, sizes, system_len).items()
+        for cache in ("none", "hash", "radix")], kv_block, system_len, sizes.output_len)
     mo.vstack([
         ch09.workloads_figure(workloads, lm.describe()),
         mo.md(ch09.workloads_text(workloads)),
         nb.table(ch09.workloads_table(workloads)),
         mo.md(ch09.sglang_claim_text(workloads)),
-        mo.md("On a CPU with a small model TTFT is noisy; prefill tokens saved is the exact measure."),
     ])
-    return
+    return (workloads,)
 
 
 @app.cell(hide_code=True)

@@ -22,15 +22,20 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
 
+with app.setup:
+    # What the experiment below uses. The tour, the tests and the Jupyter edition run this same
+    # function from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.bench.long_prompt import long_prompt_among_decoders
+    from infer_lab.engine import Engine, EngineConfig, SamplingParams
+
+
 @app.cell(hide_code=True)
 def _():
-    from dataclasses import replace
-
     import marimo as mo
 
     from infer_lab import nb
     from infer_lab.course import ch10_chunked_prefill as ch10
-    return ch10, mo, nb, replace
+    return ch10, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -69,43 +74,60 @@ def _(ch10, mo, model_picker, nb, size_picker, weights_picker):
 
 @app.cell(hide_code=True)
 def _(ch10, mo, nb, sizes):
-    long_prompt = mo.ui.slider(64, 4096, step=64, value=sizes.long_prompt, label="long prompt (tokens)",
-                               show_value=True)
-    chunk_tokens = mo.ui.dropdown(["16", "32", "64", "128", "256", "512", "1024"], value=str(sizes.chunk_tokens),
-                                  label="token budget per step")
-    decoders = mo.ui.slider(1, 8, value=sizes.decoders, label="requests decoding", show_value=True)
     chunk_button = mo.ui.run_button(label=ch10.PARTS["chunking"])
     mo.vstack([
         mo.md(f"""
     ## A long prompt arrives while others decode
 
-    The decoding requests start at step 0 with {sizes.decoder_prompt}-token prompts and generate
-    {sizes.decode_tokens} tokens each; the long prompt arrives at step {sizes.arrive_at_step}. The
-    same scenario runs twice, each time on a fresh engine: once with the whole prompt in one step,
-    once with chunked prefill under the token budget.
+    {sizes.decoders} requests start at step 0 with {sizes.decoder_prompt}-token prompts and generate
+    {sizes.decode_tokens} tokens each; at step {sizes.arrive_at_step} a {sizes.long_prompt:,}-token
+    prompt arrives. The experiment is `serve` below: a fresh engine serves these requests and
+    keeps its own record of every step. The cell after it runs `serve` twice, once with the whole
+    prompt in one step and once with chunked prefill under a {sizes.chunk_tokens}-token budget.
+
+    Which tokens go into a step is the scheduler's decision, the engine's real code
+    (`Scheduler.schedule` in `src/infer_lab/engine/scheduler.py`): the running requests first (a
+    decode is one token; a prompt being prefilled takes at most what is left of the budget), then
+    the waiting requests join in what remains (`admit`, chapter 08).
     """),
-        mo.hstack([long_prompt, chunk_tokens, decoders], justify="start"),
-        mo.hstack([chunk_button, mo.md(nb.button_time(ch10, "chunking"))], justify="start"),
+        mo.md(ch10.schedule_code()),
+        mo.md(ch10.prediction_text(sizes)),
+        mo.md(f"{chunk_button} {nb.button_time(ch10, 'chunking')}"),
     ])
-    return chunk_button, chunk_tokens, decoders, long_prompt
+    return (chunk_button,)
+
+
+@app.function
+def serve(lm, workload, token_budget):
+    """Serve the workload (prompts, output lengths, arrival steps) on a fresh engine after a warm-up.
+    ``token_budget`` None computes a prompt whole in one step; a number turns on chunked prefill
+    with that many tokens per step. Returns the engine's step records and the outputs."""
+    config = EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=token_budget is not None,
+                          max_num_batched_tokens=token_budget or 512,
+                          max_model_len=max(map(len, workload.prompts)) + max(workload.output_lens) + 1)
+    Engine.from_loaded(lm, config).generate([workload.prompts[0][:4]], SamplingParams(max_tokens=2))  # warm-up
+    engine = Engine.from_loaded(lm, config)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in workload.output_lens]
+    outputs = engine.generate(workload.prompts, params, arrival_steps=workload.arrival_steps)
+    return list(engine.step_log), outputs  # one StepRecord per step: tokens computed, time
 
 
 @app.cell
-def _(ch10, chunk_button, chunk_tokens, decoders, lm, long_prompt, mo, nb, replace, sizes):
+def chunking_experiment(ch10, chunk_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(chunk_button), nb.placeholder(chunk_button))
-    scenario = replace(sizes, long_prompt=long_prompt.value, chunk_tokens=int(chunk_tokens.value),
-                       decoders=decoders.value)
-    chunking = ch10.measure_chunking(lm, scenario)
+    long_prompt = sizes.long_prompt  # tokens of the late prompt: change it, then press the button again
+    budget = sizes.chunk_tokens  # chunked prefill's token budget per step
+    workload = long_prompt_among_decoders(lm, sizes.decoders, long_prompt, sizes.arrive_at_step,
+                                          sizes.decoder_prompt, sizes.decode_tokens, sizes.long_output)
+    runs = {chunked: serve(lm, workload, budget if chunked else None) for chunked in (False, True)}
+    chunking = ch10.chunking_result(sizes, workload, budget, runs)
     mo.vstack([
         ch10.chunking_figure(chunking, lm.describe()),
         mo.md(ch10.chunking_text(chunking)),
         nb.table(ch10.runs_table(chunking)),
-        mo.md("Every step's tokens (prefill and decode) and time. A smaller budget flattens the spike but "
-              "spreads the long prefill over more steps, each paying the fixed cost of a forward pass: "
-              "that is the TTFT price."),
         nb.table(ch10.steps_table(chunking)),
     ])
-    return
+    return (chunking,)
 
 
 @app.cell(hide_code=True)

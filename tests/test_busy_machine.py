@@ -187,7 +187,7 @@ def test_10_a_gain_beyond_the_noise_states_the_lesson():
 def test_10_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
     tiny = replace(ch10.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, chunk_tokens=16,
                    arrive_at_step=1)
-    c = ch10.measure_chunking(embedded, tiny)
+    c = ch10.run_chunking(embedded, tiny)
     assert c.machine is not None and c.machine.busy
     text = ch10.chunking_text(c)
     assert "machine was busy" in text

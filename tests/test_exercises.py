@@ -308,6 +308,13 @@ def test_a_hint_names_the_mistake_made(tmp_path, number, name, old, new, says, n
 # A right answer written differently: (chapter, exercise, old, new); it must pass
 DIFFERENT_BUT_RIGHT = [
     ("09", "block_hashes", "    return hashes\n", "    return tuple(hashes)\n"),
+    ("09", "radix_engine", '"""Walk the edges while they match; a partly matching edge gives its first n slots and ends the walk."""',
+     '"""Recursive, one edge per call."""\n    child = root.children.get(token_ids[0]) if token_ids else None\n'
+     "    if child is None:\n        return ()\n"
+     "    n = next((k for k, (a, b) in enumerate(zip(child.tokens, token_ids)) if a != b),\n"
+     "             min(len(child.tokens), len(token_ids)))\n"
+     "    if n < len(child.tokens):\n        return tuple(child.slots[:n])\n"
+     "    return (*child.slots, *radix_match(child, token_ids[n:]))"),
     ("07", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
      "import numpy as np\n    table = np.asarray(block_table)\n    p = np.arange(start, start + count)\n"
      "    return table[p // block_size] * block_size + p % block_size"),
@@ -391,6 +398,12 @@ BUILD_NEAR_MISSES = [
     ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0", "return n", "does not fit in the free blocks"),
     ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0",
      "return n if n > 0 and fits(tokens_to_compute) else 0", "but the chunk to schedule is"),
+    ("09", "radix_engine", "slots += child.slots[:n]", "slots += child.slots", "past the last matching token"),
+    ("09", "radix_engine", "slots += child.slots[:n]", "slots += child.slots[:n + 1]", "1 past the last matching token"),
+    ("09", "radix_engine", "        slots += child.slots[:n]\n        i += n\n        if n < len(child.tokens):\n            break\n",
+     "        if n < len(child.tokens):\n            break\n        slots += child.slots[:n]\n        i += n\n",
+     "a partly matching edge still gives"),
+    ("09", "radix_engine", "        node = child\n", "", "you returned only"),
     ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted], accepted", "the bonus token"),
     ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",

@@ -34,11 +34,16 @@ WORKLOADS = ("uniform", "mixed")
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests of one benchmark: prompt token ids and how many tokens each must generate."""
+    """Requests of one benchmark: prompt token ids and how many tokens each must generate.
+
+    ``arrival_steps``, when set, is the engine step at which each request arrives (staggered
+    arrivals, :meth:`~infer_lab.engine.Engine.generate`); ``None``: all at step 0.
+    """
 
     name: str
     prompts: list[list[int]]
     output_lens: list[int]
+    arrival_steps: list[int] | None = None
 
     @property
     def output_tokens(self) -> int:

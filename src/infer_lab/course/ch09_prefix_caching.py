@@ -1,32 +1,42 @@
 """Chapter 09, "Prefix caching": hashed blocks (vLLM style) vs a radix tree (SGLang style).
 
-1. Match granularity, measured: two prompts share their first *k* tokens; the engine reports
-   how many prompt tokens each cache handed the second one. Nothing about granularity is
-   assumed: the measurement shows the hash cache reusing whole blocks only and the radix tree
-   reusing every shared token.
-2. Three prefix-sharing workloads (a shared system prompt, multi-turn chat, agentic branching),
-   each run with no cache, the hash cache and the radix tree: hit rate, prefill tokens computed
+The experiments are the notebook's own code: ``@app.function`` definitions in
+``notebooks/09_prefix_caching.py`` that call the engine directly, called from the page's
+visible cells. This module sizes them, predicts, draws and describes what they return, and runs
+the very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
+:mod:`infer_lab.course.notebook_code`).
+
+1. **Match granularity, measured** (counted; ``tokens_reused``): two prompts share their first
+   *k* tokens; the engine reports how many prompt tokens each cache handed the second one. The
+   prediction (hash: whole blocks; radix: every shared token) is drawn beside the measurement.
+2. **Three prefix-sharing workloads** (counted and timed; ``serve_waves``): a shared system
+   prompt, multi-turn chat and agentic branching (:mod:`infer_lab.bench.prefix_workloads`), each
+   served with no cache, the hash cache and the radix tree: hit rate, prefill tokens computed
    (the exact measure of work saved) and TTFT.
 
 Prompts are random token ids (prefix reuse depends only on ids) and EOS is ignored, so every
-run does exactly the work asked for. Engines are built with :meth:`Engine.from_loaded`.
+run does exactly the work asked for.
 """
 
 from __future__ import annotations
 
-import random
-import time
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..bench.engine import run_engine_benchmark
-from ..engine import Engine, EngineConfig, SamplingParams
+from ..bench.baselines import Workload
+from ..bench.prefix_workloads import PREFIX_WORKLOADS, prefix_sharing_workloads
+from ..engine.prefix_cache import RadixPrefixCache
 from ..progress import progress
 from ..timing import summarize
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -39,15 +49,7 @@ PARTS = {
     "workloads": "Run the three workloads",
 }
 CACHES = ("hash", "radix")
-WORKLOADS = {
-    "shared_system_prompt": "shared system prompt",
-    "multi_turn_chat": "multi-turn chat",
-    "agentic_branching": "agentic branching",
-}
-
-# A workload is a list of waves; a wave is a list of prompts (token ids) that arrive together
-# after the previous wave has finished.
-Waves = list[list[list[int]]]
+WORKLOADS = PREFIX_WORKLOADS  # name -> label of the three workloads
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     """``quick``: a few hundred prompt tokens per cache (seconds on 2 cores); ``full``: a GPU's run."""
     size = choose_size(device, size)
     if size == "quick":
-        return Sizes(size, match_block=4, match_blocks=3, block_size=16, system_len=32, users=4,
+        return Sizes(size, match_block=4, match_blocks=3, block_size=16, system_len=40, users=4,
                      conversations=2, turns=2, branches=2, output_len=2)
     return Sizes(size, match_block=16, match_blocks=4, block_size=16, system_len=256, users=8,
                  conversations=3, turns=3, branches=3, output_len=8)
@@ -133,7 +135,7 @@ class WorkloadRun:
     hit_rate: float  # prompt tokens found in the cache / prompt tokens looked up
     ttft_p50_s: float
     ttft_mean_s: float
-    elapsed_s: float
+    elapsed_s: float  # the engine's steps, summed (seconds)
 
     @property
     def prefill_tokens_saved(self) -> int:
@@ -169,7 +171,7 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurements
+# Part 1: match granularity (the experiment is the notebook's `tokens_reused`)
 
 
 def shared_lengths(block_size: int, prompt_len: int) -> list[int]:
@@ -178,98 +180,97 @@ def shared_lengths(block_size: int, prompt_len: int) -> list[int]:
     return sorted({0, 1, *(k + d for k in edges for d in (-1, 0, 1))} & set(range(prompt_len)))
 
 
-def measure_match(lm: Any, block_size: int, prompt_len: int, shared: Seq[int] | None = None) -> MatchResult:
-    """Tokens each cache reuses when two ``prompt_len``-token prompts share their first ``k`` tokens.
+def predicted_reuse(cache: str, shared: int, block_size: int, prompt_len: int) -> int:
+    """The prediction: radix reuses every shared token, hash the whole blocks of the shared prefix;
+    both stop before the prompt's last token (it must be computed to give the first output's logits)."""
+    usable = min(shared, prompt_len - 1)
+    return usable if cache == "radix" else usable // block_size * block_size
 
-    Two requests run one after the other through a fresh engine per (cache, k); ``reused_tokens``
-    is the engine's measured ``prefix_hit_tokens`` for the second one.
-    """
-    ks = sorted(shared) if shared is not None else shared_lengths(block_size, prompt_len)
+
+def match_result(block_size: int, prompt_len: int, reused: Mapping[tuple[str, int], int]) -> MatchResult:
+    """The experiment cell's ``{(cache, shared tokens): tokens reused}`` as a :class:`MatchResult`."""
+    return MatchResult(block_size, prompt_len, [MatchPoint(cache, k, int(n)) for (cache, k), n in reused.items()])
+
+
+def run_granularity(lm: Any, sizes: Sizes, block_size: int | None = None, shared: Seq[int] | None = None) -> MatchResult:
+    """Run the notebook's own experiment (``tokens_reused`` of ``notebooks/09_prefix_caching.py``)
+    as its cell does: every cache, every shared length (default :func:`shared_lengths`)."""
+    tokens_reused = notebook_function(NUMBER, "tokens_reused")
+    block_size = block_size or sizes.match_block
+    prompt_len = sizes.match_blocks * block_size
+    ks = list(shared) if shared is not None else shared_lengths(block_size, prompt_len)
     plan = [(cache, k) for cache in CACHES for k in ks]
-    points = [
-        MatchPoint(cache, k, run_engine_benchmark(
-            lm, requests=2, concurrency=1, prompt_len=prompt_len, output_len=1, prefix_cache=cache,
-            block_size=block_size, shared_prefix_len=k, warmup=False)["prefix_hit_tokens"])
-        for cache, k in progress(plan, desc="prefix match, per cache and shared length")
-    ]
-    return MatchResult(block_size, prompt_len, points)
+    reused = {(cache, k): tokens_reused(lm, cache, block_size, prompt_len, k)
+              for cache, k in progress(plan, desc="prefix match, per cache and shared length")}
+    return match_result(block_size, prompt_len, reused)
 
 
-def measure_granularity(lm: Any, sizes: Sizes) -> MatchResult:
-    """:func:`measure_match` at the chapter's sizes."""
-    return measure_match(lm, sizes.match_block, sizes.match_prompt_len)
+def radix_match_code() -> str:
+    """The radix tree's lookup, the library's real code (its docstring left out: the words around
+    it on the page say the same), as a markdown code block."""
+    return _code_block(RadixPrefixCache.match)
 
 
-def build_workloads(vocab_size: int, sizes: Sizes, seed: int = 0) -> dict[str, Waves]:
-    """The three prefix-sharing workloads as waves of prompts (random ids standing in for text).
-
-    * shared system prompt: one user first (it fills the cache), then ``users - 1`` together,
-      each with the same system prompt and a short question of its own;
-    * multi-turn chat: ``conversations`` chats; turn t's prompt is turn t-1's prompt + a reply +
-      a new question;
-    * agentic branching (propose, then review): a shared history, ``branches`` proposals from
-      it, then a review of each proposal that extends its branch (a tree of shared prefixes).
-    """
-    rng = random.Random(seed)
-    piece = max(4, sizes.system_len // 4)
-
-    def toks(n: int) -> list[int]:
-        return [rng.randrange(100, vocab_size) for _ in range(n)]
-
-    system = toks(sizes.system_len)
-    users = [system + toks(rng.randint(piece // 2, piece)) for _ in range(sizes.users)]
-    chats = [system[: sizes.system_len // 3] + toks(piece) for _ in range(sizes.conversations)]
-    chat_waves: Waves = []
-    for _ in range(sizes.turns):
-        chat_waves.append([list(c) for c in chats])
-        chats = [c + toks(piece) + toks(piece // 2 + 1) for c in chats]  # reply, next question
-    history = system + toks(sizes.system_len // 2)
-    proposals = [history + toks(piece) for _ in range(sizes.branches)]
-    reviews = [p + toks(piece) + toks(piece // 2) for p in proposals]
-    return {
-        "shared_system_prompt": [users[:1], users[1:]],
-        "multi_turn_chat": chat_waves,
-        "agentic_branching": [[history + toks(piece // 2)], proposals, reviews],
-    }
+def _code_block(fn: Callable[..., Any]) -> str:
+    lines = textwrap.dedent(inspect.getsource(fn)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
-def run_workload(lm: Any, name: str, waves: Waves, cache: str, block_size: int, output_len: int) -> WorkloadRun:
-    """Run the waves one after another through a fresh engine with ``cache``; tokens and TTFTs."""
-    longest = max(len(p) for wave in waves for p in wave)
-    config = EngineConfig(prefix_cache=cache, block_size=block_size, max_num_seqs=max(len(w) for w in waves),
-                          max_model_len=longest + output_len + 1)
-    Engine.from_loaded(lm, config).generate([waves[0][0][:4]], SamplingParams(max_tokens=1))  # warm-up
-    engine = Engine.from_loaded(lm, config)
-    params = SamplingParams(max_tokens=output_len, ignore_eos=True)
-    ttfts, prompt_tokens, requests = [], 0, 0
-    t0 = time.perf_counter()
-    for wave in waves:
-        ttfts += [o.ttft_s for o in engine.generate(wave, params)]
-        prompt_tokens += sum(len(p) for p in wave)
-        requests += len(wave)
-    elapsed = time.perf_counter() - t0
-    ttft = summarize(ttfts)
-    stats = engine.prefix_cache.stats if engine.prefix_cache else None
-    return WorkloadRun(name, cache, block_size, requests, prompt_tokens,
-                       sum(r.prefill_tokens for r in engine.step_log), stats.hit_rate if stats else 0.0,
-                       ttft.p50, ttft.mean, elapsed)
+# ---------------------------------------------------------------------------------------------
+# Part 2: three workloads (the experiment is the notebook's `serve_waves`)
 
 
-def measure_workloads(lm: Any, sizes: Sizes, seed: int = 0) -> WorkloadsResult:
-    """Every workload with no cache, the hash cache and the radix tree."""
-    plan = [(name, waves, cache) for name, waves in build_workloads(lm.config.vocab_size, sizes, seed).items()
+def workload_waves(lm: Any, sizes: Sizes, system_len: int | None = None, seed: int = 0) -> dict[str, list[Workload]]:
+    """The three workloads at the chapter's sizes (``system_len`` overrides the system prompt's tokens)."""
+    return prefix_sharing_workloads(lm.config.vocab_size, system_len or sizes.system_len, sizes.users,
+                                    sizes.conversations, sizes.turns, sizes.branches, sizes.output_len, seed)
+
+
+def workload_run(name: str, cache: str, block_size: int, waves: Seq[Workload], step_log: Seq[Any],
+                 stats: Any, outputs: Seq[Any]) -> WorkloadRun:
+    """One workload through one cache, tidied from what ``serve_waves`` returns: the engine's step
+    records (prefill tokens computed), its prefix-cache counters (``None``: no cache) and the outputs (TTFT)."""
+    ttft = summarize([o.ttft_s for o in outputs])
+    return WorkloadRun(name, cache, block_size, len(outputs), sum(len(p) for w in waves for p in w.prompts),
+                       sum(r.prefill_tokens for r in step_log), stats.hit_rate if stats else 0.0,
+                       ttft.p50, ttft.mean, sum(r.duration_s for r in step_log))
+
+
+def run_workloads(lm: Any, sizes: Sizes, system_len: int | None = None, block_size: int | None = None) -> WorkloadsResult:
+    """Run the notebook's own experiment (``serve_waves``) as its cell does: every workload, every cache."""
+    serve_waves = notebook_function(NUMBER, "serve_waves")
+    system_len, block_size = system_len or sizes.system_len, block_size or sizes.block_size
+    plan = [(name, waves, cache) for name, waves in workload_waves(lm, sizes, system_len).items()
             for cache in ("none", *CACHES)]
-    runs = [run_workload(lm, name, waves, cache, sizes.block_size, sizes.output_len)
+    runs = [workload_run(name, cache, block_size, waves, *serve_waves(lm, waves, cache, block_size))
             for name, waves, cache in progress(plan, desc="workloads x caches")]
-    return WorkloadsResult(runs, sizes.block_size, sizes.system_len, sizes.output_len)
+    return WorkloadsResult(runs, block_size, system_len, sizes.output_len)
+
+
+def shared_prompt_prediction(users: int, system_len: int, block_size: int) -> dict[str, int]:
+    """Predicted prefill tokens saved on the shared-system-prompt workload: every user after the
+    first finds the system prompt, radix all of it, hash its whole blocks."""
+    return {"hash": (users - 1) * (system_len // block_size * block_size), "radix": (users - 1) * system_len}
+
+
+def shared_prompt_prediction_text(sizes: Sizes) -> str:
+    """The prediction for the shared system prompt, on the page before the run (markdown)."""
+    p = shared_prompt_prediction(sizes.users, sizes.system_len, sizes.block_size)
+    return (f"**Predict first:** {sizes.users} users share a {sizes.system_len}-token system prompt, with "
+            f"{sizes.block_size}-token blocks. Every user after the first should find the system prompt in the "
+            f"cache: radix all of it, hash its whole blocks, so radix should save {p['radix']:,} prefill tokens "
+            f"and hash {p['hash']:,}. Where do the multi-turn chat and the agentic branches end their shared "
+            "prefixes: on a block edge or inside a block? That decides where radix beats hash.")
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
+    """The chapter's experiments in a row (``parts`` picks some of :data:`PARTS`), the notebook's own code."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
-        "granularity": lambda: measure_granularity(lm, sizes),
-        "workloads": lambda: measure_workloads(lm, sizes),
+        "granularity": lambda: run_granularity(lm, sizes),
+        "workloads": lambda: run_workloads(lm, sizes),
     })
 
 
@@ -286,9 +287,12 @@ def granularity_text(match: MatchResult) -> str:
     k = inside[-1] if inside else match.shared_values()[-1]
     parts = [f"**{cache}** reused {_GRANULARITY_WORDS[match.granularity(cache)]} "
              f"({match.reused(cache, k)} of {k} shared tokens)" for cache in CACHES]
+    agree = sum(p.reused_tokens == predicted_reuse(p.cache, p.shared_tokens, match.block_size, match.prompt_len)
+                for p in match.points)
     return (f"Measured with {match.block_size}-token blocks and {match.prompt_len}-token prompts: "
             + "; ".join(parts) + ". A hash names a *full* block, so a prefix that ends inside a block "
-            "loses that block's tokens; the radix tree walks token by token.")
+            "loses that block's tokens; the radix tree walks token by token. The prediction (dotted) and the "
+            f"engine agree at {agree} of {len(match.points)} points.")
 
 
 def workloads_text(w: WorkloadsResult) -> str:
@@ -305,6 +309,13 @@ def workloads_text(w: WorkloadsResult) -> str:
         else:
             (more if gap > 0 else less).append(f"{none.label} ({abs(gap):,} tokens)")
     verdict = []
+    if "shared_system_prompt" in w.workloads():
+        users = w.run("shared_system_prompt", "none").requests
+        predicted = shared_prompt_prediction(users, w.system_len, w.block_size)
+        measured = {c: w.run("shared_system_prompt", c).prefill_tokens_saved for c in CACHES}
+        verdict.append("On the shared system prompt, prefill tokens saved, predicted vs measured: " + ", ".join(
+            f"{c} {predicted[c]:,} vs {measured[c]:,}" + (f" ({measured[c] / predicted[c]:.2f}×)" if predicted[c] else "")
+            for c in CACHES) + ".")
     if more:
         verdict.append(f"Radix saved more prefill than hash on {', '.join(more)}: those prefixes end "
                        "inside a block (chat turns, branch points).")
@@ -313,6 +324,7 @@ def workloads_text(w: WorkloadsResult) -> str:
     if same:
         verdict.append(f"They saved the same on {', '.join(same)}: every prefix radix found there was a "
                        "whole number of blocks.")
+    verdict.append("Prefill tokens saved are exact counts; the TTFT is a time, noisy on a busy CPU with a small model.")
     return "\n".join(lines) + "\n\n" + " ".join(verdict)
 
 
@@ -392,11 +404,13 @@ def granularity_figure(match: MatchResult, source: str):
     from ..figures import subplots
 
     fig, ax = subplots(figsize=(6.5, 3.8))
-    for cache, marker in zip(CACHES, ("s", "o"), strict=True):
-        ks = match.shared_values()
-        ax.plot(ks, [match.reused(cache, k) for k in ks], marker=marker, label=f"{cache} (measured)")
-    top = max(match.shared_values())
-    ax.plot([0, top], [0, top], ls=":", color="gray", label="every shared token reused")
+    ks = match.shared_values()
+    for cache, marker, colour in zip(CACHES, ("s", "o"), ("tab:orange", "tab:blue"), strict=True):
+        ax.plot(ks, [predicted_reuse(cache, k, match.block_size, match.prompt_len) for k in ks], ls=":",
+                color=colour, label=f"{cache} (predicted)")
+        ax.plot(ks, [match.reused(cache, k) for k in ks], marker=marker, ls="none", color=colour,
+                label=f"{cache} (measured)")
+    top = max(ks)
     for edge in range(match.block_size, top + 1, match.block_size):
         ax.axvline(edge, color="gray", lw=0.5, alpha=0.5)
     ax.set(xlabel="tokens the second prompt shares with the first", ylabel="prompt tokens reused from the cache",

@@ -6,22 +6,33 @@ prefill, each step has a token budget; the long prefill is split into chunks spr
 several steps, each mixed with the running decodes. The decoders see many slightly slower
 steps instead of one very slow one; the long request pays with a later first token (TTFT).
 
-Both runs use the same prompts (random token ids, EOS ignored) through engines built with
-:meth:`Engine.from_loaded`; every time is a measured engine step.
+The experiment is the notebook's own code: ``serve`` in ``notebooks/10_chunked_prefill.py``
+builds ``EngineConfig(chunked_prefill=..., max_num_batched_tokens=...)``, serves the workload of
+:func:`infer_lab.bench.long_prompt.long_prompt_among_decoders` and keeps the engine's step
+records. This module sizes it, predicts, draws and describes what it returns, and runs the
+same function for the tour, the tests and the Jupyter edition (:func:`run_chunking`, through
+:mod:`infer_lab.course.notebook_code`). Every time is a measured engine step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import ast
+import inspect
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from ..engine import Engine, EngineConfig, SamplingParams
+from ..bench.baselines import Workload
+from ..bench.long_prompt import long_prompt_among_decoders
+from ..engine.scheduler import Scheduler
 from ..figures import finish
 from ..progress import progress
 from ..timing import MachineLoad, compare_spreads, summarize
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -133,47 +144,79 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurement
+# The experiment (the notebook's `serve`), its prediction and the scheduler's code
 
 
-def run_scenario(lm: Any, sizes: Sizes, chunking: bool) -> tuple[list[StepPoint], RunSummary]:
-    """The decoders start at step 0; the long prompt arrives at ``arrive_at_step``; one fresh engine."""
-    s = sizes
-    prompts = (lm.random_ids(s.decoders, s.decoder_prompt, seed=11).tolist()
-               + lm.random_ids(1, s.long_prompt, seed=12).tolist())
-    params = ([SamplingParams(max_tokens=s.decode_tokens, ignore_eos=True)] * s.decoders
-              + [SamplingParams(max_tokens=s.long_output, ignore_eos=True)])
-    config = EngineConfig(max_num_seqs=s.decoders + 1, chunked_prefill=chunking, max_num_batched_tokens=s.chunk_tokens,
-                          max_model_len=max(s.long_prompt + s.long_output, s.decoder_prompt + s.decode_tokens) + 1)
-    Engine.from_loaded(lm, config).generate([prompts[0][:4]], SamplingParams(max_tokens=2))  # warm-up
-    engine = Engine.from_loaded(lm, config)
-    outs = engine.generate(prompts, params, arrival_steps=[0] * s.decoders + [s.arrive_at_step])
-    steps = [StepPoint(chunking, r.step, r.duration_s, r.prefill_tokens, r.decode_tokens) for r in engine.step_log]
-    itl = [x for o in outs[: s.decoders] for x in o.itl_s]
-    long_steps = sum(1 for p in steps if p.step >= s.arrive_at_step and p.prefill_tokens > 0)
-    summary = RunSummary(chunking, s.chunk_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
-                         long_steps, summarize(itl).p50, max(itl), outs[-1].ttft_s)
-    return steps, summary
+def run_summary(chunking: bool, chunk_tokens: int, arrive_at_step: int, step_log: Sequence[Any],
+                outputs: Sequence[Any]) -> tuple[list[StepPoint], RunSummary]:
+    """One run of ``serve`` tidied: every step, the decoders' ITL (all requests but the last) and the
+    long request's TTFT (the last one, timed from its arrival)."""
+    steps = [StepPoint(chunking, r.step, r.duration_s, r.prefill_tokens, r.decode_tokens) for r in step_log]
+    itl = [x for o in outputs[:-1] for x in o.itl_s]
+    long_steps = sum(1 for p in steps if p.step >= arrive_at_step and p.prefill_tokens > 0)
+    return steps, RunSummary(chunking, chunk_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
+                             long_steps, summarize(itl).p50, max(itl), outputs[-1].ttft_s)
 
 
-def measure_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
-    """The same scenario without and with chunked prefill."""
-    if sizes.chunk_tokens <= sizes.decoders:
-        raise ValueError(f"a {sizes.chunk_tokens}-token budget leaves no room for prefill beside "
-                         f"{sizes.decoders} decoding requests: raise chunk_tokens above the decoders")
-    before = check_machine()
-    steps, runs = [], []
-    for chunking in progress((False, True), desc="without and with chunking"):
-        run_steps, summary = run_scenario(lm, sizes, chunking)
+def chunking_result(sizes: Sizes, workload: Workload, chunk_tokens: int,
+                    runs: dict[bool, tuple[Sequence[Any], Sequence[Any]]],
+                    machine: MachineLoad | None = None) -> ChunkingResult:
+    """The experiment cell's ``{chunked: serve(...)}`` as a :class:`ChunkingResult`; its sizes are the
+    numbers the cell ran (the long prompt, the budget, the decoders, the arrival step)."""
+    ran = replace(sizes, long_prompt=len(workload.prompts[-1]), decoders=len(workload.prompts) - 1,
+                  chunk_tokens=chunk_tokens, arrive_at_step=(workload.arrival_steps or [0])[-1])
+    steps, summaries = [], []
+    for chunked in (False, True):
+        run_steps, summary = run_summary(chunked, chunk_tokens, ran.arrive_at_step, *runs[chunked])
         steps += run_steps
-        runs.append(summary)
-    return ChunkingResult(sizes, steps, runs, before.worst(check_machine()))
+        summaries.append(summary)
+    return ChunkingResult(ran, steps, summaries, machine)
+
+
+def run_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
+    """Run the notebook's own experiment (``serve`` of ``notebooks/10_chunked_prefill.py``) as its cell
+    does: the same workload without and with chunked prefill, the machine's load checked around it."""
+    serve = notebook_function(NUMBER, "serve")
+    workload = long_prompt_among_decoders(lm, sizes.decoders, sizes.long_prompt, sizes.arrive_at_step,
+                                          sizes.decoder_prompt, sizes.decode_tokens, sizes.long_output)
+    before = check_machine()
+    runs = {chunked: serve(lm, workload, sizes.chunk_tokens if chunked else None)
+            for chunked in progress((False, True), desc="without and with chunking")}
+    return chunking_result(sizes, workload, sizes.chunk_tokens, runs, before.worst(check_machine()))
+
+
+def predicted_step_tokens(long_prompt: int, decoders: int, chunk_tokens: int) -> dict[bool, int]:
+    """The prediction: the most tokens one step computes while the long prompt is prefilled. Whole, the
+    admitting step computes the prompt and one token per decoder; chunked, never more than the budget."""
+    return {False: long_prompt + decoders, True: min(chunk_tokens, long_prompt + decoders)}
+
+
+def prediction_text(sizes: Sizes) -> str:
+    """The prediction, on the page before the run (markdown)."""
+    p = predicted_step_tokens(sizes.long_prompt, sizes.decoders, sizes.chunk_tokens)
+    return (f"**Predict first:** without chunking, the step that admits the long prompt computes "
+            f"{sizes.long_prompt:,} + {sizes.decoders} = **{p[False]:,} tokens**, and each decoder's next token "
+            f"waits for all of it. With a {sizes.chunk_tokens}-token budget no step computes more than "
+            f"**{p[True]} tokens**, and the prompt needs at least "
+            f"{-(-sizes.long_prompt // max(1, sizes.chunk_tokens - sizes.decoders))} steps (the decoders take "
+            f"{sizes.decoders} tokens of every budget first). A step's time grows with its tokens plus a fixed cost "
+            f"per forward pass, so the decoders' worst gap should shrink by at most {p[False] / p[True]:.1f}× "
+            "(the token ratio), and less, by that fixed cost; the long request's first token should come later.")
+
+
+def schedule_code() -> str:
+    """The scheduler's step, the library's real code (its docstring left out: the words around it
+    on the page say the same), as a markdown code block."""
+    lines = textwrap.dedent(inspect.getsource(Scheduler.schedule)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's measurement (``parts`` picks from :data:`PARTS`)."""
+    """The chapter's experiment (``parts`` picks from :data:`PARTS`), the notebook's own code."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {"chunking": lambda: measure_chunking(lm, sizes)})
+    return run_parts(result, parts, PARTS, {"chunking": lambda: run_chunking(lm, sizes)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,12 +225,13 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
     """The verdict (does chunking lower the worst gap beyond the noise?), then the spike, its
-    flattening and the TTFT price, every number from ``c``."""
+    flattening and the TTFT price, every number from ``c``, the prediction beside the measurement."""
     whole, chunked = c.run(False), c.run(True)
     spike = max(c.steps_of(False), key=lambda p: p.step_s)
     machine = machine or c.machine or check_machine()
     verdict = finding(c.outcome(), "chunking lowers the decoding requests' worst gap between two tokens", machine,
                       f"by more than the {c.decode_step_spread_s() * 1e3:,.1f} ms that decode-only steps varied")
+    predicted = predicted_step_tokens(c.sizes.long_prompt, c.sizes.decoders, c.sizes.chunk_tokens)
     return verdict + " " + (
         f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step of "
         f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**; the {c.sizes.decoders} decoding "
@@ -195,9 +239,14 @@ def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
         f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.chunk_tokens}-token budget the long "
         f"prefill was spread over {chunked.long_prefill_steps} steps of at most {chunked.max_step_tokens} tokens; "
         f"the worst gap was **{chunked.decoder_itl_max_s * 1e3:,.0f} ms** (p50 "
-        f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). The long request's TTFT went from "
-        f"{whole.long_ttft_s * 1e3:,.0f} ms to {chunked.long_ttft_s * 1e3:,.0f} ms: each extra step pays the "
-        "fixed cost of a forward pass, the price of a smoother stream for everyone else."
+        f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). Largest step, predicted vs measured: {predicted[False]:,} vs "
+        f"{whole.max_step_tokens:,} tokens whole, {predicted[True]} vs {chunked.max_step_tokens} chunked. The worst "
+        f"gap shrank {whole.decoder_itl_max_s / chunked.decoder_itl_max_s:.1f}×, against at most "
+        f"{predicted[False] / predicted[True]:.1f}× predicted from the tokens (each step also pays a fixed cost). "
+        f"The long request's TTFT went from {whole.long_ttft_s * 1e3:,.0f} ms to {chunked.long_ttft_s * 1e3:,.0f} ms: "
+        "each extra step pays the fixed cost of a forward pass, the price of a smoother stream for everyone else. "
+        "A smaller budget flattens the spike further but spreads the prefill over more steps (every step is in "
+        "the second table)."
     )
 
 
