@@ -8,7 +8,7 @@ the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
 
 1. **Tensor parallelism, run** (``tensor_parallel``): the embedded model split over 2 CPU
    processes (gloo), token for token the same as one process and as transformers; every
-   all-reduce counted (2 x layers per step, tokens x hidden x 4 B each, as
+   all-reduce counted (2 x layers per step, tokens x hidden x 4 B each in fp32, as
    :func:`infer_lab.analysis.collectives.tp_allreduces` predicts) and timed; the all-reduce cost
    fitted (latency + bandwidth) and held against the step time.
 2. **Scaling on catalogued GPUs** (``tp_scaling``, analytic): TP 1/2/4/8 ITL is sublinear; on
@@ -157,11 +157,12 @@ class TPResult:
     load_average: float  # 1-minute load average when the run ended (other programs on the cores)
     decode_steps: list[tuple[int, int, int]] = field(default_factory=list)  # rank 0: (tokens, all-reduces, bytes)
     single_allreduces: int = 0  # all-reduces of the world-size-1 runs (none to make)
+    act_bytes: int = 4  # bytes per activation value in the messages (the model's dtype: fp32 here)
 
     @property
     def steps_matching_prediction(self) -> int:
-        """Rank 0's decode steps with exactly 2 x layers all-reduces of tokens x hidden x 4 B each."""
-        return sum(calls == 2 * self.layers and nbytes == calls * tokens * self.hidden * 4
+        """Rank 0's decode steps with exactly 2 x layers all-reduces of tokens x hidden x act_bytes each."""
+        return sum(calls == 2 * self.layers and nbytes == calls * tokens * self.hidden * self.act_bytes
                    for tokens, calls, nbytes in self.decode_steps)
 
     @property
@@ -362,6 +363,7 @@ def tp_result(lm: Any, prompts: list[list[int]], new_tokens: int, single: list[A
         load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
         decode_steps=[(s.tokens, s.allreduce_calls, s.allreduce_bytes) for s in decode],
         single_allreduces=sum(s.allreduce_calls for r in single for s in r.steps),
+        act_bytes=torch.empty((), dtype=lm.model.dtype).element_size(),
     )
 
 
@@ -387,7 +389,7 @@ def tp_text(tp: TPResult) -> str:
         f"({'same' if tp.identical_hf else 'different'}) on {len(tp.prompt_tokens)} prompts x "
         f"{tp.new_tokens} tokens.",
         f"**All-reduces, counted:** {r0.allreduces_per_step} per decode step = 2 x {tp.layers} layers, each of "
-        f"{tp.message_bytes:,} bytes (tokens x {tp.hidden} x 4 B) in the median step; "
+        f"{tp.message_bytes:,} bytes (tokens x {tp.hidden} x {tp.act_bytes} B) in the median step; "
         f"{tp.steps_matching_prediction} of rank 0's {len(tp.decode_steps)} decode steps made exactly the predicted "
         f"count and bytes (fewer tokens once a sequence stops at EOS, fewer bytes). World size 1 made "
         f"{tp.single_allreduces}. Nothing else crosses between ranks.",
