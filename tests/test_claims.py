@@ -77,9 +77,9 @@ def test_tp_text_names_the_best_layout_and_the_model_differs_from_the_talk():  #
 
 
 def test_heterogeneous_and_attention_ffn_show_the_whole_comparison():  # items 4 and 5
-    ch13 = chapter("13")
-    h = ch13.measure_hetero(None, ch13.sizes("cpu", "quick"))
-    text = ch13.hetero_text(h)
+    ch16 = chapter("16")
+    h = ch16.run_hetero(None, ch16.sizes("cpu", "quick"))
+    text = ch16.hetero_text(h)
     assert f"all {h.decode_gpu}:" in text and f"all {h.prefill_gpu}:" in text
     s = h.afd_split
     assert f"{s.sequential_step_ms:.1f} ms" in text and "fp8 weights" in text
@@ -198,17 +198,17 @@ def test_the_talks_heterogeneous_claims_are_cited_from_data():  # Trainium + Cer
     from infer_lab.catalog import get_cited_chip
 
     claims = get_cited_chip("Cerebras-WSE-3").talk_claims
-    text = chapter("13").cited_pairing_text()
+    text = chapter("16").cited_pairing_text()
     assert claims["pairing"]["speedup"] == 5 and claims["speedup_at_equal_power_range"] == [3, 10]
     assert "Trainium" in text and "EFA" in text and "3–10×" in text and "Cited, not computed" in text
 
 
 def test_pd_pools_are_told_with_summarization_and_story_writing():
-    ch13 = chapter("13")
-    assert ch13._pd_counts("1P:3D TP1") == (1, 3) and ch13._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
-    text = ch13.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
+    ch16 = chapter("16")
+    assert ch16._pd_counts("1P:3D TP1") == (1, 3) and ch16._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
+    text = ch16.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
     assert "prefill 3 of 4" in text and "prefill 1 of 4" in text and "expected direction" not in text
-    assert "expected direction" in ch13.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
+    assert "expected direction" in ch16.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
 
 
 @pytest.mark.parametrize("gpu", ["H100-SXM", "L4"])

@@ -124,6 +124,10 @@ NEAR_MISSES = [
     ("13", "ring_allreduce_s", "steps = 2 * (n_ranks - 1)", "steps = n_ranks - 1", "a reduce-scatter AND"),
     ("13", "tp_decode_allreduces", "return 2 * layers,", "return layers,", "after attention AND after the MLP"),
     ("13", "kv_copies", "    if mla:\n        return float(tp)\n", "", "every rank caches all of it"),
+    ("16", "colocated_capacity_rps", "output_tokens * decode_step_s / decode_batch", "output_tokens * decode_step_s",
+     "a request pays 1/batch"),
+    ("16", "step_cost_fit", "return ms - b * mt, b", "return 0.0, sum(t * s for t, s in zip(tokens, seconds)) / "
+     "sum(t * t for t in tokens)", "through the origin"),
     ("14", "kv_transfer_s", "context * kv_bytes_per_token / link_Bps", "context * kv_bytes_per_token / (2 * link_Bps)",
      "per-direction bandwidth"),
     ("14", "recompute_over_reload", "(2 * params / peak_flops)", "(params / peak_flops)", "2 FLOP per weight"),
@@ -338,6 +342,8 @@ DIFFERENT_BUT_RIGHT = [
      "from fractions import Fraction\n    return max(Fraction(1), Fraction(tp, kv_heads))"),
     ("13", "tp_decode_allreduces", "return 2 * layers, batch * hidden * bytes_per_value",
      "import numpy as np\n    return [np.int64(2 * layers), np.int64(batch * hidden * bytes_per_value)]"),
+    ("16", "step_cost_fit", "    b = cov / var\n    return ms - b * mt, b\n",
+     "    import numpy as np\n    b, a = np.polyfit(tokens, seconds, 1)\n    return [a, b]\n"),
 ]
 
 

@@ -69,7 +69,7 @@ def _chapter_outputs(ch, parts: list[str]) -> str:
 
 
 @pytest.mark.parametrize(("number", "parts"), [("04", None), ("14", None), ("03", ["datasheet"]),
-                                               ("13", ["scaling", "plan"])])
+                                               ("13", ["scaling"]), ("16", ["plan"])])
 def test_chapter_outputs_without_a_model_are_written_for_people(number, parts):
     from infer_lab.course import chapter
 

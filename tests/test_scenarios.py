@@ -63,11 +63,13 @@ def test_chapter_04_tradeoff_stays_within_every_model_limit(size):
 
 
 def test_chapter_12_scale_out_and_chapter_13_scaling_contexts_are_readable():
-    ch12, ch13 = chapter("12"), chapter("13")
+    ch12, ch13, ch16 = chapter("12"), chapter("13"), chapter("16")
     q = ch12.SCALE_OUT
     assert q["context"] <= memory.context_limit(q["model"])
     s = ch13.sizes("cpu", "quick")
     assert s.scaling_context <= memory.context_limit(s.scaling_model)
+    p = ch16.sizes("cpu", "quick")
+    assert p.plan_context <= memory.context_limit(p.plan_model)
 
 
 def test_chapter_06_variant_tables_stay_within_each_model_limit():

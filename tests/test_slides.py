@@ -192,7 +192,7 @@ def test_deck_builds_saved_only_with_every_section(tmp_path):
     assert "Why inference cost matters" in html and "Token volumes exploded" in html
     assert "Saved result, not measured on this machine" in html  # the saved GPU views
     assert "Measured on" not in " ".join(page.captions)  # nothing was measured
-    # every chapter keeps its analytic and simulated parts (issue #23): chapter 13's wafer point and fast mode
+    # every chapter keeps its analytic and simulated parts (issue #23): chapter 16's wafer point and chapter 13's fast mode
     for mod in chapters():
         assert f"{mod.TITLE.split(':')[0]}: what we found" in html, mod.NUMBER
     assert "Cerebras" in html and "Fast mode" in html and "Coding agents" in html

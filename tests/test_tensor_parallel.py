@@ -196,7 +196,7 @@ def test_tp_command_json_and_its_errors(capsys):
 
 
 def test_tp_scaling_is_strictly_sublinear_in_the_chapter_model():
-    from infer_lab.course import ch13_beyond_one_gpu as ch13
+    from infer_lab.course import ch13_tensor_parallel as ch13
 
     s = ch13.scaling_result("llama-3-70b", 16, 8192)
     for r in s.rows:

@@ -314,7 +314,7 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
     return ("**Coding agents.** An agent that puts a repository into its prompt sends 200k to 1M tokens "
             f"({AGENT_MODEL}, which reads that many positions; roofline bounds with dense attention, so real "
             "engines take longer and sparse-attention models less): " + "; ".join(parts) + ". That is why "
-            "engines chunk prefill, and why such prompts move to their own prefill pool (chapter 13).")
+            "engines chunk prefill, and why such prompts move to their own prefill pool (chapter 16).")
 
 
 def summary(result: Result) -> str:

@@ -248,7 +248,7 @@ def disaggregation_direction(sizes: Sizes) -> Direction:
             f"costs {move * 1e3:,.0f} ms, {move / prefill:.0%} of the prefill it replaces. Chunked prefill is the "
             "single-GPU answer; disaggregation and multi-node routing are the fleet's.")
     return Direction("disaggregation", "Disaggregated and multi-node serving", text,
-                     chapter_refs("chunked_prefill", "beyond_one_gpu", "engines"),
+                     chapter_refs("chunked_prefill", "tensor_parallel", "cluster", "engines"),
                      ("NVIDIA Dynamo (disaggregation, KV-aware routing)", "llm-d (Kubernetes-native distributed vLLM)",
                       "vLLM and SGLang prefill/decode disaggregation", "infer-lab cluster (this repository's simulator)"))
 

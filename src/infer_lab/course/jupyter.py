@@ -36,6 +36,7 @@ EXPLORERS = {
     "02": ("memory_explorer",),
     "03": ("roofline_explorer",),
     "04": ("presets_explorer",),
+    "13": ("scaling_explorer",),
     "14": ("where_next_explorer",),
 }
 
@@ -282,6 +283,32 @@ def presets_explorer() -> Any:
         say(ch04.tradeoff_text(trade))
 
     return explorer(render, controls, rows=1)
+
+
+def scaling_explorer() -> Any:
+    """Chapter 13: TP scaling on catalogued GPUs for one model, batch and context, live (the notebook's
+    own ``tp_scaling`` experiment, through ``ch13.scaling_result``)."""
+    from . import ch13_tensor_parallel as ch13
+
+    w = _widgets()
+    s = ch13.sizes("cpu", "quick")
+    controls = {
+        "model": w.Dropdown(options=["llama-3-70b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"], value=s.scaling_model,
+                            description="model"),
+        "batch": w.IntSlider(min=1, max=128, value=s.scaling_batch, description="users (batch)"),
+        "context": w.Dropdown(options=[1024, 4096, 8192, 32768], value=s.scaling_context, description="context"),
+    }
+
+    def render(model: str, batch: int, context: int) -> None:
+        scaling = ch13.scaling_result(model, batch, context)
+        figs = ch13.scaling_figures(scaling)
+        show_figure(figs["tp_scaling"])
+        say(ch13.scaling_text(scaling))
+        for name, frame in ch13.scaling_tables(scaling).items():
+            show_table(frame, name)
+        show_figure(figs["frontier"])
+
+    return explorer(render, controls)
 
 
 def where_next_explorer() -> Any:

@@ -1,4 +1,4 @@
-"""Chapter 13 · Beyond one GPU: exercises.
+"""Chapter 13 · Tensor parallelism: exercises.
 
 Fill in each function, then run `infer-lab check 13`. Bandwidths are bytes/s in one
 direction, latencies seconds.

@@ -13,8 +13,8 @@ from . import Exercise
 from .checking import Mistake, factor_of_2
 
 NUMBER = "13"
-SLUG = "beyond_one_gpu"
-TITLE = "13 · Beyond one GPU"
+SLUG = "tensor_parallel"
+TITLE = "13 · Tensor parallelism"
 
 RING_CASES = (("nvlink4-nvswitch", 8, 1_000_000_000), ("nvlink4-nvswitch", 8, 262_144), ("nvlink4-nvswitch", 2, 64 << 20),
               ("pcie4-x16", 4, 16 << 20), ("nvlink3-nvswitch", 4, 8_192), ("infiniband-ndr400", 16, 512 << 20),

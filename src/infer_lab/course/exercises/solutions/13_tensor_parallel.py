@@ -1,4 +1,4 @@
-"""Chapter 13 · Beyond one GPU: reference solutions."""
+"""Chapter 13 · Tensor parallelism: reference solutions."""
 
 
 def ring_allreduce_s(n_ranks: int, message_bytes: int, bus_bandwidth_Bps: float, hop_latency_s: float,

@@ -1,0 +1,87 @@
+"""Notebook 16's page is the experiment: the simulator and the engine check run from the notebook's
+``@app.function`` definitions, the chapter module only shows them, the effects go the way the
+chapter says, and changing the slots in the check's cell changes the steps both sides take."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from infer_lab.course import ch16_cluster as ch16
+from infer_lab.course.notebook_code import notebook_function, notebook_path
+
+CELL_NUMBER = "    slots = 3  # batch slots"
+EXPERIMENTS = {"serve_cluster": "scenarios.best_pd_ratio(", "throughput_ceiling": "scenarios.saturation(",
+               "heterogeneous": "hetero.compare_heterogeneous(", "attention_ffn_split": "compare_attention_ffn(",
+               "plan_cluster": "recommend(model, gpu", "simulator_vs_engine": "compare_with_engine("}
+
+
+def test_the_experiments_run_from_the_notebook_file():
+    for name, call in EXPERIMENTS.items():
+        fn = notebook_function("16", name)
+        assert inspect.getsourcefile(fn) == str(notebook_path("16"))
+        code = inspect.getsource(fn)
+        assert call in code and len(code.splitlines()) <= 15, name
+    runs = inspect.getsource(ch16.run_cluster) + inspect.getsource(ch16.run_hetero) + inspect.getsource(
+        ch16.run_plan) + inspect.getsource(ch16.run_check)
+    for name in EXPERIMENTS:  # the chapter module runs the notebook's functions, not copies of them
+        assert f'"{name}"' in runs, name
+    assert "compare_with_engine" not in inspect.getsource(ch16)
+    assert notebook_path("16").read_text().count(CELL_NUMBER) == 1
+
+
+def test_the_cluster_effects_go_the_way_the_chapter_says():
+    c = ch16.run_cluster(None, ch16.sizes("cpu", "quick"))
+    summ, story = c.workload("summarize"), c.workload("story")
+    col, dis = summ.mode("colocated"), summ.mode("disaggregated (best P:D)")
+    assert col.itl_ms_p99 > 3 * dis.itl_ms_p99  # prefill interference is the tail, and the split removes it
+    p_summ, p_story = ch16._pd_counts(summ.best_pd), ch16._pd_counts(story.best_pd)
+    assert p_summ[0] > p_story[0]  # summaries want more prefill GPUs than stories
+    assert c.colocated_over_best_disaggregated > 1.0  # disaggregation does not raise the ceiling
+
+
+@pytest.fixture(scope="module")
+def quick_check(embedded):
+    return ch16.run_check(embedded, ch16.sizes("cpu", "quick"))
+
+
+def test_the_simulator_replays_the_engines_steps_exactly(quick_check):
+    c = quick_check
+    assert c.max_num_seqs == ch16.CHECK_SLOTS < c.requests  # requests wait for a slot
+    assert c.same_schedule and c.sim_step_tokens == c.engine_step_tokens
+    assert len(c.engine_step_tokens) > c.requests  # prefill steps and decode steps
+    assert abs(c.busy_ratio - 1) < 0.01  # a least-squares fit's residuals sum to zero over the same steps
+    assert ("they **agree**" in ch16.check_text(c)) == c.within()
+
+
+def _edited_notebook(tmp_path, slots: int):
+    source = notebook_path("16").read_text()
+    path = tmp_path / "nb16_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 3", f"= {slots}")))
+    spec = importlib.util.spec_from_file_location("nb16_edited", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nb16_edited"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("nb16_edited", None)
+    return module
+
+
+def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_path, quick_check):
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    sizes = ch16.sizes("cpu", "quick")
+    cell = _edited_notebook(tmp_path, sizes.check_prompts - 1).check_run  # 5 slots for 6 prompts
+    _, defs = cell.run(ch16=ch16, lm=embedded, mo=mo, nb=nb, sizes=sizes, check_button=SimpleNamespace(value=True))
+    wide = defs["check"]
+    assert wide.max_num_seqs == sizes.check_prompts - 1 and wide.same_schedule
+    assert len(wide.engine_step_tokens) < len(quick_check.engine_step_tokens)
+    assert len(wide.sim_step_tokens) == len(wide.engine_step_tokens)
