@@ -92,8 +92,11 @@ def working_sets(smallest: int, largest: int, factor: int = 4) -> list[int]:
 
 def bandwidth_sweep(device: torch.device | str, sizes: Sequence[int], repeats: int = 5,
                     sample_s: float = 2e-3, threads: int | None = 1) -> list[BandwidthPoint]:
-    """:func:`copy_bandwidth` at each working-set size (bytes), smallest first."""
-    return [copy_bandwidth(device, n, repeats, sample_s, threads) for n in sorted(sizes)]
+    """:func:`copy_bandwidth` at each working-set size (bytes), smallest first, after one discarded
+    sweep point (the first measurement of a process also pays for waking the caches and the clock)."""
+    sizes = sorted(sizes)
+    copy_bandwidth(device, sizes[0], 1, sample_s, threads)
+    return [copy_bandwidth(device, n, repeats, sample_s, threads) for n in sizes]
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ def flops_figure(shares: list[ComponentFlops]):
                 ax.text(left[i] + w / 2, i, f"{human(w, 2)} %", ha="center", va="center", fontsize=8, color="white")
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.axvline(100 * RULE_OF_THUMB, color="k", ls="--", lw=1)
-    ax.text(100 * RULE_OF_THUMB, len(shares) - 0.45, " 95 % rule", fontsize=8, va="bottom", ha="right")
+    ax.text(100 * RULE_OF_THUMB, -0.5, "95 % rule ", fontsize=8, va="bottom", ha="right")
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
     ax.set_xlabel("% of one decode step's FLOPs (batch 1)")
@@ -258,7 +258,7 @@ def flops_text(shares: list[ComponentFlops], guess_pct: float | None = None) -> 
     small = min(shares, key=lambda s: s.layers_share)
     if small.layers_share < RULE_OF_THUMB:
         lines.append(f"The LM head does the same work per token whatever the depth: vocabulary × hidden "
-                     f"multiply-adds. In {small.model} the layers are few and narrow next to its vocabulary, so the "
+                     f"multiply-adds. In {small.model} the layers are small next to its vocabulary matrix, so the "
                      "head's share is large; in a 7B the layers dwarf it. Attention over the cache is the only part "
                      "that grows with the context: raise `context` in the cell and watch it take a larger share.")
     return " ".join(lines)
