@@ -82,7 +82,7 @@ def _(ch15, mo, model_picker, nb, size_picker, weights_picker):
 
 
 @app.cell(hide_code=True)
-def _(ch15, lm, mo, nb):
+def _(ch15, mo, nb):
     loop_button = mo.ui.run_button(label=ch15.PARTS["loop"])
     mo.vstack([
         mo.md(f"""
@@ -102,8 +102,6 @@ def _(ch15, lm, mo, nb):
 
     **Predict first:** how many forward passes does it take to write 6 tokens? How long is the
     logits vector of each, for this model?
-
-    {ch15.tokenizer_note(lm)}
     """),
         mo.md(f"{loop_button} {nb.button_time(ch15, 'loop')}"),
     ])
@@ -154,8 +152,9 @@ def the_loop(ch15, lm, loop_button, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(ch15, mo, nb):
     flops_guess = mo.ui.slider(0, 100, value=50, step=1, label="your guess: % of one token's FLOPs in the layers")
+    flops_button = mo.ui.run_button(label=ch15.PARTS["flops"])
     mo.vstack([
         mo.md(r"""
     ## 2 · Where one token's FLOPs are
@@ -173,12 +172,12 @@ def _(mo):
     - **LM head**: the last vector times the vocabulary matrix.
 
     A common rule of thumb says *about 95 % of the compute is in the layers*. **Predict first**
-    with the slider: what share is it for your model? Then read the answer below; it is computed,
-    so it updates as you move the slider or change the context.
+    with the slider: what share is it for your model? Then press the button; the answer is
+    counted from the config, so it takes no time.
     """),
-        flops_guess,
+        mo.hstack([flops_guess, flops_button], justify="start"),
     ])
-    return (flops_guess,)
+    return flops_button, flops_guess
 
 
 @app.function
@@ -188,7 +187,8 @@ def flop_shares(models, context):
 
 
 @app.cell
-def _(ch15, flops_guess, lm, mo, nb):
+def _(ch15, flops_button, flops_guess, lm, mo, nb):
+    mo.stop(not nb.pressed(flops_button), nb.placeholder(flops_button))
     context = 1024  # tokens the new token attends to: raise it and watch "attention scores" grow
     shares = flop_shares(ch15.flops_models(lm), context)  # your model, and a 7B from the catalog
     mo.vstack([
@@ -200,7 +200,7 @@ def _(ch15, flops_guess, lm, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(ch15, lm, mo, nb):
+def _(ch15, mo, nb):
     bandwidth_button = mo.ui.run_button(label=ch15.PARTS["bandwidth"])
     mo.md(f"""
     ## 3 · Your memory, level by level
@@ -212,7 +212,7 @@ def _(ch15, lm, mo, nb):
     then its HBM, the large, slower memory every weight lives in. Each point is the median of
     several timed samples after a warm-up; GB = 10⁹ bytes.
 
-    {ch15.levels_text(lm.device)}
+    {ch15.levels_text()}
 
     **Predict first:** at which working-set sizes will the curve fall, and which level is the
     slowest? That slowest level is where a model's weights live.

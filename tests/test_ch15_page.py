@@ -147,3 +147,12 @@ def test_decode_prediction_says_memory_bound_on_this_cpu(embedded):
     assert step.bound == "memory" and step.bytes >= 0.95 * 4 * embedded.n_params  # fp32: 4 bytes per weight, read once
     text = ch15.budget_text(step, ch15.byte_split(embedded, 128))
     assert "memory-bound" in text and "of weights" in text
+
+
+def test_without_a_tokenizer_the_page_says_it_shows_token_ids(loop):
+    ids_only = ch15.LoopResult(loop.model, loop.prompt, loop.prompt_ids, loop.steps, loop.engine_tokens[:2] + (0,) * 4,
+                               None, True)
+    text = ch15.loop_text(ids_only)
+    assert text.startswith("**This model has no tokenizer**") and str(list(loop.tokens)) in text
+    assert "differ from pass 3 on" in text and "nearly tied" in text
+    assert (ch15.loop_table(ids_only)["as text"] == "— (no tokenizer)").all()

@@ -114,13 +114,9 @@ class LoopResult:
                     None if len(self.tokens) == len(self.engine_tokens) else min(len(self.tokens), len(self.engine_tokens)))
 
 
-def tokenizer_note(lm: Any) -> str:
-    """What the page says when the model has no tokenizer (random weights on a GPU): token ids, no text."""
-    if lm.tokenizer is not None:
-        return ""
-    return (f"**This model has no tokenizer** ({lm.name}, random weights): the prompt's words are mapped to fixed "
-            "token ids, one per word (`lm.word_ids`), and the loop shows token ids instead of text. Random "
-            "weights also choose meaningless tokens; the loop, the shapes and the passes are the same.")
+NO_TOKENIZER = ("**This model has no tokenizer** (random weights): the prompt's words were mapped to fixed token ids, "
+                "one per word (`lm.word_ids`), and the loop shows token ids instead of text. Random weights also "
+                "choose meaningless tokens; the loop, the shapes and the passes are the same.")
 
 
 def prompt_ids(lm: Any, prompt: str) -> list[int]:
@@ -176,7 +172,8 @@ def loop_text(loop: LoopResult) -> str:
     vocab = loop.steps[0]["logits"][0]
     wrote = (f"It wrote {''.join(loop.pieces)!r} after {loop.prompt!r}." if loop.pieces is not None
              else f"It chose the token ids {list(loop.tokens)}.")
-    lines = [f"**{n} tokens took {n} forward passes.** Each pass ran the whole text through every layer again: "
+    lines = [] if loop.pieces is not None else [NO_TOKENIZER]
+    lines += [f"**{n} tokens took {n} forward passes.** Each pass ran the whole text through every layer again: "
              f"{first} tokens in the first, {last} in the last. Each pass's logits hold {vocab:,} scores, one per "
              f"vocabulary entry, and only the last position's are needed. {wrote}"]
     if loop.same_as_engine:
@@ -304,9 +301,10 @@ def _binary(n: int) -> str:
     return f"{n} B"
 
 
-def levels_text(device: Any) -> str:
-    """The device's caches, as the operating system (or torch) reports them: the page's prediction."""
-    dev = torch.device(device)
+def levels_text(device: Any = None) -> str:
+    """The device's caches (default: the GPU when there is one, else the CPU), as the operating system
+    (or torch) reports them: the page's prediction."""
+    dev = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
     levels = cache_levels(dev)
     where = "torch" if dev.type == "cuda" else "the operating system"
     if not levels:
