@@ -32,7 +32,13 @@ with app.setup:
     from infer_lab.bench.bandwidth import bandwidth_sweep, working_sets
     from infer_lab.bench.predicted import decode_step_predicted_vs_measured
     from infer_lab.engine import Engine, EngineConfig, SamplingParams
-    from infer_lab.engine.layers import LayerFunctions, causal_attention, decoder_layer, rms_norm, rope_cos_sin
+    from infer_lab.engine.layers import (
+        LayerFunctions,
+        causal_attention,
+        decoder_layer,
+        rms_norm,
+        rope_cos_sin,
+    )
     from infer_lab.engine.model import EngineModel
     from infer_lab.hardware import measure_ceilings
 
@@ -85,7 +91,7 @@ def _(ch15, mo, model_picker, nb, size_picker, weights_picker):
 def _(ch15, mo, nb):
     loop_button = mo.ui.run_button(label=ch15.PARTS["loop"])
     mo.vstack([
-        mo.md(f"""
+        mo.md("""
     ## 1 · The autoregressive loop, one token at a time
 
     Text becomes token ids (**tokenize**). Each id picks one row of the embedding table

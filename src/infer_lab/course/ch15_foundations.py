@@ -29,7 +29,7 @@ import torch
 from ..analysis.compare import dtype_name, shape_of
 from ..analysis.flops import COMPONENTS, ComponentFlops
 from ..analysis.roofline import StepPrediction, decode_ops
-from ..bench.bandwidth import KIB, MIB, GIB, BandwidthPoint, CacheLevel, cache_levels
+from ..bench.bandwidth import GIB, KIB, MIB, BandwidthPoint, CacheLevel, cache_levels
 from ..figures import finish, subplots
 from ..hardware import device_label
 from ..shape import ModelShape, model_shape
