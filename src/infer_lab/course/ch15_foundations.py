@@ -365,9 +365,15 @@ def bandwidth_text(points: list[BandwidthPoint], device: Any) -> str:
              f"{_binary(best.working_set_bytes)}; at the largest, {_binary(last.working_set_bytes)}, they ran at "
              f"**{human(last.GBps)} GB/s**, {human(best.GBps / last.GBps)}× slower."]
     if fall is not None:
-        lines.append(f"The curve first falls below 60 % of its peak at {_binary(fall.working_set_bytes)}.")
+        below = [c for c in result.levels if c.size_bytes < fall.working_set_bytes]
+        above = [c for c in result.levels if c.size_bytes >= fall.working_set_bytes]
+        named = [f"the {c.name} ({_binary(c.size_bytes)})" for c in (below[-1:] + above[:1])]
+        where = (f", between {named[0]} and {named[1]}" if below and above else
+                 f", beyond {named[0]}" if below else f", within {named[0]}" if above else "")
+        lines.append(f"The curve first falls below 60 % of its peak at {_binary(fall.working_set_bytes)}{where}: "
+                     "compare with the cache sizes above (on a busy machine one slow point can come early).")
     if result.threads:
-        lines.append(f"One thread, so this is one core's view: {result.device} with more threads moves more bytes per "
+        lines.append(f"One thread, so this is one core's view of {result.device}: more threads move more bytes per "
                      "second from main memory (the ceilings of part 4 use every thread). At the smallest sizes each "
                      "copy lasts well under a microsecond and torch's fixed cost per call is part of the time, so "
                      "they read lower than the cache could do.")
