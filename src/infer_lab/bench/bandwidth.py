@@ -6,7 +6,9 @@ While it fits a cache level, copies run at that level's speed; past it, the spee
 next level's: on a CPU the drops at L1, L2 and L3 ("cache cliffs"), on a GPU its L2 and then HBM.
 
 A small copy takes microseconds, less than a timer's resolution and a GPU's launch: each timed
-sample therefore repeats the copy until it lasts about ``sample_s``, after a warm-up. The result is
+sample therefore repeats the copy until it lasts about ``sample_s``, after a warm-up. Short samples
+(half a millisecond) and several of them keep the median usable on a busy machine: a sample that
+the operating system interrupts is slow, and fewer samples are interrupted when each is short. The result is
 the median over ``repeats`` samples with the slowest and fastest beside it. GB/s are 10⁹ bytes/s.
 
 On a CPU the copies run on one thread (``threads=1``): L1 and L2 belong to one core, and on a busy
@@ -54,7 +56,7 @@ def _cpu_threads(device: torch.device, threads: int | None) -> Iterator[None]:
 
 
 def copy_bandwidth(device: torch.device | str, working_set_bytes: int, repeats: int = 5,
-                   sample_s: float = 2e-3, threads: int | None = 1) -> BandwidthPoint:
+                   sample_s: float = 5e-4, threads: int | None = 1) -> BandwidthPoint:
     """GB/s of ``dst.copy_(src)`` with ``src`` and ``dst`` together ``working_set_bytes`` (fp32);
     on a CPU with ``threads`` torch threads (``None``: as set)."""
     if repeats < 1 or working_set_bytes < 8:
@@ -91,7 +93,7 @@ def working_sets(smallest: int, largest: int, factor: int = 4) -> list[int]:
 
 
 def bandwidth_sweep(device: torch.device | str, sizes: Sequence[int], repeats: int = 5,
-                    sample_s: float = 2e-3, threads: int | None = 1) -> list[BandwidthPoint]:
+                    sample_s: float = 5e-4, threads: int | None = 1) -> list[BandwidthPoint]:
     """:func:`copy_bandwidth` at each working-set size (bytes), smallest first, after one discarded
     sweep point (the first measurement of a process also pays for waking the caches and the clock)."""
     sizes = sorted(sizes)

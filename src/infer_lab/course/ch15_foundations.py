@@ -76,11 +76,11 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     prompt = "The capital of France is"
     if on_gpu:
         if size == "quick":
-            return Sizes(size, prompt, 6, 1024, 256 * KIB, 1 * GIB, 5, 512, 8)
-        return Sizes(size, prompt, 8, 1024, 64 * KIB, 4 * GIB, 9, 1024, 16)
+            return Sizes(size, prompt, 6, 1024, 256 * KIB, 1 * GIB, 9, 512, 8)
+        return Sizes(size, prompt, 8, 1024, 64 * KIB, 4 * GIB, 15, 1024, 16)
     if size == "quick":
-        return Sizes(size, prompt, 6, 1024, 64 * KIB, 256 * MIB, 5, 128, 8)
-    return Sizes(size, prompt, 8, 1024, 16 * KIB, 1 * GIB, 9, 512, 16)
+        return Sizes(size, prompt, 6, 1024, 64 * KIB, 256 * MIB, 9, 128, 8)
+    return Sizes(size, prompt, 8, 1024, 16 * KIB, 1 * GIB, 15, 512, 16)
 
 
 # ---------------------------------------------------------------------------------------------
