@@ -133,7 +133,8 @@ def generate_step_by_step(lm, ids, new_tokens):
             h = decoder_layer(h, layer, self_attention, cos[:, None], sin[:, None], model.shape, plain)
         logits = rms_norm(h[-1], model.final_norm, model.shape.rms_norm_eps) @ model.lm_head.T  # (vocab,)
         token = int(logits.argmax())  # sample: greedy, the highest score
-        steps.append({"input": tuple(x.shape), "hidden": tuple(h.shape), "logits": tuple(logits.shape), "token": token})
+        steps.append({"input": tuple(x.shape), "hidden": tuple(h.shape),  # this pass's shapes and choice
+                      "logits": tuple(logits.shape), "token": token})
         ids = [*ids, token]  # append, and go round again
     return steps
 
