@@ -49,6 +49,7 @@ PARTS = {
     "bandwidth": "Measure bandwidth across working-set sizes",
     "decode": "Time one decode step",
 }
+ANALYTIC_PARTS = ("flops",)  # counted from configs: runs without a model (the deck's saved-only build)
 SEVEN_B = "mistral-7b"  # the catalog's 7B, next to the learner's model
 SMALL = "smollm2-135m"  # shown instead when the learner's model is that 7B
 RULE_OF_THUMB = 0.95  # "about 95 % of the compute is in the layers"
@@ -199,7 +200,10 @@ def _same_shape(a: ModelShape, b: ModelShape) -> bool:
 
 def flops_models(lm: Any) -> list[Any]:
     """The learner's model (its shape, named as loaded) and the catalog's 7B; the small embedded model
-    instead when the learner's model already has the 7B's shape (the GPU default)."""
+    instead when the learner's model already has the 7B's shape (the GPU default). Without a model
+    (``lm=None``), the embedded model's catalog entry and the 7B."""
+    if lm is None:
+        return [SMALL, SEVEN_B]
     mine = dataclasses.replace(shape_of(lm), name=lm.name)
     other = SMALL if _same_shape(mine, model_shape(SEVEN_B)) else SEVEN_B
     return [mine, other]
