@@ -156,3 +156,15 @@ def test_without_a_tokenizer_the_page_says_it_shows_token_ids(loop):
     assert text.startswith("**This model has no tokenizer**") and str(list(loop.tokens)) in text
     assert "differ from pass 3 on" in text and "nearly tied" in text
     assert (ch15.loop_table(ids_only)["as text"] == "— (no tokenizer)").all()
+
+
+def test_the_flop_comparison_picks_the_other_model():
+    from infer_lab.catalog import load_model_config
+
+    def fake(name: str) -> SimpleNamespace:
+        cfg = load_model_config(name)
+        return SimpleNamespace(name=name, model=SimpleNamespace(config=SimpleNamespace(to_dict=lambda: dict(cfg))))
+
+    assert [getattr(m, "name", m) for m in ch15.flops_models(fake("mistral-7b"))] == ["mistral-7b", "smollm2-135m"]
+    assert [getattr(m, "name", m) for m in ch15.flops_models(fake("smollm2-135m"))] == ["smollm2-135m", "mistral-7b"]
+    assert ch15.flops_models(None) == ["smollm2-135m", "mistral-7b"]  # no model: the deck's analytic build
