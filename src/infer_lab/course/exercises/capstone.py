@@ -36,8 +36,10 @@ from ...units import human
 from . import DEFAULT_DIR, Exercise, default_file, exercises, load_file, numbers, solution_path
 
 # Both of our engines run with these options, so the reference differs from yours only in the parts.
-# n-gram speculation is on, so that verification and prompt lookup run too.
-ENGINE_OPTIONS = {"block_size": 16, "max_num_seqs": 8, "speculative": "ngram:3", "num_speculative_tokens": 4}
+# The radix prefix cache and n-gram speculation are on, so that the radix match, verification and
+# prompt lookup run too.
+ENGINE_OPTIONS = {"block_size": 16, "max_num_seqs": 8, "prefix_cache": "radix", "speculative": "ngram:3",
+                  "num_speculative_tokens": 4}
 MAX_MODEL_LEN = 512
 QUESTIONS = ("What is the capital of France?", "Write a haiku about the sea.",
              "Name three primary colors.", "hi")

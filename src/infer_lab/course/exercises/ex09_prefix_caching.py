@@ -222,4 +222,4 @@ EXERCISES.append(
              "radix prefix cache on the embedded model, token for token against transformers, with the hit "
              "count and the pool checked.", check_radix_engine,
              functions=("radix_match",), symbol="src/infer_lab/engine/prefix_cache.py::RadixPrefixCache.match",
-             timeout_s=build.BUILD_TIMEOUT_S))
+             timeout_s=build.BUILD_TIMEOUT_S, install=install_radix_match))
