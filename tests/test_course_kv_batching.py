@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 
+from infer_lab.analysis.kv_waste import kv_waste_breakdown, mixed_lengths
+from infer_lab.bench.kv_allocators import kv_memory_waste
 from infer_lab.course import ch07_kv_cache_paged as ch07
 from infer_lab.course import ch08_batching as ch08
 from infer_lab.engine import ContiguousKVCache, PagedKVCache, SamplingParams, Sequence
@@ -37,8 +39,8 @@ def _full_width_report(shape, prompts, outputs, max_model_len, block_size):
 
 def test_narrow_allocator_stores_count_the_same_bytes_as_full_width_ones():
     shape = model_shape("smollm2-135m")  # 3 KV heads x 64: small enough to allocate for real
-    prompts, outputs = ch07.mixed_lengths(8, seed=3, max_prompt=64, max_output=64)
-    rows = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, 256, block_size=16)}
+    prompts, outputs = mixed_lengths(8, seed=3, max_prompt=64, max_output=64)
+    rows = {r.layout: r for r in kv_memory_waste(shape, prompts, outputs, 256, block_size=16)}
     full = _full_width_report(shape, prompts, outputs, 256, 16)
     for layout in ("contiguous", "paged"):
         assert (rows[layout].used_bytes, rows[layout].reserved_bytes) == full[layout]
@@ -50,8 +52,9 @@ def test_a_budget_below_one_reservation_is_explained_not_raised():
     tight = ch07.WasteSettings(shape_name="llama-3-70b", max_model_len=8192, budget_bytes=1 * GiB)
     problem = ch07.waste_problem(tight)
     assert problem and "contiguous-max" in problem and "budget" in problem
+    prompts, outputs = tight.lengths()
     with pytest.raises(ValueError):
-        ch07.measure_waste(tight)
+        kv_waste_breakdown(tight.shape, prompts, outputs, tight.max_model_len, tight.budget_bytes)
 
 
 def _fake(name: str, tokens_per_s: float, idle: float | None) -> ch08.Contender:
