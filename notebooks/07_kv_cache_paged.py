@@ -230,9 +230,9 @@ def _(ch07, mo, nb, settings):
 
 
 @app.cell(hide_code=True)
-def _(ch07, mo, settings):
+def _(ch07, mo):
     mo.vstack([
-        mo.md(f"""
+        mo.md(r"""
     <!-- marimo -->
     Try **max_tokens = oracle** (every client declares exactly what it will generate, the
     paper's "Orca (Oracle)"): contiguous-exact loses its internal fragmentation, but its
@@ -251,9 +251,9 @@ def _(ch07, mo, settings):
     next one does not fit; the bytes come from the cache's own `memory_report()`. (The stores sit
     on torch's `meta` device: real shapes and dtypes, no memory.)
 
-    **Predict first:** a region is {settings.max_model_len:,} slots, and a request holds
-    {settings.max_model_len // 4:,} tokens or fewer of prompt and as many of output. How many regions
-    fit in the budget above, and how many requests do blocks hold?
+    **Predict first:** a region is `max_model_len` slots, and a request of this workload holds at
+    most a quarter of that as prompt and as much again as output. How many regions fit in the
+    budget above, and how many more requests do blocks of 16 hold?
 
     Every K/V write goes through the block table with the engine's real lookup,
     `PagedKVCache.slot_lookup` (`paged_slots` in `src/infer_lab/engine/kv_cache.py`; chapter 07's
