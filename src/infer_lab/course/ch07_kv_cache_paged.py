@@ -554,14 +554,16 @@ def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste] | list[FitRow
                 ax.text(left[i] + width / 2, i, f"{width / totals[i]:.0%}", ha="center", va="center", fontsize=8)
             left[i] += width
     for i, r in enumerate(rows):
-        ax.text(totals[i], i, f" {r.wasted_fraction:.1%} {'of reserved ' if filled else ''}wasted", va="center",
-                fontsize=9)
+        ax.text(totals[i], i, f" {r.wasted_fraction:.1%} wasted", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()  # first layout on top
     what = ("mean over the run" if timeline else "the whole budget, each request at the end of its life" if filled
             else "at the end of each request's life")
     ax.set(xlabel=f"KV bytes reserved or blocked, {what} (GB)", xlim=(0, max(totals) * 1.35))
-    ax.legend(loc="lower right", fontsize=8)
+    if filled:  # the bars fill the budget: the legend goes below them
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncols=3, fontsize=8, frameon=False)
+    else:
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_title("KV memory: what the reserved bytes hold, per layout\n" + textwrap.fill(source, 90, break_on_hyphens=False), fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
