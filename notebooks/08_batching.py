@@ -25,7 +25,13 @@ with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
     from infer_lab.analysis.roofline import measured_roof
-    from infer_lab.bench.engine import run_engine_benchmark
+    from infer_lab.bench import baselines
+    from infer_lab.bench.engine import (
+        engine_config,
+        run_engine_benchmark,
+        timed_engine_run,
+        warm_up_engine,
+    )
     from infer_lab.bench.predicted import decode_step_predicted_vs_measured
     from infer_lab.engine import Engine, EngineConfig, SamplingParams
     from infer_lab.hardware import measure_ceilings
@@ -124,16 +130,23 @@ def static_vs_continuous(ch08, lm, mo, nb, sizes, steps_button):
 
 
 @app.cell(hide_code=True)
-def _(ch08, mo, nb):
+def _(ch08, mo, nb, sizes):
     batching_button = mo.ui.run_button(label=ch08.PARTS["batching"])
     mo.vstack([
-        mo.md("""
+        mo.md(f"""
     ## 2 · Contenders on one workload
 
     Every contender serves the same requests, with varied output lengths, all arriving at
-    once. The engine rows run the same engine and differ only in the scheduler's policy. On a
-    CPU one HF row borrows the engine's prepacked GEMM weights, so the engine's lead splits into
-    what the GEMM backend buys and what scheduling buys.
+    once, with the same number of batch slots. The experiment is the function below,
+    `contenders`: the transformers baselines of `infer_lab.bench.baselines`, then the same
+    engine twice, differing only in the scheduler's policy. Each runs once after a warm-up of its
+    own, and every contender's tokens are checked against the engine's continuous batching.
+    On a CPU one HF row borrows the engine's prepacked GEMM weights, so the engine's lead splits
+    into what the GEMM backend buys and what scheduling buys.
+
+    **Predict first:** with {sizes.concurrency} slots and outputs of
+    {max(2, sizes.max_output // 8)} to {sizes.max_output} tokens, which contender is fastest, and
+    how far ahead of HF one request at a time (the unfair comparison) and of HF padded batch?
     """),
         mo.md(ch08.contenders_text()),
         mo.md(f"{batching_button} {nb.button_time(ch08, 'batching')}"),
@@ -141,10 +154,30 @@ def _(ch08, mo, nb):
     return (batching_button,)
 
 
+@app.function
+def contenders(lm, prompts, output_lens, concurrency):
+    """Each contender serves the same requests (all at t = 0, EOS ignored) after its own warm-up, one
+    timed run each: the transformers baselines, then the engine with static and continuous batching."""
+    requests = baselines.Workload("varied outputs", prompts, output_lens)
+    warm = baselines.Workload("warm-up", [p[:8] for p in prompts[:2]], [2, 2])
+    runs = {}
+    for kind in baselines.default_contenders(lm):  # one at a time, padded, HF's continuous (+ prepacked on a CPU)
+        baselines.run_contender(kind, lm, warm, concurrency)
+        runs[kind] = baselines.run_contender(kind, lm, requests, concurrency)  # whole-run tokens/s, tokens
+    for policy in ("static", "continuous"):  # the same engine: only the scheduler's policy differs
+        config = engine_config(concurrency, max(map(len, prompts)) + max(output_lens) + 1, mode=policy)
+        warm_up_engine(lm, config)
+        runs[policy] = timed_engine_run(lm, config, prompts, output_lens)  # (summary, outputs)
+    return runs
+
+
 @app.cell
 def _(batching_button, ch08, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(batching_button), nb.placeholder(batching_button))
-    batching = ch08.measure_batching(lm, sizes)
+    _prompts, _output_lens = ch08.batching_requests(lm, sizes)  # the same requests for every contender
+    concurrency = sizes.concurrency  # batch slots for every contender: change it, then press the button again
+    batching = ch08.batching_result(contenders(lm, _prompts, _output_lens, concurrency),
+                                    ch08.batching_workload(sizes, concurrency))
     mo.vstack([
         ch08.batching_figure(batching, lm.describe()),
         mo.md(ch08.batching_text(batching)),

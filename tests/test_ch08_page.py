@@ -4,6 +4,7 @@ the chapter says it does."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import sys
@@ -106,3 +107,32 @@ def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(e
     # both take as many steps as the longest answer has tokens
     assert steps["static"] == steps["continuous"] == max(quick_steps.output_lens) < before["static"]
     assert all(r.idle_slots == sizes.steps_requests - r.num_seqs for r in defs["runs"]["static"])
+
+
+BATCHING_CELL = "    concurrency = sizes.concurrency  # batch slots for every contender"
+
+
+def test_the_contenders_run_from_the_notebook_file():
+    contenders = notebook_function("08", "contenders")
+    assert inspect.getsourcefile(contenders) == str(notebook_path("08"))
+    code = inspect.getsource(contenders)
+    assert "baselines.run_contender(kind, lm, requests, concurrency)" in code  # the transformers baselines
+    assert 'for policy in ("static", "continuous")' in code and "timed_engine_run(lm, config" in code
+    assert len(code.splitlines()) <= 15
+    assert 'notebook_function(NUMBER, "contenders")' in inspect.getsource(ch08.run_batching)
+    source = notebook_path("08").read_text()
+    assert BATCHING_CELL in source and "contenders(lm, _prompts, _output_lens, concurrency)" in source
+    assert "ch08.measure" not in source and not hasattr(ch08, "measure_batching")
+
+
+@pytest.mark.slow
+def test_every_contender_serves_the_same_tokens_as_the_engine(embedded):
+    """The notebook's contenders on a tiny workload (3 requests, 2 slots): every transformers
+    baseline and the static engine produce the continuous engine's tokens, request by request."""
+    sizes = dataclasses.replace(ch08.sizes("cpu", "quick"), requests=3, concurrency=2, max_output=6)
+    result = ch08.run_batching(embedded, sizes)
+    names = [r.name for r in result.rows]
+    assert names[-2:] == ["static batching (engine)", ch08.ENGINE_CONTINUOUS] and len(names) >= 5
+    assert all(r.identical for r in result.rows), [(r.name, r.identical) for r in result.rows]
+    static, cont = result.row("static batching (engine)"), result.row(ch08.ENGINE_CONTINUOUS)
+    assert static.steps >= cont.steps  # static never takes fewer steps than continuous on the same requests

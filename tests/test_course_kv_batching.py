@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from infer_lab.analysis.kv_waste import kv_waste_breakdown, mixed_lengths
+from infer_lab.bench.kv_allocators import kv_memory_waste
 from infer_lab.course import ch07_kv_cache_paged as ch07
 from infer_lab.course import ch08_batching as ch08
 from infer_lab.engine import ContiguousKVCache, PagedKVCache, SamplingParams, Sequence
@@ -37,8 +40,8 @@ def _full_width_report(shape, prompts, outputs, max_model_len, block_size):
 
 def test_narrow_allocator_stores_count_the_same_bytes_as_full_width_ones():
     shape = model_shape("smollm2-135m")  # 3 KV heads x 64: small enough to allocate for real
-    prompts, outputs = ch07.mixed_lengths(8, seed=3, max_prompt=64, max_output=64)
-    rows = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, 256, block_size=16)}
+    prompts, outputs = mixed_lengths(8, seed=3, max_prompt=64, max_output=64)
+    rows = {r.layout: r for r in kv_memory_waste(shape, prompts, outputs, 256, block_size=16)}
     full = _full_width_report(shape, prompts, outputs, 256, 16)
     for layout in ("contiguous", "paged"):
         assert (rows[layout].used_bytes, rows[layout].reserved_bytes) == full[layout]
@@ -50,39 +53,45 @@ def test_a_budget_below_one_reservation_is_explained_not_raised():
     tight = ch07.WasteSettings(shape_name="llama-3-70b", max_model_len=8192, budget_bytes=1 * GiB)
     problem = ch07.waste_problem(tight)
     assert problem and "contiguous-max" in problem and "budget" in problem
+    prompts, outputs = tight.lengths()
     with pytest.raises(ValueError):
-        ch07.measure_waste(tight)
+        kv_waste_breakdown(tight.shape, prompts, outputs, tight.max_model_len, tight.budget_bytes)
 
 
-def _fake(name: str, tokens_per_s: float, idle: float | None) -> ch08.Contender:
-    def run(lm, workload):
-        assert lm is None and workload.requests == len(workload.output_lens)
-        return ch08.ContenderRow(name, tokens_per_s, 1.0, 10.0, 20.0, 30.0, 1.0, 2.0, 3.0,
-                                 mean_idle_slots=idle, steps=None if idle is None else 12)
+def _engine_run(tokens_per_s: float, idle: float, outputs: list[list[int]]):
+    """An engine run as ``timed_engine_run`` returns it: (summary, outputs)."""
+    pct = {"p50": 10.0, "p90": 20.0, "p99": 30.0, "mean": 12.0}
+    summary = {"output_tokens_per_s": tokens_per_s, "requests_per_s": 1.0, "mean_idle_slots": idle, "steps": 12,
+               "ttft_ms": pct, "itl_ms": pct}
+    return summary, [SimpleNamespace(token_ids=o) for o in outputs]
 
-    return ch08.Contender(name, "a stand-in", run)
 
-
-def test_a_contender_is_one_more_entry_in_the_list():
+def test_every_contenders_run_becomes_a_row_checked_against_the_engine():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    throughput_only = ch08.Contender("whole run", "throughput only",
-                                     lambda lm, w: ch08.ContenderRow("whole run", 5.0, 0.5))
-    contenders = [_fake("a", 10.0, 0.5), _fake("b", 30.0, 0.0), _fake("not in slots", 20.0, None), throughput_only]
-    result = ch08.measure_batching(None, ch08.sizes("cpu", "quick"), contenders)
-    assert [r.name for r in result.rows] == ["a", "b", "not in slots", "whole run"]
+    from infer_lab.bench.baselines import ContenderRun
+
+    same, other = [[1, 2], [3]], [[1, 2], [4]]
+    runs = {"hf-sequential": ContenderRun("hf-sequential", 3.0, 15, same),  # 5 tokens/s
+            "hf-padded": ContenderRun("hf-padded", 1.0, 15, other),
+            "static": _engine_run(10.0, 0.5, same), "continuous": _engine_run(30.0, 0.0, same)}
+    result = ch08.batching_result(runs, ch08.batching_workload(ch08.sizes("cpu", "quick")))
+    assert [r.name for r in result.rows] == ["HF one at a time", "HF padded batch", "static batching (engine)",
+                                             ch08.ENGINE_CONTINUOUS]
+    assert [r.identical for r in result.rows] == [True, False, True, True]  # tokens, request by request
+    assert result.rows[0].output_tokens_per_s == 5.0 and result.rows[0].requests_per_s == pytest.approx(2 / 3)
     table = ch08.batching_table(result)
-    assert len(table) == 4 and table.iloc[2]["idle slots per step (mean)"] == ch08.NA
-    assert table.iloc[3]["TTFT p50 (ms)"] == "—" and "nan" not in table.to_string()
+    assert len(table) == 4 and table.iloc[1]["idle slots per step (mean)"] == ch08.NA
+    assert table.iloc[0]["TTFT p50 (ms)"] == "—" and "nan" not in table.to_string()
     text = ch08.batching_text(result)
-    assert "6.00× whole run" in text and "2.00× whole run" in text  # every contender against the slowest
+    assert "6.00× HF one at a time" in text and "2.00× HF one at a time" in text  # every contender against the slowest
     fig = ch08.batching_figure(result, "test")
     assert len(fig.axes[0].patches) == 4 and len(fig.axes[2].patches) == 3 * 4  # p50/p90/p99 each
     plt.close(fig)
-    assert "**not in slots**" in ch08.contenders_text(contenders)
+    assert "**HF padded batch**" in ch08.contenders_text(["hf-padded", "static"])
 
 
 def test_the_workload_is_seeded_and_within_its_bounds():

@@ -212,16 +212,17 @@ def test_filter_logits_keeps_the_nucleus():
 
 
 def test_paged_blocks_waste_far_less_than_max_length_reservation():
+    from infer_lab.analysis.kv_waste import mixed_lengths
     from infer_lab.analysis.memory import kv_bytes_per_token
+    from infer_lab.bench.kv_allocators import kv_memory_waste
     from infer_lab.catalog import load_model_config
-    from infer_lab.course import ch07_kv_cache_paged as ch07
     from infer_lab.models import hf_config
     from infer_lab.shape import ModelShape
 
     assert load_model_config("mistral-7b")
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = ch07.mixed_lengths(32, seed=1)
-    rows = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, max_model_len=2048)}
+    prompts, outputs = mixed_lengths(32, seed=1)
+    rows = {r.layout: r for r in kv_memory_waste(shape, prompts, outputs, max_model_len=2048)}
     assert rows["paged"].used_bytes == rows["contiguous"].used_bytes
     per_token = kv_bytes_per_token(shape, "bf16")
     assert per_token == 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads, head_dim 128, bf16

@@ -15,6 +15,8 @@ from infer_lab.analysis.fragmentation import (
     make_requests,
     simulate,
 )
+from infer_lab.analysis.kv_waste import kv_waste_breakdown, mixed_lengths
+from infer_lab.bench.kv_allocators import kv_memory_waste
 from infer_lab.course import ch07_kv_cache_paged as ch07
 from infer_lab.engine.kv_cache import OutOfKVMemory
 
@@ -142,7 +144,7 @@ def test_requests_are_cut_at_max_tokens_and_max_model_len():
 
 @pytest.fixture(scope="module")
 def mixed():
-    prompts, outputs = ch07.mixed_lengths(256, seed=0)
+    prompts, outputs = mixed_lengths(256, seed=0)
     requests = make_requests(prompts, outputs, max_model_len=2048, max_tokens=512)
     budget = 16384  # tokens: tight enough that requests queue in every layout
     return {
@@ -182,10 +184,10 @@ def test_waste_breakdown_is_deterministic_and_matches_the_real_allocators():
     from infer_lab.shape import ModelShape
 
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = ch07.mixed_lengths(64, seed=2)
+    prompts, outputs = mixed_lengths(64, seed=2)
     args = (shape, prompts, outputs, 2048, 2 * 2**30)
-    rows = ch07.kv_waste_breakdown(*args, max_tokens=512)
-    assert rows == ch07.kv_waste_breakdown(*args, max_tokens=512)
+    rows = kv_waste_breakdown(*args, max_tokens=512)
+    assert rows == kv_waste_breakdown(*args, max_tokens=512)
     per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2
     for row in rows:
         fractions = [getattr(row, f"{k}_fraction") for k in ("used", "reserved_future", "internal_frag")]
@@ -196,7 +198,7 @@ def test_waste_breakdown_is_deterministic_and_matches_the_real_allocators():
         )
     # end of life, the simulator and the engine's allocators must agree on the waste
     by_layout = {r.layout: r for r in rows}
-    old = {r.layout: r for r in ch07.kv_memory_waste(shape, prompts, outputs, 2048)}
+    old = {r.layout: r for r in kv_memory_waste(shape, prompts, outputs, 2048)}
     for new, before in (("contiguous-max", "contiguous"), ("paged", "paged")):
         assert by_layout[new].eol_reserved_bytes == old[before].reserved_bytes
         assert by_layout[new].eol_wasted_fraction == pytest.approx(old[before].wasted_fraction)
@@ -212,8 +214,8 @@ def test_waste_bars_stack_every_class_per_layout():
     from infer_lab.shape import ModelShape
 
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
-    prompts, outputs = ch07.mixed_lengths(32, seed=0)
-    rows = ch07.kv_waste_breakdown(shape, prompts, outputs, 2048, 2 * 2**30)
+    prompts, outputs = mixed_lengths(32, seed=0)
+    rows = kv_waste_breakdown(shape, prompts, outputs, 2048, 2 * 2**30)
     fig = ch07.kv_waste_figure(rows, "test")
     bars = fig.axes[0].patches
     assert len(bars) == 4 * len(rows)  # used, future, internal, external for each layout
@@ -222,6 +224,6 @@ def test_waste_bars_stack_every_class_per_layout():
         in_play += row.external_frag_bytes
         assert sum(b.get_width() for b in bars[i :: len(rows)]) == pytest.approx(in_play / 1e9)
     plt.close(fig)
-    old = ch07.kv_waste_figure(ch07.kv_memory_waste(shape, prompts, outputs, 2048), "test")
+    old = ch07.kv_waste_figure(kv_memory_waste(shape, prompts, outputs, 2048), "test")
     assert len(old.axes[0].patches) == 2 * 2  # end-of-life rows: used + reserved-but-empty
     plt.close(old)

@@ -1,14 +1,21 @@
 """Chapter 07, "KV cache and PagedAttention": why the cache exists, and where its memory goes.
 
-1. **No cache vs KV cache** (measured): the same generation through the engine with
-   ``kv_mode="nocache"`` (every step recomputes the whole context) and ``kv_mode="paged"``
-   (every step computes one token and reads the cached K/V).
-2. **Where KV memory goes** (simulated, no model): a mixed workload shares a KV budget under
-   three layouts (:mod:`infer_lab.analysis.fragmentation`); every slot of every step is
-   classified as used, reserved for future tokens, internal or external fragmentation.
-3. **How many requests fit** (the engine's own allocators, no model run): the same workload
-   reserved with :class:`~infer_lab.engine.ContiguousKVCache` and
-   :class:`~infer_lab.engine.PagedKVCache`, end of life, and how many requests fit at once.
+The chapter's experiments are the ``@app.function`` of ``notebooks/07_kv_cache_paged.py``, which
+call the library directly; this module prepares their inputs and presents their results, and
+runs the notebook's own functions (:func:`~infer_lab.course.notebook_code.notebook_function`)
+for the tour, the tests, the deck and the Jupyter edition.
+
+1. **No cache vs KV cache** (measured, ``generate_step_by_step``): the same generation through
+   the engine with ``kv_mode="nocache"`` (every step recomputes the whole context) and
+   ``kv_mode="paged"`` (every step computes one token and reads the cached K/V).
+2. **Where KV memory goes** (simulated, no model, ``where_memory_goes``): a mixed workload shares
+   a KV budget under three layouts (:mod:`infer_lab.analysis.fragmentation`); every slot of
+   every step is classified as used, reserved for future tokens, internal or external
+   fragmentation (:mod:`infer_lab.analysis.kv_waste` turns slots into bytes).
+3. **How many requests fit** (the engine's own allocators, no model run, ``fill_until_full``):
+   :class:`~infer_lab.engine.ContiguousKVCache` and :class:`~infer_lab.engine.PagedKVCache` in
+   one budget (:func:`infer_lab.bench.kv_allocators.caches_in_budget`) take the workload's
+   requests in order until the next one does not fit.
 
 Times are ``time.perf_counter`` around synchronized engine steps (the engine reads each step's
 sampled tokens back to the host). Bytes are counted from the allocators or from slot counts ×
@@ -17,21 +24,23 @@ the model's K/V bytes per token.
 
 from __future__ import annotations
 
-import math
-import random
+import ast
+import inspect
 import textwrap
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ..analysis.fragmentation import LAYOUTS, make_layout, make_requests, simulate
+from ..analysis.fragmentation import LAYOUTS
+from ..analysis.kv_waste import LayoutWaste, budget_problem, layout_waste, mixed_lengths
 from ..analysis.memory import kv_bytes_per_token
-from ..engine import ContiguousKVCache, Engine, EngineConfig, PagedKVCache, SamplingParams, Sequence
+from ..bench.kv_allocators import AllocatorWaste, caches_in_budget
 from ..harness import progress
 from ..shape import ModelShape, model_shape
 from ..units import GB, GiB
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -52,7 +61,6 @@ PAPER = "the vLLM paper (Kwon et al., 2023)"
 PAPER_WASTE_BEFORE = (0.60, 0.80)  # earlier systems (contiguous reservations)
 PAPER_WASTE_PAGED = 0.04  # vLLM with PagedAttention: under this
 BYTES_PER_VALUE = {"bf16": 2, "fp32": 4}
-STORAGE_DTYPES = {2: torch.bfloat16, 4: torch.float32}
 
 
 @dataclass(frozen=True)
@@ -178,84 +186,35 @@ def _mean_step(points: list[StepPoint]) -> float:
     return sum(p.step_s for p in points) / len(points) if points else float("nan")
 
 
-@dataclass(frozen=True)
-class LayoutWaste:
-    """One layout's KV memory over a simulated run (:func:`kv_waste_breakdown`).
 
-    The four ``*_fraction`` are time-averaged shares of the memory allocated or blocked (they
-    sum to 1); the ``*_bytes`` are the same classes' mean over the steps, in bytes.
-    ``eol_*`` are summed over requests at the last step of each one's life.
+@dataclass(frozen=True)
+class FitRow:
+    """One of the engine's allocators filled from the workload, in order, until the next request did not fit.
+
+    The bytes are the allocator's own :class:`~infer_lab.engine.KVMemoryReport` for the requests it
+    holds, each at the end of its life (``prompt + output`` tokens).
     """
 
-    layout: str
-    requests: int
-    kv_budget_bytes: int
-    max_model_len: int
-    max_tokens: int | str | None
+    layout: str  # "contiguous" or "paged"
+    requests_that_fit: int
+    capacity_bytes: int
+    reserved_bytes: int
+    used_bytes: int
     block_size: int | None
-    steps: int
-    mean_running: float
-    peak_running: int
-    preemptions: int
-    external_frag_steps: int
-    used_fraction: float
-    reserved_future_fraction: float
-    internal_frag_fraction: float
-    external_frag_fraction: float
-    used_bytes: float
-    reserved_future_bytes: float
-    internal_frag_bytes: float
-    external_frag_bytes: float
-    eol_used_bytes: int
-    eol_reserved_bytes: int
-    eol_wasted_fraction: float
+    max_model_len: int
+
+    @property
+    def wasted_bytes(self) -> int:
+        return self.reserved_bytes - self.used_bytes
 
     @property
     def wasted_fraction(self) -> float:
-        """The vLLM paper's waste: 1 − used."""
-        return 1.0 - self.used_fraction
-
-    @property
-    def label(self) -> str:
-        return self.layout + (f" (block {self.block_size})" if self.block_size else "")
-
-    def segments(self) -> list[tuple[str, str, float]]:
-        """(legend, colour, bytes) of each bar segment, in stacking order."""
-        return [("holds a token's K/V", "tab:blue", self.used_bytes),
-                ("reserved for future tokens", "tab:cyan", self.reserved_future_bytes),
-                ("internal fragmentation", "tab:orange", self.internal_frag_bytes),
-                ("external fragmentation", "tab:red", self.external_frag_bytes)]
-
-
-@dataclass(frozen=True)
-class AllocatorWaste:
-    """The engine's allocator holding every request at the end of its life (:func:`kv_memory_waste`)."""
-
-    layout: str  # "contiguous" or "paged"
-    requests: int
-    used_bytes: int
-    reserved_bytes: int
-    wasted_bytes: int
-    wasted_fraction: float
-    block_size: int | None
-    max_model_len: int
+        """Share of the reserved bytes that hold no token."""
+        return self.wasted_bytes / self.reserved_bytes if self.reserved_bytes else 0.0
 
     @property
     def label(self) -> str:
         return self.layout + (f" (block {self.block_size})" if self.block_size else f" ({self.max_model_len:,} slots)")
-
-    def segments(self) -> list[tuple[str, str, float]]:
-        return [("holds a token's K/V", "tab:blue", self.used_bytes),
-                ("reserved, empty", "tab:orange", self.wasted_bytes)]
-
-
-@dataclass(frozen=True)
-class FitRow:
-    """How many of the workload's requests fit at once in a KV budget."""
-
-    layout: str
-    kv_budget_bytes: int
-    requests_that_fit: int
 
 
 @dataclass(frozen=True)
@@ -270,14 +229,14 @@ class WasteResult:
 @dataclass(frozen=True)
 class FitResult:
     settings: WasteSettings
-    eol: list[AllocatorWaste]
-    fit: list[FitRow]
+    block_size: int
+    rows: list[FitRow]
 
     def fits(self, layout: str) -> int:
-        return next(r.requests_that_fit for r in self.fit if r.layout == layout)
+        return self.row(layout).requests_that_fit
 
-    def waste(self, layout: str) -> AllocatorWaste:
-        return next(r for r in self.eol if r.layout == layout)
+    def row(self, layout: str) -> FitRow:
+        return next(r for r in self.rows if r.layout == layout)
 
 
 @dataclass
@@ -292,199 +251,135 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# The workload and the KV arithmetic
+# The notebook's experiments (run from notebooks/07_kv_cache_paged.py) and their inputs
+
+KV_MODES = ("nocache", "paged")
+FIT_BLOCK_SIZE = 16  # tokens per block; the notebook's part-3 cell starts at the same number
 
 
-def mixed_lengths(n: int, seed: int = 0, max_prompt: int = 512, max_output: int = 512) -> tuple[list[int], list[int]]:
-    """A reproducible mixed workload: prompt (8 ..) and output (4 ..) lengths drawn log-uniformly, tokens."""
-    rng = random.Random(seed)
-    return (
-        [int(math.exp(rng.uniform(math.log(8), math.log(max_prompt)))) for _ in range(n)],
-        [int(math.exp(rng.uniform(math.log(4), math.log(max_output)))) for _ in range(n)],
-    )
+def cache_prompt(lm: Any, sizes: Sizes) -> list[int]:
+    """The prompt of part 1: ``sizes.prompt_len`` random token ids (seeded)."""
+    return lm.random_ids(1, sizes.prompt_len, seed=7)[0].tolist()
 
 
-def _kv_dtype(bytes_per_value: int) -> str:
-    return {v: k for k, v in BYTES_PER_VALUE.items()}[bytes_per_value]
-
-
-def kv_memory_waste(shape: ModelShape, prompt_lens: list[int], output_lens: list[int], max_model_len: int,
-                    block_size: int = 16, bytes_per_value: int = 2) -> list[AllocatorWaste]:
-    """Wasted KV memory of a contiguous max-length reservation vs paged blocks, for one workload.
-
-    Each request holds ``prompt + output`` tokens at the end of its life. Contiguous mode reserves
-    ``max_model_len`` slots per request (over-reservation + internal waste); paged mode reserves
-    whole blocks (waste only in each request's last block). Slot counts come from the engine's
-    allocators and their :class:`~infer_lab.engine.KVMemoryReport`; the stores are one element
-    wide (no model, next to no memory) and bytes are scaled to the shape's K/V bytes per token.
-    :func:`kv_waste_breakdown` follows the same workload over time.
-    """
-    dtype = STORAGE_DTYPES[bytes_per_value]
-    narrow = replace(shape.with_layers(1), kv_heads=1, head_dim=1)
-    per_token = kv_bytes_per_token(shape, _kv_dtype(bytes_per_value))
-    n = len(prompt_lens)
-    seqs = [Sequence(f"r{i}", [0] * p, SamplingParams(max_tokens=o), 0.0)
-            for i, (p, o) in enumerate(zip(prompt_lens, output_lens, strict=True))]
-    blocks = sum(math.ceil((p + o) / block_size) for p, o in zip(prompt_lens, output_lens, strict=True))
-    rows = []
-    for name, cache in (("contiguous", ContiguousKVCache(narrow, n, max_model_len, dtype)),
-                        ("paged", PagedKVCache(narrow, blocks, block_size, dtype))):
-        scale = per_token // cache.bytes_per_token
-        for seq, o in zip(seqs, output_lens, strict=True):
-            seq.num_computed, seq.block_table, seq.region = 0, [], None
-            cache.allocate(seq, seq.num_tokens + o)
-            seq.num_computed = seq.num_tokens + o
-        report = cache.memory_report(seqs)
-        rows.append(AllocatorWaste(name, n, report.used_bytes * scale, report.reserved_bytes * scale,
-                                   report.wasted_bytes * scale, report.wasted_fraction,
-                                   block_size if name == "paged" else None, max_model_len))
-        for seq in seqs:
-            cache.free(seq)
-    return rows
-
-
-# StepSlots field -> LayoutWaste field prefix
-_WASTE_CLASSES = (("used", "used"), ("future", "reserved_future"), ("internal", "internal_frag"),
-                  ("external", "external_frag"))
-
-
-def kv_waste_breakdown(shape: ModelShape, prompt_lens: list[int], output_lens: list[int], max_model_len: int,
-                       kv_budget_bytes: int, max_tokens: int | list[int] | None = 512, block_size: int = 16,
-                       arrival_every: float = 1.0, bytes_per_value: int = 2) -> list[LayoutWaste]:
-    """KV waste split into over-reservation, internal and external fragmentation, over time.
-
-    The workload runs through :func:`~infer_lab.analysis.fragmentation.simulate` once per layout
-    (``contiguous-max``, ``contiguous-exact``, ``paged``) in a shared budget of
-    ``kv_budget_bytes // bytes_per_token`` token slots, where ``bytes_per_token = 2 (K and V) ×
-    layers × kv_heads × head_dim × bytes_per_value``. Request ``i`` arrives at step
-    ``int(i * arrival_every)`` and declares ``max_tokens`` (``None``: exactly its output length).
-    Raises ``ValueError`` when one request's reservation exceeds the budget.
-    """
-    per_token = kv_bytes_per_token(shape, _kv_dtype(bytes_per_value))
-    budget_slots = kv_budget_bytes // per_token
-    requests = make_requests(prompt_lens, output_lens, max_model_len, max_tokens, arrival_every)
-    declared = max_tokens if max_tokens is None or isinstance(max_tokens, int) else "per request"
-    rows = []
-    for name in LAYOUTS:
-        timeline = simulate(make_layout(name, budget_slots, max_model_len, block_size), requests, budget_slots)
-        frac, steps = timeline.fractions(), len(timeline.steps)
-        running = [s.running for s in timeline.steps]
-        classes: dict[str, float] = {}
-        for kind, prefix in _WASTE_CLASSES:
-            classes[f"{prefix}_fraction"] = frac[kind]
-            classes[f"{prefix}_bytes"] = timeline.total(kind) / steps * per_token
-        rows.append(LayoutWaste(
-            layout=name, requests=len(requests), kv_budget_bytes=budget_slots * per_token,
-            max_model_len=max_model_len, max_tokens=declared, block_size=block_size if name == "paged" else None,
-            steps=steps, mean_running=sum(running) / steps, peak_running=max(running),
-            preemptions=timeline.preemptions, external_frag_steps=sum(1 for s in timeline.steps if s.external),
-            eol_used_bytes=timeline.eol_used * per_token, eol_reserved_bytes=timeline.eol_reserved * per_token,
-            eol_wasted_fraction=1.0 - timeline.eol_used / timeline.eol_reserved, **classes,
-        ))
-    return rows
-
-
-def requests_that_fit(shape: ModelShape, kv_budget_bytes: int, prompt_lens: list[int], output_lens: list[int],
-                      max_model_len: int, block_size: int = 16, bytes_per_value: int = 2) -> list[FitRow]:
-    """How many of the requests (in order) fit at once in a KV budget: contiguous reservation vs paged blocks."""
-    per_token = kv_bytes_per_token(shape, _kv_dtype(bytes_per_value))
-    budget_tokens = kv_budget_bytes // per_token
-    contiguous = min(len(prompt_lens), budget_tokens // max_model_len)
-    blocks, fit = budget_tokens // block_size, 0
-    for p, o in zip(prompt_lens, output_lens, strict=True):
-        need = math.ceil((p + o) / block_size)
-        if need > blocks:
-            break
-        blocks -= need
-        fit += 1
-    return [FitRow("contiguous", kv_budget_bytes, contiguous), FitRow("paged", kv_budget_bytes, fit)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Measurements
-
-
-def measure_cache(lm: Any, sizes: Sizes) -> CacheResult:
-    """The same prompt and generation without a cache and with a paged KV cache, step by step.
-
-    Each mode runs once as a warm-up (a 4-token prompt), then on a fresh engine with the
-    prompt of ``sizes.prompt_len`` random tokens, generating ``sizes.new_tokens`` (EOS ignored).
-    """
-    prompt = lm.random_ids(1, sizes.prompt_len, seed=7)[0].tolist()
+def cache_result(runs: dict[str, list[Any]], prompt_len: int, lm: Any) -> CacheResult:
+    """Both KV modes' engine step records as per-step points: tokens computed, seconds, FLOPs."""
     params = sum(p.numel() for p in lm.model.parameters())
-    points = []
-    for mode in progress(("nocache", "paged"), desc="no cache, then a KV cache"):
-        config = EngineConfig(kv_mode=mode, max_num_seqs=1, max_model_len=sizes.prompt_len + sizes.new_tokens + 1)
-        Engine.from_loaded(lm, config).generate([prompt[:4]], SamplingParams(max_tokens=2, ignore_eos=True))
-        engine = Engine.from_loaded(lm, config)
-        if engine.decode_runner is not None:  # on a GPU: capture the graphs before timing
-            engine.decode_runner.capture_all()
-        engine.generate([prompt], SamplingParams(max_tokens=sizes.new_tokens, ignore_eos=True))
-        points += [StepPoint(mode, i, sizes.prompt_len + i, rec.duration_s, rec.num_tokens, 2 * params * rec.num_tokens)
-                   for i, rec in enumerate(engine.step_log)]
-    return CacheResult(points, sizes.prompt_len, sizes.new_tokens, params)
+    points = [StepPoint(mode, i, prompt_len + i, rec.duration_s, rec.num_tokens, 2 * params * rec.num_tokens)
+              for mode in KV_MODES for i, rec in enumerate(runs[mode])]
+    return CacheResult(points, prompt_len, len(runs["paged"]), params)
 
 
-def measure_waste(settings: WasteSettings) -> WasteResult:
-    """The workload of ``settings`` simulated under every layout (slot counts; no model, no hardware)."""
-    prompts, outputs = settings.lengths()
-    return WasteResult(settings, kv_waste_breakdown(
-        settings.shape, prompts, outputs, settings.max_model_len, settings.budget_bytes,
-        max_tokens=settings.max_tokens, block_size=settings.block_size, bytes_per_value=settings.bytes_per_value))
+def run_cache(lm: Any, sizes: Sizes) -> CacheResult:
+    """Run the notebook's own experiment (``generate_step_by_step``) for both KV modes."""
+    generate = notebook_function(NUMBER, "generate_step_by_step")
+    prompt = cache_prompt(lm, sizes)
+    runs = {mode: generate(lm, prompt, sizes.new_tokens, mode) for mode in progress(KV_MODES, desc="no cache, then a KV cache")}
+    return cache_result(runs, len(prompt), lm)
+
+
+def budget_slots(settings: WasteSettings) -> int:
+    """Token slots of the KV budget: ``budget_bytes // (the shape's K/V bytes per token)``."""
+    return settings.budget_bytes // kv_bytes_per_token(settings.shape, settings.kv_dtype)
 
 
 def waste_problem(settings: WasteSettings) -> str | None:
     """Why ``settings`` cannot be simulated (one request needs more than the whole budget), or None."""
     prompts, outputs = settings.lengths()
+    return budget_problem(settings.shape, prompts, outputs, settings.max_model_len, settings.budget_bytes,
+                          settings.max_tokens, settings.block_size, settings.kv_dtype)
+
+
+def waste_result(settings: WasteSettings, timelines: dict[str, Any]) -> WasteResult:
+    """The simulation's timelines (slot counts per step, one per layout) as bytes and shares."""
     per_token = kv_bytes_per_token(settings.shape, settings.kv_dtype)
-    budget_slots = settings.budget_bytes // per_token
-    try:
-        requests = make_requests(prompts, outputs, settings.max_model_len, settings.max_tokens)
-        for name in LAYOUTS:
-            layout = make_layout(name, budget_slots, settings.max_model_len, settings.block_size)
-            worst = max(layout.need(r, r.final_len) for r in requests)
-            if worst > budget_slots:
-                return (f"with {name}, one request needs {worst:,} token slots ({worst * per_token / GiB:.2f} GiB) "
-                        f"and the budget holds {budget_slots:,} ({settings.budget_bytes / GiB:g} GiB)")
-    except ValueError as err:
-        return str(err)
-    return None
+    return WasteResult(settings, [
+        layout_waste(name, timeline, settings.requests, per_token, settings.max_model_len, settings.max_tokens,
+                     settings.block_size) for name, timeline in timelines.items()])
 
 
-def measure_fit(settings: WasteSettings) -> FitResult:
-    """The workload reserved by the engine's allocators (end of life), and how many requests fit at once."""
+def run_waste(settings: WasteSettings) -> WasteResult:
+    """Run the notebook's own simulation (``where_memory_goes``) on the workload of ``settings``."""
+    where_memory_goes = notebook_function(NUMBER, "where_memory_goes")
     prompts, outputs = settings.lengths()
-    shape, bpv = settings.shape, settings.bytes_per_value
-    return FitResult(
-        settings,
-        kv_memory_waste(shape, prompts, outputs, settings.max_model_len, settings.block_size, bpv),
-        requests_that_fit(shape, settings.budget_bytes, prompts, outputs, settings.max_model_len,
-                          settings.block_size, bpv),
-    )
+    timelines = where_memory_goes(prompts, outputs, settings.max_model_len, settings.max_tokens,
+                                  budget_slots(settings), settings.block_size)
+    return waste_result(settings, timelines)
+
+
+def fit_result(settings: WasteSettings, block_size: int, held: dict[str, tuple[int, Any]]) -> FitResult:
+    """Each allocator's (requests that fit, memory report) as rows."""
+    rows = [FitRow(name, n, report.capacity_bytes, report.reserved_bytes, report.used_bytes,
+                   block_size if name == "paged" else None, settings.max_model_len)
+            for name, (n, report) in held.items()]
+    return FitResult(settings, block_size, rows)
+
+
+def run_fit(settings: WasteSettings, block_size: int = FIT_BLOCK_SIZE) -> FitResult:
+    """Run the notebook's own experiment (``fill_until_full``) on both of the engine's allocators."""
+    fill_until_full = notebook_function(NUMBER, "fill_until_full")
+    prompts, outputs = settings.lengths()
+    caches = caches_in_budget(settings.shape, settings.budget_bytes, settings.max_model_len, block_size,
+                              settings.kv_dtype)
+    return fit_result(settings, block_size, {name: fill_until_full(c, prompts, outputs) for name, c in caches.items()})
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
+    """The chapter's experiments in a row (``parts`` picks some of :data:`PARTS`), run from the notebook."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
-        "cache": lambda: measure_cache(lm, sizes),
-        "waste": lambda: measure_waste(sizes.waste),
-        "fit": lambda: measure_fit(sizes.waste),
+        "cache": lambda: run_cache(lm, sizes),
+        "waste": lambda: run_waste(sizes.waste),
+        "fit": lambda: run_fit(sizes.waste),
     })
 
+
+def _without_docstring(obj: Any) -> list[str]:
+    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    body = ast.parse("\n".join(lines)).body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        return lines[: body[0].lineno - 1] + lines[body[0].end_lineno:]
+    return lines
+
+
+def paging_code() -> str:
+    """The engine's real paging code, docstrings left out, as a markdown code block: the slot
+    lookup through a block table (``PagedKVCache.slot_lookup``), the count of new blocks a
+    request needs, and the block pool handing one out."""
+    from ..engine.kv_cache import BlockPool, paged_blocks_needed, paged_slots
+
+    code = ["# PagedKVCache.slot_lookup: position -> slot through the block table", *_without_docstring(paged_slots),
+            "", "# PagedKVCache.block_count: new blocks for num_new_tokens more tokens",
+            *_without_docstring(paged_blocks_needed), "", "# BlockPool.allocate: one free block",
+            *_without_docstring(BlockPool.allocate)]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 # ---------------------------------------------------------------------------------------------
 # Words
 
 
+def predicted_tokens_computed(prompt_len: int, new_tokens: int) -> tuple[int, int]:
+    """Tokens computed in all to generate ``new_tokens`` after a prompt: (no cache, KV cache).
+
+    Step 0 prefills the prompt (and samples the first token); step ``i`` then computes the
+    prompt and the ``i`` tokens so far without a cache, one token with it:
+    ``N·P + N(N−1)/2`` against ``P + N − 1``.
+    """
+    n, p = new_tokens, prompt_len
+    return n * p + n * (n - 1) // 2, p + n - 1
+
+
 def cache_text(cache: CacheResult) -> str:
     nocache, paged = cache.totals()
     last_nc, last_p = cache.steps("nocache")[-1], cache.steps("paged")[-1]
+    p, n = cache.prompt_len, cache.new_tokens
+    predicted_nc, predicted_p = predicted_tokens_computed(p, n)
     return (
         f"Both runs prefill the same {cache.prompt_len}-token prompt (step 0) and generate "
         f"{cache.new_tokens} tokens. Without a cache the last step recomputed **{last_nc.tokens_computed} tokens**, "
         f"with it **{last_p.tokens_computed}**: {nocache.tokens_computed:,} tokens computed in all against "
-        f"{paged.tokens_computed:,} ({nocache.flops / paged.flops:.1f}× the FLOPs). The decode step went from "
+        f"{paged.tokens_computed:,} ({nocache.flops / paged.flops:.1f}× the FLOPs; predicted "
+        f"{predicted_nc:,} = {n}·{p} + {n}·{n - 1}/2 and {predicted_p:,} = {p} + {n} − 1). The decode step went from "
         f"{nocache.first_decode_s * 1e3:.1f} to {nocache.last_decode_s * 1e3:.1f} ms without a cache "
         f"({nocache.last_decode_s / nocache.first_decode_s:.2f}×) and from {paged.first_decode_s * 1e3:.1f} to "
         f"{paged.last_decode_s * 1e3:.1f} ms with it (mean of the first and last 4 decode steps); the whole "
@@ -511,15 +406,19 @@ def waste_text(waste: WasteResult) -> str:
 
 
 def fit_text(fit: FitResult) -> str:
-    contiguous, paged = fit.waste("contiguous"), fit.waste("paged")
+    contiguous, paged = fit.row("contiguous"), fit.row("paged")
     s = fit.settings
     return (
-        f"Held by the engine's own allocators at the end of their lives, the {s.requests} requests use "
-        f"{paged.used_bytes / GB:.2f} GB of K/V. A {s.max_model_len:,}-slot region each reserves "
-        f"{contiguous.reserved_bytes / GB:.2f} GB ({contiguous.wasted_fraction:.0%} empty); blocks of "
-        f"{paged.block_size} reserve {paged.reserved_bytes / GB:.2f} GB ({paged.wasted_fraction:.1%} empty). "
-        f"In a {s.budget_bytes / GiB:g} GiB budget, **{fit.fits('contiguous')}** of them fit at once with "
-        f"contiguous regions and **{fit.fits('paged')}** with paged blocks."
+        f"In one {s.budget_bytes / GiB:g} GiB budget, the engine's contiguous cache holds "
+        f"**{contiguous.requests_that_fit}** of the {s.requests} requests at once (one {s.max_model_len:,}-slot "
+        f"region each; {contiguous.wasted_fraction:.0%} of what they reserve holds no token), the paged cache "
+        f"with blocks of {paged.block_size} holds **{paged.requests_that_fit}** ({paged.wasted_fraction:.1%} "
+        f"of its reserved blocks empty): "
+        + (f"{paged.requests_that_fit / contiguous.requests_that_fit:.1f}× the requests. "
+           if contiguous.requests_that_fit else "the contiguous cache holds none. ")
+        + ("Every request of the workload fit, so the paged count is capped by the workload, not the budget. "
+           if paged.requests_that_fit == s.requests else "")
+        + "More requests at once is a larger decode batch: the throughput that chapter 08 measures."
     )
 
 
@@ -532,11 +431,6 @@ def summary(result: Result) -> str:
         lines.append(f"Simulated ({result.waste.settings.describe()}): " + waste_text(result.waste))
     if result.fit:
         lines.append(fit_text(result.fit))
-    if result.waste and result.fit:
-        sim, eng = result.waste.layout("paged"), result.fit.waste("paged")
-        agree = sim.eol_reserved_bytes == eng.reserved_bytes
-        lines.append(f"At end of life the simulation and the engine's block pool {'agree' if agree else 'DISAGREE'}: "
-                     f"{sim.eol_reserved_bytes / GB:.3f} GB vs {eng.reserved_bytes / GB:.3f} GB reserved.")
     return "\n\n".join(lines)
 
 
@@ -559,13 +453,10 @@ WASTE_COLUMNS = [
     Column("mean_running", "running at once (mean)"), Column("peak_running", "running at once (peak)", "int"),
     Column("steps", "steps to finish", "int"), Column("preemptions", "preemptions", "int"),
 ]
-EOL_COLUMNS = [
-    Column("label", "allocator", "text"), Column("used_bytes", "holds K/V", "bytes"),
-    Column("reserved_bytes", "reserved", "bytes"), Column("wasted_fraction", "reserved, empty", "pct"),
-]
 FIT_COLUMNS = [
-    Column("layout", "allocator", "text"), Column("kv_budget_bytes", "KV budget", "bytes"),
-    Column("requests_that_fit", "requests that fit at once", "int"),
+    Column("label", "allocator", "text"), Column("requests_that_fit", "requests that fit at once", "int"),
+    Column("capacity_bytes", "KV budget", "bytes"), Column("reserved_bytes", "reserved", "bytes"),
+    Column("used_bytes", "holds K/V", "bytes"), Column("wasted_fraction", "reserved, empty", "pct"),
 ]
 
 
@@ -577,12 +468,8 @@ def waste_table(waste: WasteResult):
     return people_table(waste.layouts, WASTE_COLUMNS)
 
 
-def eol_table(fit: FitResult):
-    return people_table(fit.eol, EOL_COLUMNS)
-
-
 def fit_table(fit: FitResult):
-    return people_table(fit.fit, FIT_COLUMNS)
+    return people_table(fit.rows, FIT_COLUMNS)
 
 
 def tables(result: Result) -> dict[str, Any]:
@@ -592,8 +479,7 @@ def tables(result: Result) -> dict[str, Any]:
     if result.waste:
         out["Where KV memory goes, time-averaged (simulated)"] = waste_table(result.waste)
     if result.fit:
-        out["The engine's allocators at the end of every request's life"] = eol_table(result.fit)
-        out["Requests that fit at once in the KV budget"] = fit_table(result.fit)
+        out["Requests that fit at once in the KV budget (the engine's allocators)"] = fit_table(result.fit)
     return out
 
 
@@ -629,23 +515,39 @@ def cache_figure(cache: CacheResult, source: str):
     return fig
 
 
-def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste], source: str):
+def segments(row: LayoutWaste | AllocatorWaste | FitRow) -> list[tuple[str, str, float]]:
+    """(legend, colour, bytes) of each bar segment of one row, in stacking order."""
+    if isinstance(row, LayoutWaste):
+        return [("holds a token's K/V", "tab:blue", row.used_bytes),
+                ("reserved for future tokens", "tab:cyan", row.reserved_future_bytes),
+                ("internal fragmentation", "tab:orange", row.internal_frag_bytes),
+                ("external fragmentation", "tab:red", row.external_frag_bytes)]
+    empty = [("holds a token's K/V", "tab:blue", row.used_bytes), ("reserved, empty", "tab:orange", row.wasted_bytes)]
+    if isinstance(row, FitRow):
+        return [*empty, ("free, too small for the next request", "lightgrey", row.capacity_bytes - row.reserved_bytes)]
+    return empty
+
+
+def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste] | list[FitRow], source: str):
     """One stacked horizontal bar per layout: what the KV bytes (GB = 1e9 B) are used for.
 
-    Takes :func:`kv_waste_breakdown` rows (used / reserved for future tokens / internal /
-    external fragmentation, time-averaged over the run) or :func:`kv_memory_waste` rows (used /
-    reserved-but-empty at the end of each request's life). Each segment wide enough is labelled
-    with its share of the bar, and each bar with its wasted fraction.
+    Takes :func:`~infer_lab.analysis.kv_waste.kv_waste_breakdown` rows (used / reserved for
+    future tokens / internal / external fragmentation, time-averaged over the run),
+    :func:`~infer_lab.bench.kv_allocators.kv_memory_waste` rows (used / reserved-but-empty at the
+    end of each request's life) or :class:`FitRow` (the same, plus the budget left free). Each
+    segment wide enough is labelled with its share of the bar, and each bar with its wasted fraction.
     """
     from ..figures import subplots
 
     timeline = bool(rows) and isinstance(rows[0], LayoutWaste)
-    labels = [r.label + (f"\n{r.steps:,} steps, {r.peak_running} at once (peak)" if timeline else "") for r in rows]
-    totals = [sum(seg[2] for seg in r.segments()) / GB for r in rows]
+    filled = bool(rows) and isinstance(rows[0], FitRow)
+    labels = [r.label + (f"\n{r.steps:,} steps, {r.peak_running} at once (peak)" if timeline else
+                         f"\n{r.requests_that_fit} requests fit" if filled else "") for r in rows]
+    totals = [sum(seg[2] for seg in segments(r)) / GB for r in rows]
     fig, ax = subplots(figsize=(8.5, 1.6 + 0.8 * len(rows)))
     left = [0.0] * len(rows)
-    for k, (legend, colour, _) in enumerate(rows[0].segments()):  # one segment of every bar at a time
-        widths = [r.segments()[k][2] / GB for r in rows]
+    for k, (legend, colour, _) in enumerate(segments(rows[0])):  # one segment of every bar at a time
+        widths = [segments(r)[k][2] / GB for r in rows]
         ax.barh(range(len(rows)), widths, left=left, color=colour, label=legend)
         for i, width in enumerate(widths):
             if totals[i] and width > 0.05 * max(totals):  # label only segments wide enough to hold it
@@ -655,9 +557,13 @@ def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste], source: str)
         ax.text(totals[i], i, f" {r.wasted_fraction:.1%} wasted", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()  # first layout on top
-    what = "mean over the run" if timeline else "at the end of each request's life"
+    what = ("mean over the run" if timeline else "the whole budget, each request at the end of its life" if filled
+            else "at the end of each request's life")
     ax.set(xlabel=f"KV bytes reserved or blocked, {what} (GB)", xlim=(0, max(totals) * 1.35))
-    ax.legend(loc="lower right", fontsize=8)
+    if filled:  # the bars fill the budget: the legend goes below them
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncols=3, fontsize=8, frameon=False)
+    else:
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_title("KV memory: what the reserved bytes hold, per layout\n" + textwrap.fill(source, 90, break_on_hyphens=False), fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -669,7 +575,7 @@ def waste_figure(waste: WasteResult):
 
 
 def fit_figure(fit: FitResult):
-    return kv_waste_figure(fit.eol, f"the engine's allocators, analytic (no model run): {fit.settings.describe()}")
+    return kv_waste_figure(fit.rows, f"the engine's allocators, no model run: {fit.settings.describe()}")
 
 
 def figures(result: Result) -> dict[str, Any]:

@@ -9,11 +9,11 @@ runs the very same functions for the tour, the tests and the Jupyter edition (``
 1. **Static vs continuous, step by step** (counted; ``serve``): ``EngineConfig(policy=...,
    max_num_seqs=...)``, the requests, and the engine's own step records, for both policies, on
    requests with a few long answers among many short ones.
-2. **Contenders on one workload** (measured): the same requests, with varied output lengths,
-   all arriving at t = 0, served by each contender of :data:`CONTENDERS` (transformers
-   baselines of :mod:`infer_lab.bench.baselines` and the engine with either policy). A contender
-   is a function ``(lm, workload) -> ContenderRow``; adding one is one more :class:`Contender`.
-   (Still run through :func:`measure_batching`: not yet a notebook experiment.)
+2. **Contenders on one workload** (measured; ``contenders``): the same requests, with varied
+   output lengths, all arriving at t = 0, served by each contender of :data:`CONTENDERS`
+   (transformers baselines of :mod:`infer_lab.bench.baselines` and the engine with either
+   policy) at the same number of batch slots; every contender's tokens are checked against the
+   engine's continuous batching.
 3. **The Pareto frontier** (measured; ``concurrency_sweep``): total tokens/s vs tokens/s per user
    as concurrency grows.
 4. **Predicted vs measured decode step** (measured; ``predicted_vs_measured``): the roofline on
@@ -33,22 +33,16 @@ import dataclasses
 import inspect
 import random
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..bench import baselines
-from ..bench.engine import (
-    engine_config,
-    timed_engine_run,
-    warm_up_engine,
-    workload,
-)
+from ..bench.engine import workload
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES
 from ..figures import finish, subplots
-from ..harness import progress
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
@@ -239,11 +233,12 @@ class BatchingWorkload:
         return baselines.Workload("varied outputs", prompts, list(self.output_lens))
 
 
-def batching_workload(sizes: Sizes) -> BatchingWorkload:
-    """Output lengths drawn uniformly between ``max_output // 8`` and ``max_output`` (seeded)."""
+def batching_workload(sizes: Sizes, concurrency: int | None = None) -> BatchingWorkload:
+    """Output lengths drawn uniformly between ``max_output // 8`` and ``max_output`` (seeded);
+    ``concurrency`` batch slots (default ``sizes.concurrency``)."""
     rng = random.Random(sizes.seed)
     lens = tuple(rng.randint(max(2, sizes.max_output // 8), sizes.max_output) for _ in range(sizes.requests))
-    return BatchingWorkload(sizes.requests, sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
+    return BatchingWorkload(sizes.requests, concurrency or sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
 
 
 @dataclass(frozen=True)
@@ -279,76 +274,26 @@ class ContenderRow:
                    steps=r["steps"], outputs=tokens, **pct)
 
 
-@dataclass(frozen=True)
-class Contender:
-    """One way to serve a :class:`BatchingWorkload`: a name, one line on what it does, and the run."""
-
-    name: str
-    description: str
-    run: Callable[[Any, BatchingWorkload], ContenderRow]
-    applies: Callable[[Any], bool] = lambda lm: True  # whether it can run on this model and device
-
-
-def engine_contender(policy: str) -> Contender:
-    """This project's engine (paged KV) with ``policy`` ``"static"`` or ``"continuous"`` batching."""
-    descriptions = {
-        "static": "forms a batch, runs it until its longest request finishes, then forms the next",
-        "continuous": "decides at every step who runs: a finished request leaves, a waiting one joins",
-    }
-    note = "; on a CPU the engine, in both rows, multiplies by weights prepacked once for oneDNN (`engine/prepack.py`)"
-    name = f"{policy} batching (engine)"
-
-    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
-        requests = w.requests_for(lm)
-        config = engine_config(w.concurrency, w.prompt_len + max(w.output_lens) + 1, mode=policy)
-        warm_up_engine(lm, config, seed=w.seed + 1)
-        summary, outputs = timed_engine_run(lm, config, requests.prompts, requests.output_lens)
-        return ContenderRow.from_benchmark(name, summary, outputs)
-
-    return Contender(name, descriptions[policy] + (note if policy == "continuous" else ""), run)
-
-
-HF_DESCRIPTIONS = {
-    "hf-sequential": "transformers `generate`, one request after another (a naive server)",
-    "hf-padded": "transformers `generate` on left-padded groups of all batch slots, each group until its "
-                 "longest request is done",
-    "hf-continuous": "transformers' own continuous-batching manager (paged KV; requests join and leave)",
-    "hf-padded-prepacked": "the HF padded batch with every linear layer on the engine's prepacked weights (CPU "
-                           "only, not a transformers feature): the gap between it and the engine is scheduling "
-                           "alone, the gap between it and HF padded batch is the GEMM backend",
+# The contenders of part 2, in the order the table and the figure show them: the strongest fair
+# baselines (transformers' padded batch and its own continuous batching) next to the engine. The
+# keys are :mod:`infer_lab.bench.baselines`' names and the engine's scheduling policies; the
+# notebook's ``contenders`` runs them.
+ENGINE_NOTE = "; on a CPU the engine, in both rows, multiplies by weights prepacked once for oneDNN (`engine/prepack.py`)"
+CONTENDERS: dict[str, tuple[str, str]] = {  # key -> (name, what it does)
+    "hf-sequential": ("HF one at a time", "transformers `generate`, one request after another (a naive server)"),
+    "hf-padded": ("HF padded batch", "transformers `generate` on left-padded groups of all batch slots, each group "
+                  "until its longest request is done"),
+    "hf-continuous": ("HF continuous batching",
+                      "transformers' own continuous-batching manager (paged KV; requests join and leave)"),
+    "hf-padded-prepacked": ("HF padded batch, prepacked GEMMs",
+                            "the HF padded batch with every linear layer on the engine's prepacked weights (CPU "
+                            "only, not a transformers feature): the gap between it and the engine is scheduling "
+                            "alone, the gap between it and HF padded batch is the GEMM backend"),
+    "static": ("static batching (engine)",
+               "forms a batch, runs it until its longest request finishes, then forms the next"),
+    "continuous": ("continuous batching (engine)",
+                   "decides at every step who runs: a finished request leaves, a waiting one joins" + ENGINE_NOTE),
 }
-
-
-def hf_contender(kind: str) -> Contender:
-    """A transformers baseline of :mod:`infer_lab.bench.baselines` on the same requests (throughput only)."""
-    name = {"hf-sequential": "HF one at a time", "hf-padded": "HF padded batch",
-            "hf-continuous": "HF continuous batching", "hf-padded-prepacked": "HF padded batch, prepacked GEMMs"}[kind]
-
-    def run(lm: Any, w: BatchingWorkload) -> ContenderRow:
-        requests = w.requests_for(lm)
-        small = baselines.Workload("warm-up", [p[:8] for p in requests.prompts[:2]], [2, 2])
-        baselines.run_contender(kind, lm, small, w.concurrency)
-        done = baselines.run_contender(kind, lm, requests, w.concurrency)
-        return ContenderRow(name, done.tokens_per_s, len(requests.prompts) / done.elapsed_s,
-                            outputs=tuple(tuple(o) for o in done.outputs))
-
-    if kind == "hf-padded-prepacked":
-        from ..engine import prepack
-
-        return Contender(name, HF_DESCRIPTIONS[kind], run, lambda lm: prepack.supported(lm.device, lm.dtype))
-    return Contender(name, HF_DESCRIPTIONS[kind], run)
-
-
-# The contenders of part 1, in the order the table and the figure show them: the strongest fair
-# baselines (transformers' padded batch and its own continuous batching) next to the engine.
-CONTENDERS: list[Contender] = [
-    hf_contender("hf-sequential"),
-    hf_contender("hf-padded"),
-    hf_contender("hf-continuous"),
-    hf_contender("hf-padded-prepacked"),
-    engine_contender("static"),
-    engine_contender("continuous"),
-]
 
 
 @dataclass(frozen=True)
@@ -360,16 +305,40 @@ class BatchingResult:
         return next(r for r in self.rows if r.name == name)
 
 
-def measure_batching(lm: Any, sizes: Sizes, contenders: Sequence[Contender] | None = None) -> BatchingResult:
-    """Every contender (default :data:`CONTENDERS`) on the same :func:`batching_workload`."""
-    workload = batching_workload(sizes)
-    chosen = [c for c in (contenders if contenders is not None else CONTENDERS) if c.applies(lm)]
-    rows = [c.run(lm, workload) for c in progress(chosen, desc="contenders")]
-    reference = next((r.outputs for r in rows if r.name == "continuous batching (engine)"), None)
+def batching_requests(lm: Any, sizes: Sizes) -> tuple[list[list[int]], list[int]]:
+    """Prompt token ids (random, seeded) and output lengths (tokens) of :func:`batching_workload`."""
+    requests = batching_workload(sizes).requests_for(lm)
+    return requests.prompts, requests.output_lens
+
+
+def contender_row(key: str, run: Any) -> ContenderRow:
+    """One contender's run as a row: an HF :class:`~infer_lab.bench.baselines.ContenderRun` (whole-run
+    throughput) or an engine run's ``(summary, outputs)`` (:func:`~infer_lab.bench.engine.timed_engine_run`)."""
+    name = CONTENDERS[key][0] if key in CONTENDERS else key
+    if isinstance(run, baselines.ContenderRun):
+        return ContenderRow(name, run.tokens_per_s, len(run.outputs) / run.elapsed_s,
+                            outputs=tuple(tuple(o) for o in run.outputs))
+    summary, outputs = run
+    return ContenderRow.from_benchmark(name, summary, outputs)
+
+
+def batching_result(runs: dict[str, Any], workload: BatchingWorkload) -> BatchingResult:
+    """The notebook's ``contenders`` runs as rows, each contender's tokens checked against the
+    engine's continuous batching, request by request (``identical``)."""
+    rows = [contender_row(key, run) for key, run in runs.items()]
+    reference = next((r.outputs for r in rows if r.name == ENGINE_CONTINUOUS), None)
     if reference is not None:
         rows = [dataclasses.replace(r, identical=None if r.outputs is None else r.outputs == reference)
                 for r in rows]
     return BatchingResult(workload, rows)
+
+
+def run_batching(lm: Any, sizes: Sizes, concurrency: int | None = None) -> BatchingResult:
+    """Run the notebook's own experiment (``contenders`` of ``notebooks/08_batching.py``)."""
+    contenders = notebook_function(NUMBER, "contenders")
+    workload = batching_workload(sizes, concurrency)
+    prompts, output_lens = batching_requests(lm, sizes)
+    return batching_result(contenders(lm, prompts, output_lens, workload.concurrency), workload)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,7 +488,7 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "steps": lambda: run_steps(lm, sizes),
-        "batching": lambda: measure_batching(lm, sizes),
+        "batching": lambda: run_batching(lm, sizes),
         "sweep": lambda: run_sweep(lm, sizes),
         "predicted": lambda: run_predicted(lm, sizes),
         "paths": lambda: run_paths(lm, sizes),
@@ -536,9 +505,9 @@ def workload_text(w: BatchingWorkload) -> str:
             f"{w.concurrency} batch slots")
 
 
-def contenders_text(contenders: Sequence[Contender] | None = None) -> str:
-    """The contenders as a markdown list: name and what it does."""
-    return "\n".join(f"- **{c.name}**: {c.description}." for c in (contenders or CONTENDERS))
+def contenders_text(keys: Sequence[str] | None = None) -> str:
+    """The contenders (default: all of :data:`CONTENDERS`) as a markdown list: name and what it does."""
+    return "\n".join(f"- **{CONTENDERS[k][0]}**: {CONTENDERS[k][1]}." for k in (keys or CONTENDERS))
 
 
 # One run per contender: ratios closer to 1 than this are not read as differences (run-to-run
