@@ -20,6 +20,15 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.analysis.roofline import measured_roof
+    from infer_lab.analysis.speculation import draft_mechanisms
+    from infer_lab.bench.speculative import compare, load_prompts, prompt_ids
+    from infer_lab.engine import Engine, EngineConfig, SamplingParams
+    from infer_lab.hardware import measure_ceilings
+
 
 @app.cell(hide_code=True)
 def _():
@@ -105,10 +114,66 @@ def _(alpha_slider, c_slider, ch11, k_slider, mo, v_slider):
 
 
 @app.cell(hide_code=True)
+def _(ch11, mo, nb, sizes):
+    passes_button = mo.ui.run_button(label=ch11.PARTS["passes"])
+    passes_guess = mo.ui.number(start=1.0, stop=9.0, step=0.1, value=1.0,
+                                label="your guess: tokens per target pass at k = 4")
+    mo.vstack([
+        mo.md(f"""
+    ## 1 · One request, counted: target passes saved
+
+    The experiment is the function below, `count_passes`: it decodes one prompt greedily twice
+    with the same engine, once plain and once with a proposer guessing k tokens per target pass,
+    and keeps the engine's own counters (output tokens, target forward passes, drafts proposed
+    and kept). The prompt asks the model to copy two paragraphs, so the n-gram proposer finds
+    what comes next earlier in the prompt. Up to {sizes.passes_new_tokens} new tokens.
+
+    **Predict first:** plain decoding takes one target pass per token. With n-gram guesses at
+    k = 4 on a copy task, how many tokens does one target pass yield (between 1 and 5)? Enter
+    your guess, then press the button.
+
+    Which guesses are kept is decided by the engine's acceptance rule, its real code
+    (`verify_greedy` and `verify_sampling` in `src/infer_lab/engine/acceptance.py`):
+    """),
+        mo.md(ch11.acceptance_code()),
+        mo.md(f"{passes_guess} {passes_button} {nb.button_time(ch11, 'passes')}"),
+    ])
+    return passes_button, passes_guess
+
+
+@app.function
+def count_passes(lm, prompt, max_new_tokens, proposer, k):
+    """One greedy request, plain and with ``proposer`` guessing ``k`` tokens per target pass: the
+    engine's own counts for each (RequestOutput: token_ids, target_passes, proposed_tokens,
+    accepted_tokens) and its step records (StepRecord: drafts proposed and kept per pass)."""
+    runs = {}
+    for name, spec in (("plain", None), (proposer, proposer)):
+        config = EngineConfig(speculative=spec, num_speculative_tokens=k,
+                              max_model_len=len(prompt) + max_new_tokens + 2)
+        engine = Engine.from_loaded(lm, config)
+        params = SamplingParams(max_tokens=max_new_tokens, stop_token_ids=tuple(lm.eos_token_ids))
+        runs[name] = (engine.generate([prompt], params)[0], list(engine.step_log))
+    return runs
+
+
+@app.cell
+def one_request(ch11, lm, mo, nb, passes_button, passes_guess, sizes):
+    mo.stop(not nb.pressed(passes_button), nb.placeholder(passes_button))
+    prompt = prompt_ids(lm, load_prompts("grounded", 1))[0]  # "copy two paragraphs", as token ids
+    proposer = "ngram"  # or "self:16": the target's own first 16 layers draft
+    k = 4  # guesses per target pass (1..8): change it, then press the button again
+    runs = count_passes(lm, prompt, sizes.passes_new_tokens, proposer, k)
+    passes = ch11.passes_result(runs, proposer, k)
+    mo.vstack([ch11.passes_figure(passes, lm.describe()),
+               mo.md(ch11.passes_text(passes, guess=passes_guess.value)), nb.table(ch11.passes_table(passes))])
+    return (passes,)
+
+
+@app.cell(hide_code=True)
 def _(ch11, mo, nb):
     sweep_button = mo.ui.run_button(label=ch11.PARTS["sweep"])
     mo.md(f"""
-    ## 1 · Proposers and k: measured next to the prediction
+    ## 2 · Proposers and k: measured next to the prediction
 
     Each proposer at each k, on input-grounded prompts (copy a text, edit a function, quote a
     sentence) at batch 1, against plain decoding by the same engine on the same prompts. Plain
@@ -117,26 +182,38 @@ def _(ch11, mo, nb):
     passes per output token, the wall-clock speedup, and the prediction from α and from the
     costs c and v measured in this very run.
 
+    **Predict first:** with the sliders above, set α to what section 1 showed and read the best
+    k and its speedup. A CPU verifies k + 1 tokens at a real cost (v > 1), so expect a smaller
+    speedup than the textbook's v = 1, and a smaller best k.
+
     {sweep_button} {nb.button_time(ch11, "sweep")}
     """)
     return (sweep_button,)
 
 
+@app.function
+def proposers_by_k(lm, workload, n_prompts, configs, max_new_tokens, rounds=1):
+    """Plain decoding and each (proposer, k) of ``configs`` on the first ``n_prompts`` prompts of
+    ``workload``, batch 1, greedy, after a warm-up; plain runs before and after the speculative
+    runs of every prompt. Returns the prompts and the engine's counts and times per configuration."""
+    chosen = load_prompts(workload, n_prompts)  # data/speculative_prompts.json
+    return chosen, compare(lm, prompt_ids(lm, chosen), configs, max_new_tokens, rounds=rounds)
+
+
 @app.cell
 def _(ch11, lm, mo, nb, sizes, sweep_button):
     mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
-    sweep = ch11.measure_sweep(lm, sizes)
+    configs = sizes.sweep_configs()  # (proposer, k) pairs: e.g. [("ngram", 2), ("self:16", 4)]
+    _chosen, _comparison = proposers_by_k(lm, "grounded", sizes.sweep_prompts, configs,
+                                          sizes.max_new_tokens, sizes.rounds)
+    sweep = ch11.sweep_result(_chosen, _comparison, lm, sizes)
     mo.vstack([
-        ch11.sweep_figure(sweep, lm.describe()),
-        mo.md(ch11.sweep_text(sweep)),
-        nb.table(ch11.sweep_table(sweep)),
+        ch11.sweep_figure(sweep, lm.describe()), mo.md(ch11.sweep_text(sweep)), nb.table(ch11.sweep_table(sweep)),
         mo.md("### Why the engine's acceptance rate is not α, and how to back α out"),
-        mo.md(ch11.alpha_text(sweep)),
-        nb.table(ch11.detail_table(sweep)),
-        mo.md("### The costs the prediction needs, measured"),
-        mo.md(ch11.cost_text(sweep)),
+        mo.md(ch11.alpha_text(sweep)), nb.table(ch11.detail_table(sweep)),
+        mo.md("### The costs the prediction needs, measured"), mo.md(ch11.cost_text(sweep)),
         mo.md("### The measured proposers on the same axes as the papers"),
-        ch11.variants_figure(ch11.measure_variants(sizes), sweep, lm.describe()),
+        ch11.variants_figure(ch11.variants_result(size_mechanisms(sizes.variant_models)), sweep, lm.describe()),
     ])
     return
 
@@ -145,11 +222,15 @@ def _(ch11, lm, mo, nb, sizes, sweep_button):
 def _(ch11, mo, nb):
     workloads_button = mo.ui.run_button(label=ch11.PARTS["workloads"])
     mo.md(f"""
-    ## 2 · Where it pays, and where it costs
+    ## 3 · Where it pays, and where it costs
 
     A claim talks on inference often make: speculation works best on low-entropy, input-grounded text. Here is the
     same proposer on grounded prompts and on open-ended chat (a story, advice, a why question),
-    prompt by prompt. A wrong guess is not free: its verification still runs.
+    prompt by prompt, through the same experiment function as section 2. A wrong guess is not
+    free: its verification still runs.
+
+    **Predict first:** n-gram lookup proposes only what already appeared in the prompt or the
+    output. How many tokens per pass do you expect on a story with no text to copy?
 
     {workloads_button} {nb.button_time(ch11, "workloads")}
     """)
@@ -159,7 +240,10 @@ def _(ch11, mo, nb):
 @app.cell
 def _(ch11, lm, mo, nb, sizes, workloads_button):
     mo.stop(not nb.pressed(workloads_button), nb.placeholder(workloads_button))
-    workloads = ch11.measure_workloads(lm, sizes)
+    _configs = list(sizes.workload_configs)  # (proposer, k) pairs: change them
+    _runs = {w: proposers_by_k(lm, w, sizes.workload_prompts, _configs, sizes.max_new_tokens, sizes.rounds)
+             for w in ("grounded", "chat")}
+    workloads = ch11.workloads_result(_runs, lm, sizes)
     mo.vstack([
         ch11.workloads_figure(workloads, lm.describe()),
         mo.md(ch11.workloads_text(workloads)),
@@ -173,7 +257,7 @@ def _(ch11, lm, mo, nb, sizes, workloads_button):
 def _(ch11, mo, nb):
     batch_button = mo.ui.run_button(label=ch11.PARTS["batch"])
     mo.md(f"""
-    ## 3 · Batch size: where the gain vanishes
+    ## 4 · Batch size: where the gain vanishes
 
     Speculation fills the arithmetic a memory-bound decode step leaves idle. Batching fills it
     too. With b requests and k guesses each, a verification step carries b × (k + 1) tokens;
@@ -181,15 +265,33 @@ def _(ch11, mo, nb):
     real compute. Measured on this machine (continuous batching), next to the roofline on this
     machine's measured ceilings and, analytically, a 7B model on an H200.
 
+    **Predict first:** the roofline below the measurement says at which batch the gain falls
+    under {ch11.VANISHED}×. A CPU's ridge point is low: expect the gain to shrink already
+    between batch 1 and 4 here, and to last to far larger batches on an H200.
+
     {batch_button} {nb.button_time(ch11, "batch")}
     """)
     return (batch_button,)
 
 
+@app.function
+def speedup_by_batch(lm, n_prompts, proposer, k, batches, max_new_tokens, rounds=1):
+    """Plain vs speculative decoding of ``batch`` concurrent grounded requests (continuous
+    batching) at each batch size, and this machine's measured roof (copy bandwidth, matmul
+    FLOP/s) for the roofline's prediction."""
+    ids = prompt_ids(lm, load_prompts("grounded", n_prompts))
+    runs = {b: compare(lm, ids, [(proposer, k)], max_new_tokens, batch=b, rounds=rounds) for b in batches}
+    return ids, runs, measured_roof(measure_ceilings(lm.device, quick=True))
+
+
 @app.cell
 def _(batch_button, ch11, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(batch_button), nb.placeholder(batch_button))
-    batch = ch11.measure_batch(lm, sizes)
+    _proposer, _k = sizes.batch_config  # ("ngram", 4): change the proposer or k
+    _batches = sizes.batches  # concurrent requests, e.g. (1, 2, 4)
+    _ids, _runs, _roof = speedup_by_batch(lm, sizes.batch_prompts, _proposer, _k, _batches,
+                                          sizes.max_new_tokens, sizes.rounds)
+    batch = ch11.batch_result(_ids, _runs, _roof, lm, _proposer, _k, sizes)
     mo.vstack([
         ch11.batch_figure(batch, lm.describe()),
         mo.md(ch11.batch_text(batch)),
@@ -201,7 +303,7 @@ def _(batch_button, ch11, lm, mo, nb, sizes):
 @app.cell(hide_code=True)
 def _(mo):
     mo.md(r"""
-    ## 4 · EAGLE, Medusa and multi-token prediction
+    ## 5 · EAGLE, Medusa and multi-token prediction
 
     Three ways to get better guesses than n-gram lookup, all trained (so not run here):
 
@@ -214,16 +316,23 @@ def _(mo):
       token after next; at inference the module drafts and the model verifies.
 
     Their extra parameters, KV bytes and draft cost are computed below from the catalog
-    configs; their speedups and acceptance are **cited** from the papers (paper, year and
-    section in the table). The n-gram and self-speculative numbers in section 1 are the only
-    ones **measured** here.
+    configs by `size_mechanisms`; their speedups and acceptance are **cited** from the papers
+    (paper, year and section in the table). The n-gram and self-speculative numbers in sections
+    1–4 are the only ones **measured** here.
     """)
     return
 
 
+@app.function
+def size_mechanisms(models):
+    """Every draft mechanism (n-gram, self-speculation, Medusa, EAGLE, MTP) sized from each catalog
+    config: extra parameters, extra KV bytes per token, draft cost c (analytic, nothing runs)."""
+    return [m for model in models for m in draft_mechanisms(model)]
+
+
 @app.cell
 def _(ch11, mo, nb, sizes):
-    variants = ch11.measure_variants(sizes)
+    variants = ch11.variants_result(size_mechanisms(sizes.variant_models))  # e.g. ("llama-3-70b",)
     mo.vstack([
         ch11.variants_figure(variants),
         mo.md(ch11.variants_text(variants)),

@@ -27,6 +27,11 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
+with app.setup:
+    # What the experiments below use. The tour, the tests and the Jupyter edition run these same
+    # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.bench.served import serve_and_load
+
 
 @app.cell(hide_code=True)
 def _():
@@ -104,20 +109,42 @@ def _(ch12, mo, nb, sizes):
     ## The same workload against every variant
 
     A shared-prefix chat workload: every request starts with the same {sizes.prefix_words}-word
-    system prompt, then its own {sizes.input_words}-word question. Each variant
-    ({", ".join(sizes.variants)}) is served on 127.0.0.1 in turn and gets {sizes.requests} requests
-    of {sizes.output_tokens} output tokens at concurrency {sizes.concurrency}, after one warm-up
-    request.
+    system prompt, then its own {sizes.input_words}-word question. The experiment is the function
+    below, `serve_variants`: each variant ({", ".join(sizes.variants)}) is served on 127.0.0.1 in
+    turn (`serve_and_load` in `src/infer_lab/bench/served.py`: the server in a thread, the load
+    generator against it) and gets {sizes.requests} requests of {sizes.output_tokens} output tokens
+    at the same concurrency, after one warm-up request.
+
+    **Predict first:** the HF baseline serves one request at a time, our engine batches them. At
+    concurrency {sizes.concurrency}, how many times the HF baseline's output tokens/s do you expect
+    from our engine? And which variant's TTFT should drop, since every prompt shares its first
+    {sizes.prefix_words} words?
 
     {variants_button} {nb.button_time(ch12, "variants")}
     """)
     return (variants_button,)
 
 
+@app.function
+def serve_variants(lm, variants, concurrency, requests, output_tokens, workload_options, repeats=1):
+    """Serve ``lm`` on 127.0.0.1 with each variant in turn (name -> (engine, EngineConfig switches))
+    and drive every one with the same seeded shared-prefix workload at the same concurrency
+    (loadgen: one warm-up request, percentiles in ms); loadgen's results per variant."""
+    return {name: serve_and_load(lm, engine, options, "shared-prefix", [concurrency], requests=requests,
+                                 output_tokens=output_tokens, repeats=repeats,
+                                 max_num_seqs=max(8, concurrency), workload_options=workload_options)
+            for name, (engine, options) in variants.items()}
+
+
 @app.cell
 def _(ch12, lm, mo, nb, sizes, variants_button):
     mo.stop(not nb.pressed(variants_button), nb.placeholder(variants_button))
-    variants = ch12.measure_variants(lm, sizes)
+    _served, _note = ch12.servable_model(lm)  # the server speaks text: a model with a tokenizer
+    _variants = {name: ch12.OUR_VARIANTS[name] for name in sizes.variants}  # (engine, EngineConfig switches)
+    concurrency = sizes.concurrency  # requests in flight for every variant: change it (e.g. 1)
+    _runs = serve_variants(_served, _variants, concurrency, sizes.requests, sizes.output_tokens,
+                           sizes.workload_options(), sizes.repeats)
+    variants = ch12.variants_result(_runs, _variants, concurrency, sizes, _note)
     mo.vstack([
         ch12.variants_figure(variants, lm.describe()),
         mo.md(ch12.variants_text(variants)),
@@ -140,15 +167,36 @@ def _(ch12, mo, nb, sizes):
     **{sizes.sweep_variant}** at concurrency {", ".join(str(c) for c in sizes.sweep_concurrencies)},
     with goodput counted against a TTFT objective of {sizes.slo_ttft_ms:,.0f} ms.
 
+    **Predict first:** on this CPU a decode step reads the same weights for 1 sequence or 4, so
+    total tokens/s should climb with concurrency while each user's tokens/s falls a little. By how
+    much, from concurrency {sizes.sweep_concurrencies[0]} to {sizes.sweep_concurrencies[-1]}?
+
     {sweep_button} {nb.button_time(ch12, "sweep")}
     """)
     return (sweep_button,)
 
 
+@app.function
+def concurrency_sweep(lm, variant, concurrencies, requests, output_tokens, workload_options, slo_ttft_ms,
+                      repeats=1):
+    """One variant (engine, EngineConfig switches) served on 127.0.0.1 and driven by loadgen at each
+    concurrency with the same seeded shared-prefix workload; goodput counts the requests within a
+    TTFT objective (ms). Returns loadgen's results dict (one pooled row per concurrency)."""
+    engine, options = variant
+    return serve_and_load(lm, engine, options, "shared-prefix", concurrencies, requests=requests,
+                          output_tokens=output_tokens, repeats=repeats, max_num_seqs=max(16, *concurrencies),
+                          slo_ttft_ms=slo_ttft_ms, workload_options=workload_options)
+
+
 @app.cell
 def _(ch12, lm, mo, nb, sizes, sweep_button):
     mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
-    sweep = ch12.measure_sweep(lm, sizes)
+    _served, _note = ch12.servable_model(lm)  # the server speaks text: a model with a tokenizer
+    concurrencies = sizes.sweep_concurrencies  # requests in flight per load level: e.g. (1, 2, 4, 8)
+    _results = concurrency_sweep(_served, ch12.OUR_VARIANTS[sizes.sweep_variant], concurrencies,
+                                 sizes.requests, sizes.output_tokens, sizes.workload_options(),
+                                 sizes.slo_ttft_ms, sizes.repeats)
+    sweep = ch12.sweep_result(_results, sizes.sweep_variant, _served.name, sizes, _note)
     mo.vstack([
         mo.md(f"{ch12.sweep_text(sweep)} Server: `{sweep.server_version}`."),
         *ch12.sweep_figures(sweep, lm.describe()).values(),

@@ -13,16 +13,17 @@ def _row(variant: str, engine: str, options: dict, tok_s: float, ttft_ms: float,
             "prefix_hit_rate": hit, "kv_blocks_used_max": blocks, "server": {"version": "test 1"}}
 
 
-def test_variants_become_typed_rows_with_reasons_for_what_they_lack(monkeypatch):
+def test_variants_become_typed_rows_with_reasons_for_what_they_lack():
     rows = [_row(ch12.HF_VARIANT, "hf", {}, 2.0, 900.0, 0.0, 0.0),
             _row("ours: paged + continuous", "ours", {"kv_mode": "paged"}, 4.0, 800.0, 0.0, 20.0),
             _row("+ prefix cache (radix)", "ours", {"prefix_cache": "radix"}, 6.0, 400.0, 0.5, 18.0)]
-    monkeypatch.setattr(ch12, "compare_local_engines", lambda *a, **k: rows)
-
-    class FakeLM:
-        tokenizer, name = object(), "fake"
-
-    v = ch12.measure_variants(FakeLM(), ch12.sizes("cpu", "quick"))
+    # what the notebook's serve_variants returns: loadgen's results dict per variant
+    runs = {r["variant"]: {"pooled": [r], "server": r["server"],
+                           "rows": [{"server_metrics": {"prefix_hit_rate": r["prefix_hit_rate"],
+                                                        "kv_blocks_used_max": r["kv_blocks_used_max"]}}]}
+            for r in rows}
+    variants = {r["variant"]: (r["engine"], r["engine_options"]) for r in rows}
+    v = ch12.variants_result(runs, variants, 4, ch12.sizes("cpu", "quick"))
     hf, plain, radix = v.runs
     assert hf.prefix_hit_rate is None and hf.kv_blocks_used_max is None  # HF has neither
     assert plain.prefix_hit_rate is None and plain.kv_blocks_used_max == 20.0

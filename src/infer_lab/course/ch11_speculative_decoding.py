@@ -1,5 +1,8 @@
 """Chapter 11, "Speculative decoding": guess k tokens cheaply, verify them in one target pass.
 
+0. **One request, counted.** The notebook's ``count_passes`` decodes one copy-task prompt plain
+   and with n-gram guesses: output tokens, target passes, drafts kept, from the engine's own
+   counters, with the engine's real acceptance rule on the page (:func:`acceptance_code`).
 1. **Proposers and k.** n-gram prompt lookup and self-speculation (the target's first L
    layers) at k = 1..8 on input-grounded prompts: acceptance, tokens per target pass, target
    passes per output token, the wall-clock speedup over plain decoding of the same engine, and
@@ -15,10 +18,18 @@
 Every run is greedy and checked token for token against plain decoding. Timings come from the
 engine's own step log and wall clock, plain and speculative interleaved after a warm-up
 (:mod:`infer_lab.bench.speculative`).
+
+Each experiment is an ``@app.function`` of ``notebooks/11_speculative_decoding.py`` (``count_passes``,
+``proposers_by_k``, ``speedup_by_batch``, ``size_mechanisms``); the ``run_*`` functions here execute
+those same functions (:func:`~infer_lab.course.notebook_code.notebook_function`), and the rest of
+this module shapes what they return for people.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,16 +54,20 @@ from ..bench.speculative import (
     PLAIN,
     Comparison,
     SpecRow,
-    compare,
     load_prompts,
     prompt_ids,
     rows,
     verify_cost,
 )
-from ..engine.acceptance import expected_tokens_per_pass, predicted_speedup
+from ..engine.acceptance import (
+    expected_tokens_per_pass,
+    predicted_speedup,
+    verify_greedy,
+    verify_sampling,
+)
 from ..figures import finish
-from ..harness import progress
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
 
@@ -61,6 +76,7 @@ SLUG = "speculative_decoding"
 TITLE = "11 · Speculative decoding: guess k tokens, verify them in one pass"
 NEEDS_MODEL = True
 PARTS = {
+    "passes": "Count the target passes of one request",
     "sweep": "Sweep proposers and k",
     "workloads": "Grounded prompts vs open-ended chat",
     "batch": "Speedup vs batch size",
@@ -86,6 +102,7 @@ class Sizes:
     max_new_tokens: int
     rounds: int
     variant_models: tuple[str, ...] = ("mistral-7b", "llama-3-8b", "deepseek-v3")
+    passes_new_tokens: int = 32  # the one counted request of part "passes"
 
     def sweep_configs(self) -> list[tuple[str, int]]:
         return [(p, k) for p, ks in self.sweep for k in ks]
@@ -115,6 +132,36 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
 
 # ---------------------------------------------------------------------------------------------
 # Typed results
+
+
+@dataclass(frozen=True)
+class PassesResult:
+    """One greedy request decoded plain and with ``proposer`` at ``k``: the engine's own counts.
+
+    ``tokens`` are output tokens, ``passes`` target forward passes (prefill included),
+    ``per_pass`` the tokens each speculative decode pass appended (kept drafts + 1).
+    """
+
+    proposer: str
+    k: int
+    plain_tokens: int
+    plain_passes: int
+    tokens: int
+    passes: int
+    proposed: int
+    accepted: int
+    per_pass: tuple[int, ...]
+    identical: bool
+
+    @property
+    def decode_tokens_per_pass(self) -> float:
+        """Tokens per target pass after the prefill pass (plain decoding: exactly 1)."""
+        return (self.tokens - 1) / (self.passes - 1) if self.passes > 1 else 1.0
+
+    @property
+    def passes_saved(self) -> float:
+        """Share of plain decoding's target passes that speculation did not need."""
+        return 1 - self.passes / self.plain_passes
 
 
 @dataclass(frozen=True)
@@ -263,6 +310,7 @@ class Result(ChapterResult):
     """Chapter 11's measurements; a part not run is ``None``."""
 
     model: str = ""
+    passes: PassesResult | None = None
     sweep: SweepResult | None = None
     workloads: WorkloadResult | None = None
     batch: BatchResult | None = None
@@ -278,10 +326,6 @@ def _hardware(lm: Any) -> str:
     from ..hardware import device_label
 
     return device_label(lm.device)
-
-
-def _progress(desc: str):
-    return lambda plan: progress(plan, desc=desc)
 
 
 def acceptance_detail(comparison: Comparison, proposer: str, k: int) -> AcceptanceDetail:
@@ -317,39 +361,71 @@ def prompts_note(lm: Any) -> str:
             "but a random model's guesses are not a trained model's. Load a pretrained model for real acceptance.")
 
 
-def measure_sweep(lm: Any, sizes: Sizes) -> SweepResult:
-    """Every (proposer, k) of ``sizes.sweep`` against plain decoding, grounded prompts, batch 1."""
-    chosen = load_prompts("grounded", sizes.sweep_prompts)
-    comparison = compare(lm, prompt_ids(lm, chosen), sizes.sweep_configs(), sizes.max_new_tokens,
-                         rounds=sizes.rounds, progress=_progress("proposers x k"))
+def grounded_prompt_ids(lm: Any, n: int) -> list[list[int]]:
+    """Token ids of the first ``n`` grounded prompts (copy, edit, quote)."""
+    return prompt_ids(lm, load_prompts("grounded", n))
+
+
+def passes_result(runs: dict[str, tuple[Any, list[Any]]], proposer: str, k: int) -> PassesResult:
+    """What ``count_passes`` of the notebook returned ({name: (RequestOutput, step records)}), counted."""
+    (plain, _), (spec, steps) = runs["plain"], runs[proposer]
+    per_pass = tuple(s.accepted + 1 for s in steps if s.prefill_tokens == 0 and not s.failed)
+    return PassesResult(proposer, k, len(plain.token_ids), plain.target_passes, len(spec.token_ids),
+                        spec.target_passes, spec.proposed_tokens, spec.accepted_tokens, per_pass,
+                        plain.token_ids == spec.token_ids)
+
+
+def run_passes(lm: Any, sizes: Sizes, proposer: str = "ngram", k: int = 4) -> PassesResult:
+    """Run the notebook's ``count_passes`` on the first grounded prompt (the copy task)."""
+    count = notebook_function(NUMBER, "count_passes")
+    runs = count(lm, grounded_prompt_ids(lm, 1)[0], sizes.passes_new_tokens, proposer, k)
+    return passes_result(runs, proposer, k)
+
+
+def sweep_result(chosen: list[Any], comparison: Comparison, lm: Any, sizes: Sizes) -> SweepResult:
+    """What ``proposers_by_k`` returned (the prompts and the comparison), as the chapter's rows."""
     plain = comparison.plain
     out = rows(comparison, "grounded")
-    details = [acceptance_detail(comparison, p, k) for p, k in sizes.sweep_configs()]
+    details = [acceptance_detail(comparison, p, k) for p, k in comparison.runs if p != PLAIN]
     runs = [comparison.totals(*key) for key in comparison.runs]
     cost = verify_cost(runs)
     samples = [(q, t) for r in runs for q, t in r.verify_samples if q >= 2]
     return SweepResult(out, details, cost, plain.tokens_per_s, plain.step_s, [p.name for p in chosen],
-                       sizes.max_new_tokens, sizes.rounds, _hardware(lm), torch.get_num_threads(),
+                       comparison.max_new_tokens, comparison.rounds, _hardware(lm), torch.get_num_threads(),
                        lm.model.config.num_hidden_layers, r_squared(samples, cost.t0_s, cost.t1_s),
                        prompts_note(lm))
 
 
-def measure_workloads(lm: Any, sizes: Sizes) -> WorkloadResult:
-    """The same configurations on grounded and on chat prompts, with per-prompt speedups."""
+def run_sweep(lm: Any, sizes: Sizes) -> SweepResult:
+    """Run the notebook's ``proposers_by_k`` on the grounded prompts at every (proposer, k) of ``sizes``."""
+    experiment = notebook_function(NUMBER, "proposers_by_k")
+    chosen, comparison = experiment(lm, "grounded", sizes.sweep_prompts, sizes.sweep_configs(),
+                                    sizes.max_new_tokens, sizes.rounds)
+    return sweep_result(chosen, comparison, lm, sizes)
+
+
+def workloads_result(runs: dict[str, tuple[list[Any], Comparison]], lm: Any, sizes: Sizes) -> WorkloadResult:
+    """``proposers_by_k`` per workload ({workload: (prompts, comparison)}), with per-prompt speedups."""
     all_rows, points = [], []
-    for workload in ("grounded", "chat"):
-        chosen = load_prompts(workload, sizes.workload_prompts)
-        comparison = compare(lm, prompt_ids(lm, chosen), list(sizes.workload_configs), sizes.max_new_tokens,
-                             rounds=sizes.rounds, progress=_progress(f"{workload} prompts"))
+    for workload, (chosen, comparison) in runs.items():
+        configs = [key for key in comparison.runs if key[0] != PLAIN]
         all_rows += rows(comparison, workload)
-        for g, prompt in enumerate(chosen):
+        for g, prompt in enumerate(chosen[: comparison.groups]):
             plain = comparison.group_totals(PLAIN, 0, g)
-            for proposer, k in sizes.workload_configs:
+            for proposer, k in configs:
                 spec = comparison.group_totals(proposer, k, g)
                 points.append(PromptPoint(workload, prompt.name, prompt.task, proposer, k, spec.output_tokens,
                                           spec.tokens_per_pass, spec.tokens_per_s / plain.tokens_per_s))
-    return WorkloadResult(all_rows, points, sizes.max_new_tokens, _hardware(lm), torch.get_num_threads(),
-                          prompts_note(lm))
+    max_new = next(iter(runs.values()))[1].max_new_tokens
+    return WorkloadResult(all_rows, points, max_new, _hardware(lm), torch.get_num_threads(), prompts_note(lm))
+
+
+def run_workloads(lm: Any, sizes: Sizes) -> WorkloadResult:
+    """Run the notebook's ``proposers_by_k`` on grounded and on chat prompts."""
+    experiment = notebook_function(NUMBER, "proposers_by_k")
+    runs = {w: experiment(lm, w, sizes.workload_prompts, list(sizes.workload_configs), sizes.max_new_tokens,
+                          sizes.rounds) for w in ("grounded", "chat")}
+    return workloads_result(runs, lm, sizes)
 
 
 def roofline_curve(label: str, model: Any, roof: Any, k: int, context: int, tokens_per_pass: float,
@@ -365,20 +441,18 @@ ANALYTIC_BATCHES = tuple(2**i for i in range(11))
 VANISHED = 1.1  # a predicted speedup under this counts as "the gain has vanished"
 
 
-def measure_batch(lm: Any, sizes: Sizes) -> BatchResult:
-    """Speedup at each batch size, and the roofline's prediction of where it vanishes."""
+def batch_result(ids: list[list[int]], runs: dict[int, Comparison], roof: Any, lm: Any, proposer: str, k: int,
+                 sizes: Sizes) -> BatchResult:
+    """What ``speedup_by_batch`` returned, next to the roofline's prediction of where the gain vanishes
+    (on this machine's measured roof, and analytically for a 7B model on an H200)."""
     from ..analysis.compare import dtype_name, shape_of
-    from ..analysis.roofline import gpu_roof, measured_roof
-    from ..hardware import measure_ceilings
+    from ..analysis.roofline import gpu_roof
 
-    proposer, k = sizes.batch_config
-    ids = prompt_ids(lm, load_prompts("grounded", sizes.batch_prompts))
-    roof = measured_roof(measure_ceilings(lm.device, quick=True))
     shape, dtype = shape_of(lm), dtype_name(lm)
-    context = round(sum(len(p) for p in ids) / len(ids) + sizes.max_new_tokens / 2)
+    max_new = next(iter(runs.values())).max_new_tokens
+    context = round(sum(len(p) for p in ids) / len(ids) + max_new / 2)
     points = []
-    for b in progress(sizes.batches, desc="batch sizes"):
-        comparison = compare(lm, ids, [(proposer, k)], sizes.max_new_tokens, batch=b, rounds=sizes.rounds)
+    for b, comparison in runs.items():
         plain, spec = comparison.plain, comparison.totals(proposer, k)
         step_ratio = ((spec.decode_s - spec.draft_s) / spec.decode_steps) / plain.step_s
         roof_ratio = roofline_verify_ratio(shape, roof, b, k, context, dtype)
@@ -395,12 +469,21 @@ def measure_batch(lm: Any, sizes: Sizes) -> BatchResult:
                        "bf16", ANALYTIC_BATCHES),
     ]
     return BatchResult(points, curves, roof.name, roof.bandwidth_Bps, roof.peak_flops, context,
-                       sizes.max_new_tokens, _hardware(lm), torch.get_num_threads(), prompts_note(lm))
+                       max_new, _hardware(lm), torch.get_num_threads(), prompts_note(lm))
 
 
-def measure_variants(sizes: Sizes) -> VariantsResult:
-    """EAGLE, Medusa, MTP (and our two proposers) sized from configs; the papers' figures read."""
-    mechanisms = [m for model in sizes.variant_models for m in draft_mechanisms(model)]
+def run_batch(lm: Any, sizes: Sizes) -> BatchResult:
+    """Run the notebook's ``speedup_by_batch`` at the batch sizes of ``sizes``."""
+    experiment = notebook_function(NUMBER, "speedup_by_batch")
+    proposer, k = sizes.batch_config
+    ids, runs, roof = experiment(lm, sizes.batch_prompts, proposer, k, sizes.batches, sizes.max_new_tokens,
+                                 sizes.rounds)
+    return batch_result(ids, runs, roof, lm, proposer, k, sizes)
+
+
+def variants_result(mechanisms: list[DraftMechanism]) -> VariantsResult:
+    """The mechanisms ``size_mechanisms`` computed, with the papers' figures read (cited) and
+    DeepSeek-V3's MTP checked against its report."""
     acceptance = cited("deepseek_v3_acceptance")
     mtp = next(m for m in draft_mechanisms("deepseek-v3") if m.method.startswith("MTP"))
     alphas = (acceptance.low, acceptance.high)
@@ -408,15 +491,34 @@ def measure_variants(sizes: Sizes) -> VariantsResult:
     return VariantsResult(mechanisms, cited_results(), alphas, mtp.cost_ratio, predicted, mtp.extra_params)
 
 
+def run_variants(sizes: Sizes) -> VariantsResult:
+    """Run the notebook's ``size_mechanisms`` on the catalog models of ``sizes`` (analytic)."""
+    return variants_result(notebook_function(NUMBER, "size_mechanisms")(sizes.variant_models))
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
-        "sweep": lambda: measure_sweep(lm, sizes),
-        "workloads": lambda: measure_workloads(lm, sizes),
-        "batch": lambda: measure_batch(lm, sizes),
-        "variants": lambda: measure_variants(sizes),
+        "passes": lambda: run_passes(lm, sizes),
+        "sweep": lambda: run_sweep(lm, sizes),
+        "workloads": lambda: run_workloads(lm, sizes),
+        "batch": lambda: run_batch(lm, sizes),
+        "variants": lambda: run_variants(sizes),
     })
+
+
+def _without_docstring(function: Any) -> list[str]:
+    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    return lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+
+
+def acceptance_code() -> str:
+    """The engine's acceptance rules, greedy and sampling, its real code (docstrings left out: the
+    words on the page say the same), as a markdown code block."""
+    code = _without_docstring(verify_greedy) + [""] + _without_docstring(verify_sampling)
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +527,52 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def _x(value: float) -> str:
     return f"{value:.2f}×"
+
+
+def passes_text(p: PassesResult, guess: float | None = None) -> str:
+    """The counted request in words; ``guess`` (the learner's tokens per pass) beside the measurement."""
+    lines = [
+        f"Plain decoding: **{p.plain_tokens} tokens in {p.plain_passes} target passes** (one per token, the "
+        f"first being the prefill). With **{p.proposer} at k = {p.k}**: {p.tokens} tokens in **{p.passes} target "
+        f"passes**, {100 * p.passes_saved:.0f}% of the passes saved. After the prefill pass each pass yielded "
+        f"**{p.decode_tokens_per_pass:.2f} tokens** on average (at most k + 1 = {p.k + 1}); the proposer guessed "
+        f"{p.proposed} tokens and the target kept {p.accepted}. Output token-identical to plain decoding: "
+        f"**{'yes' if p.identical else 'NO'}**.",
+    ]
+    if guess is not None:
+        lines.append(f"You guessed {guess:.1f} tokens per pass; measured {p.decode_tokens_per_pass:.2f}.")
+    lines.append("A copy task is the best case: the text to produce is already in the prompt. Fewer passes is not "
+                 "yet less time, because each pass verifies k + 1 tokens and the proposer runs too: section 2 times "
+                 "it. Change `k` or `proposer` in the cell above and press the button again.")
+    return "\n\n".join(lines)
+
+
+def passes_table(p: PassesResult):
+    rows_ = [{"decoding": "plain", "tokens": p.plain_tokens, "passes": p.plain_passes, "proposed": 0, "accepted": 0,
+              "tokens_per_pass": 1.0},
+             {"decoding": f"{p.proposer}, k = {p.k}", "tokens": p.tokens, "passes": p.passes, "proposed": p.proposed,
+              "accepted": p.accepted, "tokens_per_pass": p.decode_tokens_per_pass}]
+    return people_table(rows_, PASSES_COLUMNS)
+
+
+def passes_figure(p: PassesResult, source: str):
+    """Output tokens against target passes, plain and speculative (the engine's own step records)."""
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(8, 3.4))
+    ax.step(range(p.plain_passes + 1), range(p.plain_passes + 1), where="post", color="tab:gray",
+            label="plain: 1 token per pass")
+    made = [0, 1]  # the prefill pass makes the first token
+    for n in p.per_pass:
+        made.append(made[-1] + n)
+    ax.step(range(len(made)), made, where="post", color="tab:blue", lw=2,
+            label=f"{p.proposer}, k = {p.k}: kept drafts + 1 per pass")
+    ax.set(xlabel="target forward passes", ylabel="output tokens", xlim=(0, None), ylim=(0, None),
+           title=f"{p.tokens} tokens in {p.passes} passes instead of {p.plain_passes}")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"One greedy request, copy task: {source}", fontsize=10)
+    finish(fig)
+    return fig
 
 
 def sweep_text(sweep: SweepResult) -> str:
@@ -630,6 +778,8 @@ def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
     lines = [f"Model: {result.model}; {result.threads} torch threads. Timings were taken on a machine that "
              "may be shared; read speedups as this run's, not as constants."]
+    if result.passes:
+        lines.append(passes_text(result.passes))
     if result.sweep:
         lines += [sweep_text(result.sweep), alpha_text(result.sweep), cost_text(result.sweep)]
     if result.workloads:
@@ -681,6 +831,11 @@ def formula_figure(alpha: float, cost_ratio: float, verify_ratio: float = 1.0):
 # ---------------------------------------------------------------------------------------------
 # Tables
 
+PASSES_COLUMNS = [
+    Column("decoding", "decoding", "text"), Column("tokens", "output tokens", "int"),
+    Column("passes", "target passes", "int"), Column("proposed", "drafts proposed", "int"),
+    Column("accepted", "drafts kept", "int"), Column("tokens_per_pass", "tokens per pass after the prefill"),
+]
 SWEEP_COLUMNS = [
     Column("proposer", "proposer", "text"), Column("k", "k", "int"),
     Column("acceptance_rate", "acceptance (accepted/proposed)", "pct"),
@@ -779,6 +934,8 @@ def cited_table(result: VariantsResult):
 
 def tables(result: Result) -> dict[str, Any]:
     out = {}
+    if result.passes:
+        out["One request, counted"] = passes_table(result.passes)
     if result.sweep:
         out["Proposers x k on grounded prompts: measured vs predicted"] = sweep_table(result.sweep)
         out["Why accepted/proposed is not alpha"] = detail_table(result.sweep)
@@ -961,6 +1118,8 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
 
 def figures(result: Result) -> dict[str, Any]:
     out = {}
+    if result.passes:
+        out["passes"] = passes_figure(result.passes, result.model)
     if result.sweep:
         out["sweep"] = sweep_figure(result.sweep, result.model)
     if result.workloads:

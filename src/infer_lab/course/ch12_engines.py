@@ -8,9 +8,12 @@
 
 Beside the measurements, analytic material that needs no button: the engine decision chart,
 the launch lines for vLLM and SGLang, and the capacity planner's answer to "how many GPUs".
-The servers, the launchers and the decision chart live in :mod:`infer_lab.server` and
-:mod:`infer_lab.launchers`; the load generator in :mod:`infer_lab.loadgen`. This module runs
-them at the chapter's sizes and shapes their results for people.
+The servers and the launchers live in :mod:`infer_lab.server` and :mod:`infer_lab.launchers`, the
+load generator in :mod:`infer_lab.loadgen`, and serving one configuration under load in
+:func:`infer_lab.bench.served.serve_and_load`. The experiments are ``@app.function``s of
+``notebooks/12_engines.py`` (``serve_variants``, ``concurrency_sweep``); ``run_variants`` and
+``run_sweep`` here execute those same functions (:func:`~infer_lab.course.notebook_code.notebook_function`),
+and the rest of this module holds the chapter's sizes and shapes results for people.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import Any
 import torch
 
 from .. import launchers
+from ..bench.served import server_counters
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -56,7 +61,8 @@ class Sizes:
     max_model_len: int = 512
 
     def workload_options(self) -> dict[str, int]:
-        return {"prefix_words": self.prefix_words, "input_words": self.input_words}
+        """The shared-prefix workload's shape (words; see :func:`infer_lab.loadgen.build_workload`)."""
+        return {**WORKLOAD_DEFAULTS, "prefix_words": self.prefix_words, "input_words": self.input_words}
 
 
 def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
@@ -196,47 +202,59 @@ def _options_text(options: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in options.items())
 
 
-def measure_variants(lm: Any, sizes: Sizes) -> VariantsResult:
-    """Serve ``lm`` with each variant in turn and run the same loadgen workload against each
-    (the embedded model instead when ``lm`` has no tokenizer: :func:`servable_model`)."""
-    lm, note = servable_model(lm)
-    chosen = {name: OUR_VARIANTS[name] for name in sizes.variants}
-    rows = compare_local_engines(
-        lm, chosen, workload=WORKLOAD, concurrency=sizes.concurrency, requests=sizes.requests,
-        output_tokens=sizes.output_tokens, repeats=sizes.repeats, max_model_len=sizes.max_model_len,
-        workload_options=sizes.workload_options())
-    runs = []
-    for row in rows:
-        ours = row["engine"] == "ours"
-        paged = ours and row["engine_options"].get("kv_mode", "paged") == "paged"
-        has_prefix = ours and row["engine_options"].get("prefix_cache", "none") != "none"
-        runs.append(VariantRun(row["variant"], row["engine"], _options_text(row["engine_options"]),
-                               ServedLoad.from_row(row), row["prefix_hit_rate"] if has_prefix else None,
-                               row["kv_blocks_used_max"] if paged else None,
-                               str(row["server"].get("version", "unknown"))))
-    return VariantsResult(WORKLOAD, sizes.concurrency, sizes.requests, sizes.output_tokens, sizes.repeats, runs,
-                          note)
+def variants_result(runs: dict[str, dict[str, Any]], variants: dict[str, tuple[str, dict[str, Any]]],
+                    concurrency: int, sizes: Sizes, note: str = "") -> VariantsResult:
+    """What ``serve_variants`` of the notebook returned (loadgen's results per variant of ``variants``,
+    name -> (engine, EngineConfig switches)), as typed rows; a variant's prefix hit rate and KV blocks
+    only where it has a prefix cache and paged KV."""
+    out = []
+    for name, res in runs.items():
+        engine, options = variants[name]
+        ours = engine == "ours"
+        paged = ours and options.get("kv_mode", "paged") == "paged"
+        has_prefix = ours and options.get("prefix_cache", "none") != "none"
+        counters = server_counters(res)
+        out.append(VariantRun(name, engine, _options_text(options), ServedLoad.from_row(res["pooled"][0]),
+                              counters["prefix_hit_rate"] if has_prefix else None,
+                              counters["kv_blocks_used_max"] if paged else None,
+                              str(res["server"].get("version", "unknown"))))
+    return VariantsResult(WORKLOAD, concurrency, sizes.requests, sizes.output_tokens, sizes.repeats, out, note)
 
 
-def measure_sweep(lm: Any, sizes: Sizes) -> SweepResult:
-    """One variant over HTTP at each of the sweep's concurrencies (the embedded model instead when
-    ``lm`` has no tokenizer: :func:`servable_model`)."""
-    lm, note = servable_model(lm)
-    res = sweep_local_engine(
-        lm, variant=sizes.sweep_variant, concurrencies=sizes.sweep_concurrencies, workload=WORKLOAD,
-        requests=sizes.requests, output_tokens=sizes.output_tokens, repeats=sizes.repeats,
-        max_model_len=sizes.max_model_len, slo_ttft_ms=sizes.slo_ttft_ms, workload_options=sizes.workload_options())
-    points = sorted((ServedLoad.from_row(r) for r in res["pooled"]), key=lambda p: p.load)
-    return SweepResult(sizes.sweep_variant, WORKLOAD, lm.name, str(res["server"].get("version", "unknown")),
+def run_variants(lm: Any, sizes: Sizes) -> VariantsResult:
+    """Run the notebook's ``serve_variants`` on the chapter's variants (the embedded model instead
+    when ``lm`` has no tokenizer: :func:`servable_model`)."""
+    served, note = servable_model(lm)
+    serve_variants = notebook_function(NUMBER, "serve_variants")
+    variants = {name: OUR_VARIANTS[name] for name in sizes.variants}
+    runs = serve_variants(served, variants, sizes.concurrency, sizes.requests, sizes.output_tokens,
+                          sizes.workload_options(), sizes.repeats)
+    return variants_result(runs, variants, sizes.concurrency, sizes, note)
+
+
+def sweep_result(results: dict[str, Any], variant: str, model: str, sizes: Sizes, note: str = "") -> SweepResult:
+    """What ``concurrency_sweep`` returned (loadgen's results dict), one point per concurrency."""
+    points = sorted((ServedLoad.from_row(r) for r in results["pooled"]), key=lambda p: p.load)
+    return SweepResult(variant, WORKLOAD, model, str(results["server"].get("version", "unknown")),
                        sizes.slo_ttft_ms, points, note)
+
+
+def run_sweep(lm: Any, sizes: Sizes) -> SweepResult:
+    """Run the notebook's ``concurrency_sweep`` on the chapter's sweep variant (the embedded model
+    instead when ``lm`` has no tokenizer: :func:`servable_model`)."""
+    served, note = servable_model(lm)
+    sweep = notebook_function(NUMBER, "concurrency_sweep")
+    results = sweep(served, OUR_VARIANTS[sizes.sweep_variant], sizes.sweep_concurrencies, sizes.requests,
+                    sizes.output_tokens, sizes.workload_options(), sizes.slo_ttft_ms, sizes.repeats)
+    return sweep_result(results, sizes.sweep_variant, served.name, sizes, note)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
     result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
-        "variants": lambda: measure_variants(lm, sizes),
-        "sweep": lambda: measure_sweep(lm, sizes),
+        "variants": lambda: run_variants(lm, sizes),
+        "sweep": lambda: run_sweep(lm, sizes),
     })
 
 
@@ -542,119 +560,8 @@ OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-# The chapter's shared-prefix workload; ``output_tokens`` and the caller's options go on top.
+# The chapter's shared-prefix workload (words); the sizes' prefix and question lengths go on top.
 WORKLOAD_DEFAULTS = {"input_words": 32, "prefix_words": 128, "turns": 2, "branches": 2}
-
-
-def _serve_and_load(
-    lm: Any,
-    engine: str,
-    options: dict[str, Any],
-    workload: str,
-    points: list[Any],
-    *,
-    requests: int,
-    output_tokens: int,
-    repeats: int,
-    max_model_len: int,
-    max_num_seqs: int,
-    timeout_s: float,
-    workload_options: dict[str, Any] | None,
-    slo_ttft_ms: float | None = None,
-) -> dict[str, Any]:
-    """Serve ``lm`` with one engine over HTTP and run the load generator at ``points`` against it
-    (one warm-up request first); returns loadgen's results dict."""
-    from ..loadgen import SLO, ClientConfig, RunConfig, run_benchmark_sync
-    from ..server import ServerThread, build_app
-
-    engine_options = dict(options)
-    if engine == "ours":
-        engine_options.setdefault("max_num_seqs", max_num_seqs)
-    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
-    with ServerThread(app) as srv:
-        cfg = RunConfig(
-            ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
-            workload,
-            points,
-            requests=requests,
-            warmup=1,
-            repeats=repeats,
-            slo=SLO(ttft_ms=slo_ttft_ms),
-            workload_options={**WORKLOAD_DEFAULTS, "output_tokens": output_tokens, **(workload_options or {})},
-        )
-        return run_benchmark_sync(cfg, quiet=True)
-
-
-def compare_local_engines(
-    lm: Any,
-    variants: dict[str, tuple[str, dict[str, Any]]] | None = None,
-    workload: str = "shared-prefix",
-    concurrency: int = 4,
-    requests: int = 8,
-    output_tokens: int = 8,
-    repeats: int = 1,
-    max_model_len: int = 512,
-    max_num_seqs: int = 8,
-    timeout_s: float = 300.0,
-    workload_options: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Serve ``lm`` with each variant in turn and run the *same* loadgen workload against each.
-
-    Every variant gets the same workload (same seed, so the same prompts), the same concurrency,
-    warm-up and repeats. Returns one pooled loadgen row per variant with ``variant``, ``engine``
-    and the scraped server metrics (KV blocks, prefix hit rate).
-    """
-    from ..loadgen import LoadPoint
-
-    rows = []
-    for name, (engine, options) in (variants or OUR_VARIANTS).items():
-        res = _serve_and_load(
-            lm, engine, options, workload, [LoadPoint(concurrency=concurrency)], requests=requests,
-            output_tokens=output_tokens, repeats=repeats, max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs, timeout_s=timeout_s, workload_options=workload_options)
-        row = dict(res["pooled"][0])
-        scraped = [r["server_metrics"] for r in res["rows"]]
-        row.update(
-            variant=name,
-            engine=engine,
-            engine_options=options,
-            prefix_hit_rate=scraped[-1].get("prefix_hit_rate"),
-            kv_blocks_used_max=max((s.get("kv_blocks_used_max", 0) for s in scraped), default=None),
-            server=res["server"],
-            client_environment=res["client_environment"],
-        )
-        rows.append(row)
-    return rows
-
-
-def sweep_local_engine(
-    lm: Any,
-    variant: str = "+ prefix cache (radix)",
-    concurrencies: tuple[int, ...] = (1, 4),
-    workload: str = "shared-prefix",
-    requests: int = 8,
-    output_tokens: int = 8,
-    repeats: int = 1,
-    max_model_len: int = 512,
-    max_num_seqs: int = 16,
-    timeout_s: float = 300.0,
-    slo_ttft_ms: float | None = None,
-    workload_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One variant of :data:`OUR_VARIANTS` served over HTTP, measured at several concurrencies.
-
-    Returns the full loadgen results dict (for the latency/throughput/Pareto plots).
-    """
-    from ..loadgen import LoadPoint
-
-    engine, options = OUR_VARIANTS[variant]
-    results = _serve_and_load(
-        lm, engine, options, workload, [LoadPoint(concurrency=c) for c in concurrencies],
-        requests=requests, output_tokens=output_tokens, repeats=repeats, max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs, timeout_s=timeout_s, workload_options=workload_options,
-        slo_ttft_ms=slo_ttft_ms)
-    results["variant"] = variant
-    return results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -713,8 +620,9 @@ DECISION_CHART: tuple[EngineChoice, ...] = (
 
 
 def decision_chart_frame(measured: list[dict[str, Any]] | None = None):
-    """The decision chart as a DataFrame; ``measured`` (rows of :func:`compare_local_engines`) adds
-    this machine's numbers to the rows they support."""
+    """The decision chart as a DataFrame; ``measured`` (one dict per variant: ``variant``,
+    ``output_tokens_per_s``, ``ttft_ms_p50``, ``prefix_hit_rate``) adds this machine's numbers to the
+    rows they support."""
     import pandas as pd
 
     df = pd.DataFrame([dataclasses.asdict(c) for c in DECISION_CHART])

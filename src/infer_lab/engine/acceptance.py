@@ -42,12 +42,8 @@ def verify_greedy(drafts: list[int], target_argmax: list[int]) -> Verdict:
     return Verdict(drafts[:accepted] + [target_argmax[accepted]], accepted, len(drafts))
 
 
-def verify_sampling(
-    drafts: list[int],
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator | None,
-) -> Verdict:
+def verify_sampling(drafts: list[int], draft_probs: torch.Tensor | None, target_probs: torch.Tensor,
+                    generator: torch.Generator | None) -> Verdict:
     """Rejection-sampling verification.
 
     Args:
@@ -58,6 +54,8 @@ def verify_sampling(
         target_probs: ``(k + 1, vocab)``: the target's distributions ``p_0 .. p_k`` after
             temperature / top-k / top-p, fp32, rows summing to 1.
         generator: the request's random generator (same seed, same tokens).
+
+    If ``p == q`` on the whole support every draft is kept; the residual's 0/0 is guarded anyway.
     """
     k = len(drafts)
     if target_probs.shape[0] != k + 1:
@@ -74,7 +72,6 @@ def verify_sampling(
             continue
         residual = (p - q).clamp_min(0)
         total = float(residual.sum())
-        # p == q on the whole support would make every draft accepted; guard the 0/0 anyway.
         residual = residual / total if total > 0 else p
         token_out = int(torch.multinomial(residual, 1, generator=generator))
         return Verdict(drafts[:i] + [token_out], i, k)

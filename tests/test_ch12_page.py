@@ -1,0 +1,66 @@
+"""Notebook 12's page is the experiment: ``serve_variants`` and ``concurrency_sweep`` in the notebook
+serve the model and drive the load generator (through the library's ``bench.served``), the chapter
+module only shows what they return, and the prefix cache's effect shows at quick size."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+from infer_lab.bench import served
+from infer_lab.course import ch12_engines as ch12
+from infer_lab.course.notebook_code import notebook_function, notebook_path
+
+EXPERIMENTS = {"serve_variants": "run_variants", "concurrency_sweep": "run_sweep"}
+
+
+def test_the_experiments_run_from_the_notebook_file():
+    for name, runner in EXPERIMENTS.items():
+        function = notebook_function("12", name)
+        assert inspect.getsourcefile(function) == str(notebook_path("12"))
+        code = inspect.getsource(function)
+        assert len(code.splitlines()) <= 15, name
+        assert "serve_and_load(lm, engine, options" in code, name
+        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch12, runner)), name
+    assert "    concurrency = sizes.concurrency  # requests in flight" in notebook_path("12").read_text()
+
+
+def test_the_server_and_load_generator_orchestration_lives_in_the_library():
+    chapter = inspect.getsource(ch12)
+    for name in ("ServerThread", "build_app", "run_benchmark_sync", "RunConfig"):
+        assert name not in chapter and name in inspect.getsource(served), name
+    for gone in ("measure_variants", "measure_sweep", "compare_local_engines", "sweep_local_engine"):
+        assert not hasattr(ch12, gone), gone
+
+
+def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
+    tree = ast.parse(notebook_path("12").read_text())
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(node) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
+        assert not {c for c in calls if c.startswith(("ch12.measure", "ch12.run_"))}, node.name
+        if "mo.stop" in calls:  # an experiment cell behind a run button
+            assert node.end_lineno - node.lineno <= 16, node.name
+
+
+@pytest.mark.slow
+def test_the_radix_prefix_cache_finds_the_shared_prefix_at_quick_size(embedded):
+    """Two variants through the notebook's own function at quick size: only the one with a prefix cache
+    reports hits, and it finds a large share of the prompt tokens (every prompt shares its system prompt)."""
+    sizes = ch12.sizes("cpu", "quick")
+    variants = {name: ch12.OUR_VARIANTS[name] for name in ("+ prepacked weights", "+ prefix cache (radix)")}
+    runs = notebook_function("12", "serve_variants")(embedded, variants, 2, sizes.requests, 2,
+                                                     sizes.workload_options())
+    result = ch12.variants_result(runs, variants, 2, sizes)
+    plain, radix = result.runs
+    for run in result.runs:
+        assert run.served.completed == sizes.requests and run.served.failed == 0
+        assert run.kv_blocks_used_max and run.kv_blocks_used_max > 0  # paged KV: the server counted blocks
+    assert plain.prefix_hit_rate is None  # no prefix cache, no hit rate (not a 0 that reads as measured)
+    # 32 shared words of about 40 per prompt: at least 30% of all prompt tokens come from the cache
+    assert radix.prefix_hit_rate >= 0.3
+    assert "found" in ch12.variants_text(result) and f"{radix.prefix_hit_rate:.0%}" in ch12.variants_text(result)
