@@ -136,8 +136,8 @@ def _(ch08, mo, nb, sizes):
         mo.md(f"""
     ## 2 · Contenders on one workload
 
-    Every contender serves the same requests, with varied output lengths, all arriving at
-    once, with the same number of batch slots. The experiment is the function below,
+    Every contender serves the same requests, with skewed output lengths (a few long, most
+    short), all arriving at once, with the same number of batch slots. The experiment is the function below,
     `contenders`: the transformers baselines of `infer_lab.bench.baselines`, then the same
     engine twice, differing only in the scheduler's policy. Each runs once after a warm-up of its
     own, and every contender's tokens are checked against the engine's continuous batching.

@@ -99,8 +99,21 @@ def test_the_workload_is_seeded_and_within_its_bounds():
     w = ch08.batching_workload(sizes)
     assert w == ch08.batching_workload(sizes)
     assert len(w.output_lens) == sizes.requests
-    assert all(max(2, sizes.max_output // 8) <= n <= sizes.max_output for n in w.output_lens)
+    assert all(2 <= n <= sizes.max_output for n in w.output_lens)
     assert ch08.batching_workload(dataclasses.replace(sizes, seed=1)) != w
+
+
+def test_the_contenders_workload_shows_static_batching_idle_at_quick_size(embedded):
+    """Steps, not times: on part 2's quick workload the engine's static policy waits for each batch's
+    longest request, so it takes at least 1.3x the steps of continuous batching, with idle slots."""
+    from infer_lab.course.notebook_code import notebook_function
+
+    sizes = ch08.sizes("cpu", "quick")
+    prompts, lens = ch08.batching_requests(embedded, sizes)
+    serve = notebook_function("08", "serve")
+    runs = {p: serve(embedded, prompts, lens, p, max_num_seqs=sizes.concurrency) for p in ("static", "continuous")}
+    assert len(runs["static"]) >= 1.3 * len(runs["continuous"])
+    assert ch08.idle_slot_steps(runs["static"]) > ch08.idle_slot_steps(runs["continuous"])
 
 
 def test_saved_anchors_pair_each_batch_with_the_hf_step():

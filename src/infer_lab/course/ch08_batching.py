@@ -73,7 +73,7 @@ class Sizes:
     requests: int  # the contenders' workload
     concurrency: int  # batch slots
     prompt_len: int
-    max_output: int  # output lengths are drawn between max_output // 8 and max_output
+    max_output: int  # the longest output (tokens): one in four answers this long, the rest 2 .. max_output // 4
     sweep_concurrencies: tuple[int, ...]
     sweep_waves: int  # each sweep point serves concurrency × waves requests
     sweep_output_len: int
@@ -121,17 +121,19 @@ STEPS_SLOTS = 4  # batch slots; the notebook's experiment cell starts at the sam
 LONG_SHARE = 0.25  # share of long answers in the step-by-step workload
 
 
-def steps_requests(lm: Any, sizes: Sizes) -> tuple[list[list[int]], list[int]]:
-    """Prompt token ids and output lengths (tokens) for the step-by-step part, seeded.
+def skewed_output_lens(n: int, top: int, seed: int) -> list[int]:
+    """``n`` output lengths (tokens), seeded and skewed like real answers: most are short, a few long.
 
-    Real output lengths are skewed: most answers are short, a few are long. So one in four
-    (:data:`LONG_SHARE`) gets ``steps_max_output`` tokens and the rest 2 .. ``steps_max_output // 4``.
-    A static batch then runs as long as its longest member while its short ones sit done.
+    One in four (:data:`LONG_SHARE`) gets ``top`` tokens and the rest 2 .. ``top // 4``. A static
+    batch then runs as long as its longest member while its short ones sit done.
     """
-    rng = random.Random(sizes.seed)
-    top = sizes.steps_max_output
-    lens = [top if rng.random() < LONG_SHARE else rng.randint(2, max(2, top // 4))
-            for _ in range(sizes.steps_requests)]
+    rng = random.Random(seed)
+    return [top if rng.random() < LONG_SHARE else rng.randint(2, max(2, top // 4)) for _ in range(n)]
+
+
+def steps_requests(lm: Any, sizes: Sizes) -> tuple[list[list[int]], list[int]]:
+    """Prompt token ids and output lengths (:func:`skewed_output_lens`) for the step-by-step part, seeded."""
+    lens = skewed_output_lens(sizes.steps_requests, sizes.steps_max_output, sizes.seed)
     prompts = workload(lm, sizes.steps_requests, sizes.prompt_len, seed=sizes.seed)
     return prompts, lens
 
@@ -234,10 +236,9 @@ class BatchingWorkload:
 
 
 def batching_workload(sizes: Sizes, concurrency: int | None = None) -> BatchingWorkload:
-    """Output lengths drawn uniformly between ``max_output // 8`` and ``max_output`` (seeded);
+    """Output lengths skewed like real answers (:func:`skewed_output_lens`, up to ``max_output``, seeded);
     ``concurrency`` batch slots (default ``sizes.concurrency``)."""
-    rng = random.Random(sizes.seed)
-    lens = tuple(rng.randint(max(2, sizes.max_output // 8), sizes.max_output) for _ in range(sizes.requests))
+    lens = tuple(skewed_output_lens(sizes.requests, sizes.max_output, sizes.seed))
     return BatchingWorkload(sizes.requests, concurrency or sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
 
 
