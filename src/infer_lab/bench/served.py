@@ -14,7 +14,7 @@ run): the prefix cache's hit rate (a share of prompt tokens) and the peak KV blo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..loadgen import SLO, ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
@@ -36,19 +36,25 @@ def serve_and_load(
     timeout_s: float = 300.0,
     slo_ttft_ms: float | None = None,
     workload_options: dict[str, Any] | None = None,
+    plug: Callable[[Any], Any] | None = None,
+    before_load: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Serve ``lm`` with ``engine`` (``"ours"`` or ``"hf"``) and ``options`` (EngineConfig switches)
     and run ``requests`` requests of ``output_tokens`` tokens (EOS ignored) at each concurrency.
 
     ``max_num_seqs`` (our engine's batch slots) is set unless ``options`` sets it; ``slo_ttft_ms``
-    is the TTFT objective goodput counts against. Returns loadgen's results dict: ``pooled`` (one
-    row per concurrency, percentiles pooled over repeats), ``rows``, ``server``, ``config``.
+    is the TTFT objective goodput counts against. ``plug(engine)`` swaps parts of our engine before
+    it serves (:func:`infer_lab.server.build_app`). ``before_load(url)`` runs once the server
+    answers and before the load; what it returns is kept as ``results["before_load"]``. Returns
+    loadgen's results dict: ``pooled`` (one row per concurrency, percentiles pooled over repeats),
+    ``rows``, ``server``, ``config``.
     """
     engine_options = dict(options)
     if engine == "ours":
         engine_options.setdefault("max_num_seqs", max_num_seqs)
-    app = build_app(lm, engine, max_model_len=max_model_len, **engine_options)
+    app = build_app(lm, engine, max_model_len=max_model_len, plug=plug, **engine_options)
     with ServerThread(app) as srv:
+        first = before_load(srv.url) if before_load is not None else None
         cfg = RunConfig(
             ClientConfig(srv.url, lm.name, timeout_s=timeout_s, ignore_eos=True),
             workload,
@@ -59,7 +65,10 @@ def serve_and_load(
             slo=SLO(ttft_ms=slo_ttft_ms),
             workload_options={**(workload_options or {}), "output_tokens": output_tokens},
         )
-        return run_benchmark_sync(cfg, quiet=True)
+        results = run_benchmark_sync(cfg, quiet=True)
+    if before_load is not None:
+        results["before_load"] = first
+    return results
 
 
 def server_counters(results: dict[str, Any]) -> dict[str, float | None]:

@@ -29,9 +29,8 @@ from typing import Any
 
 import torch
 
+from ...bench.served import serve_and_load
 from ...hardware import cpu_features
-from ...loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-from ...server import ServerThread, build_app
 from ...units import human
 from . import DEFAULT_DIR, Exercise, default_file, exercises, load_file, numbers, solution_path
 
@@ -150,16 +149,12 @@ def serve_and_measure(lm: Any, name: str, engine: str, plug: Callable[[Any], Non
                       concurrency: int = 4, requests: int = 8, output_tokens: int = 16) -> CapstoneRow:
     """Serve ``lm`` with one engine over HTTP, ask it :data:`QUESTIONS` greedily, then run the load
     generator's shared-prefix workload at ``concurrency`` against it (one warm-up request)."""
-    options = dict(ENGINE_OPTIONS) if engine == "ours" else {}
-    app = build_app(lm, engine, max_model_len=MAX_MODEL_LEN, plug=plug, **options)
-    with ServerThread(app) as srv:
-        answers = _answers(srv.url, lm.name)
-        cfg = RunConfig(ClientConfig(srv.url, lm.name, timeout_s=600, ignore_eos=True), "shared-prefix",
-                        [LoadPoint(concurrency=concurrency)], requests=requests, warmup=1, repeats=1,
-                        workload_options={"input_words": 16, "prefix_words": 64, "turns": 1, "branches": 2,
-                                          "output_tokens": output_tokens})
-        results = run_benchmark_sync(cfg, quiet=True)
-    return CapstoneRow(name, answers, dict(results["pooled"][0]))
+    results = serve_and_load(
+        lm, engine, dict(ENGINE_OPTIONS) if engine == "ours" else {}, "shared-prefix", [concurrency],
+        requests=requests, output_tokens=output_tokens, max_model_len=MAX_MODEL_LEN, timeout_s=600, plug=plug,
+        before_load=lambda url: _answers(url, lm.name),
+        workload_options={"input_words": 16, "prefix_words": 64, "turns": 1, "branches": 2})
+    return CapstoneRow(name, results["before_load"], dict(results["pooled"][0]))
 
 
 def run_capstone(lm: Any, parts: Sequence[LearnerPart], **load: Any) -> list[CapstoneRow]:
