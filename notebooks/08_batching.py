@@ -165,7 +165,7 @@ def contenders(lm, prompts, output_lens, concurrency):
         baselines.run_contender(kind, lm, warm, concurrency)
         runs[kind] = baselines.run_contender(kind, lm, requests, concurrency)  # whole-run tokens/s, tokens
     for policy in ("static", "continuous"):  # the same engine: only the scheduler's policy differs
-        config = engine_config(concurrency, max(map(len, prompts)) + max(output_lens) + 1, mode=policy)
+        config = engine_config(concurrency, max(map(len, prompts)) + max(output_lens) + 1, policy=policy)
         warm_up_engine(lm, config)
         runs[policy] = timed_engine_run(lm, config, prompts, output_lens)  # (summary, outputs)
     return runs
@@ -207,7 +207,7 @@ def concurrency_sweep(lm, concurrencies, waves, prompt_len, output_len):
     """Continuous batching at each concurrency (concurrency x waves requests, EOS ignored), after a
     warm-up; one benchmark summary per concurrency: tokens/s, TTFT and ITL percentiles."""
     return {c: run_engine_benchmark(lm, requests=c * waves, concurrency=c, prompt_len=prompt_len,
-                                    output_len=output_len, mode="continuous")
+                                    output_len=output_len, policy="continuous")
             for c in concurrencies}
 
 

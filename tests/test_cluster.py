@@ -73,7 +73,7 @@ def test_prefill_interference_by_hand():
     # A's second gap holds B's whole prefill (30 ms) plus the next two-sequence decode step
     assert a.itl_s[:2] == pytest.approx((0.0101, 0.030 + 0.0102))
     assert b.ttft_s == pytest.approx(0.0301 + 0.030 - 0.025)
-    chunked = sim.simulate([one("colocated", chunked_prefill=True, max_batched_tokens=64)], trace)
+    chunked = sim.simulate([one("colocated", chunked_prefill=True, max_num_batched_tokens=64)], trace)
     assert max(chunked.requests[0].itl_s) < max(a.itl_s)  # chunks ride along instead
 
 

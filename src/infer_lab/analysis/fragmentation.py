@@ -27,6 +27,11 @@ After every step each slot of the budget is in exactly one class (:class:`StepSl
 Scheduling is first-come-first-served with head-of-line blocking (a waiting request is admitted
 only after the ones ahead of it), and the paged layout preempts the newest running request by
 recompute when a block runs out (vLLM's default). Everything is plain ints: no tensors, no model.
+
+This is the engine's continuous-batching policy (:mod:`infer_lab.engine.scheduler`) reduced to what
+memory accounting needs, and it differs on purpose: one token per request per step (no prefill
+token budget, no chunking), no batch-slot cap, and the layout, not the scheduler, decides what
+fits, because the lesson compares layouts under the same admission order.
 """
 
 from __future__ import annotations

@@ -84,9 +84,9 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
 
 
 def engine_config(
-    concurrency: int = 16,
+    max_num_seqs: int = 16,
     max_model_len: int = 2048,
-    mode: str = "continuous",
+    policy: str = "continuous",
     prefix_cache: str = "none",
     chunk_tokens: int | None = None,
     kv_mode: str = "paged",
@@ -106,8 +106,8 @@ def engine_config(
         kv_mode=kv_mode,
         block_size=block_size,
         num_blocks=num_blocks,
-        policy=mode,
-        max_num_seqs=concurrency,
+        policy=policy,
+        max_num_seqs=max_num_seqs,
         chunked_prefill=chunk_tokens is not None,
         max_num_batched_tokens=chunk_tokens or 512,
         prefix_cache=prefix_cache,
@@ -164,7 +164,7 @@ def run_engine_benchmark(
     concurrency: int = 16,
     prompt_len: int = 64,
     output_len: int = 32,
-    mode: str = "continuous",
+    policy: str = "continuous",
     prefix_cache: str = "none",
     chunk_tokens: int | None = None,
     kv_mode: str = "paged",
@@ -218,7 +218,7 @@ def run_engine_benchmark(
     if len(lens) != requests:
         raise ValueError("output_lens needs one entry per request")
     longest = max(len(p) for p in wl.prompts)
-    config = engine_config(concurrency, longest + max(lens) + 1, mode, prefix_cache, chunk_tokens,
+    config = engine_config(concurrency, longest + max(lens) + 1, policy, prefix_cache, chunk_tokens,
                            kv_mode, block_size, num_blocks, decode_path, fuse_projections,
                            compile_layers, kv_dtype, prepack_weights, weight_quant, engine_dtype)
     if warmup:
@@ -231,7 +231,7 @@ def run_engine_benchmark(
         "prompt_len": prompt_len,
         "output_len": output_len,
         "workload": wl.describe(),
-        "mode": mode,
+        "policy": policy,
         "prefix_cache": prefix_cache,
         "chunk_tokens": chunk_tokens,
         "kv_mode": kv_mode,

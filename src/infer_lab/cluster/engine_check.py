@@ -138,7 +138,7 @@ def compare_with_engine(lm: Any, prompts: list[list[int]], max_new_tokens: int =
     trace = [TraceRequest(i, 0.0 if i == 0 else 1e-9, len(p), len(o.token_ids))
              for i, (p, o) in enumerate(zip(prompts, outs, strict=True))]
     instance = InstanceSpec("colocated", recorder, n_gpus=1, kv_capacity_tokens=10**9, gpu="CPU",
-                            max_num_seqs=max_num_seqs, max_batched_tokens=10**9, chunked_prefill=True)
+                            max_num_seqs=max_num_seqs, max_num_batched_tokens=10**9, chunked_prefill=True)
     res = simulate([instance], trace)
     return SimVsEngine(
         requests=len(prompts),

@@ -60,7 +60,7 @@ def instance(
     cost: StepCostModel | None = None,
     chunked_prefill: bool = False,
     max_num_seqs: int = 256,
-    max_batched_tokens: int | None = None,
+    max_num_batched_tokens: int | None = None,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
     memory_fraction: float = 0.9,
@@ -74,7 +74,7 @@ def instance(
     capacity = kv_capacity_tokens(model, spec.name, tp, weight_dtype, kv_dtype, memory_fraction)
     if capacity <= 0:
         raise ValueError(f"{model} does not fit a TP{tp} group of {spec.name} with room for KV")
-    budget = max_batched_tokens or (CHUNK_TOKENS if chunked_prefill else WHOLE_PROMPT_TOKENS)
+    budget = max_num_batched_tokens or (CHUNK_TOKENS if chunked_prefill else WHOLE_PROMPT_TOKENS)
     return InstanceSpec(
         role=role,
         cost=cost or RooflineStepCost(model, spec.name, tp, weight_dtype, kv_dtype, link=link),
@@ -83,7 +83,7 @@ def instance(
         gpu=spec.name,
         name=name,
         max_num_seqs=max_num_seqs,
-        max_batched_tokens=budget,
+        max_num_batched_tokens=budget,
         chunked_prefill=chunked_prefill,
         usd_per_hour=spec.price_usd_per_hour * tp,
     )

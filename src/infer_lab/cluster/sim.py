@@ -8,7 +8,7 @@ Roles and their schedulers (continuous batching everywhere: a finished request f
 and KV at once, a waiting one joins on the next step):
 
 - ``colocated`` without chunked prefill: when requests wait and fit, the next step prefills
-  whole prompts (up to ``max_batched_tokens``) and the running decodes pause for it, which is
+  whole prompts (up to ``max_num_batched_tokens``) and the running decodes pause for it, which is
   the prefill interference that makes decode's tail ITL spike. Otherwise it decodes.
 - ``colocated`` with chunked prefill: every step decodes all running sequences and fills the
   rest of the token budget with prompt chunks (decode first), so a prompt delays each decode
@@ -18,6 +18,14 @@ and KV at once, a waiting one joins on the next step):
   the KV link, one transfer at a time per prefill instance, at ``n_gpus`` NICs' bandwidth (each
   GPU of the group sends its own shard).
 - ``decode`` (disaggregated): decode-only steps; a request joins when its KV has arrived.
+
+How this scheduler differs from the engine's (:mod:`infer_lab.engine.scheduler`), on purpose:
+the engine allocates KV blocks as tokens arrive and preempts (recomputes) the newest request when
+it runs out; a simulated instance reserves a request's whole KV on admission, so it never
+preempts. The simulator models steady serving at a planned load, where preemption is a failure
+to plan, and a reservation keeps every event deterministic. The knobs keep the engine's names
+(``max_num_seqs``, ``max_num_batched_tokens``, ``chunked_prefill``), and
+:mod:`infer_lab.cluster.engine_check` runs both on the same trace and compares their steps.
 
 KV memory is reserved per request on admission (prompt + output tokens where it decodes,
 prompt where it only prefills) and freed when it leaves, so nothing is preempted; a request
@@ -54,14 +62,14 @@ class InstanceSpec:
     gpu: str = ""
     name: str = ""
     max_num_seqs: int = 256
-    max_batched_tokens: int = 16384
+    max_num_batched_tokens: int = 16384
     chunked_prefill: bool = False
     usd_per_hour: float = 0.0
 
     def __post_init__(self):
         if self.role not in ROLES:
             raise ValueError(f"unknown role {self.role!r}; use one of {', '.join(ROLES)}")
-        for name in ("n_gpus", "kv_capacity_tokens", "max_num_seqs", "max_batched_tokens"):
+        for name in ("n_gpus", "kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -164,7 +172,7 @@ class _Instance:
         return batch
 
     def _whole_prompts(self) -> StepBatch | None:
-        budget = self.spec.max_batched_tokens
+        budget = self.spec.max_num_batched_tokens
         plan, used = [], 0
         seats = self.spec.max_num_seqs - len(self.running)
         while self.waiting and len(plan) < seats:
@@ -186,7 +194,7 @@ class _Instance:
         return batch
 
     def _mixed(self) -> StepBatch | None:
-        budget = self.spec.max_batched_tokens
+        budget = self.spec.max_num_batched_tokens
         self.decoding = list(self.running)
         batch = StepBatch()
         for r in self.decoding:

@@ -18,7 +18,7 @@ Every optimization is a switch, so its effect can be measured:
 
   infer-lab bench engine --compare-hf --workload mixed                   vs HF three ways, same requests
   infer-lab bench engine --kv-dtype int8                                 int8 KV blocks (per-token scales)
-  infer-lab bench engine --mode static                                   static batching (slots idle until all finish)
+  infer-lab bench engine --policy static                                 static batching (slots idle until all finish)
   infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
   infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
   infer-lab bench engine --decode-path per-sequence                      attention one sequence at a time
@@ -129,7 +129,8 @@ def add_arguments(p) -> None:
         "--output-len", type=int, default=32, help="output tokens per request (default 32)"
     )
     p.add_argument(
-        "--mode", choices=["static", "continuous"], default="continuous", help="batching policy"
+        "--policy", "--mode", dest="policy", choices=["static", "continuous"], default="continuous",
+        help="batching policy (EngineConfig.policy; --mode is its old name)"
     )
     p.add_argument(
         "--kv", choices=["paged", "contiguous", "nocache"], default="paged", help="KV cache layout"
@@ -369,7 +370,7 @@ def run_engine(args) -> int:
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
         f"[bench] {lm.describe()}: {args.requests} requests, concurrency {args.concurrency}, "
-        f"prompt {args.prompt_len}, output {args.output_len}, {args.mode}, kv {args.kv}, "
+        f"prompt {args.prompt_len}, output {args.output_len}, {args.policy}, kv {args.kv}, "
         f"decode path {args.decode_path}",
         file=sys.stderr,
     )
@@ -380,7 +381,7 @@ def run_engine(args) -> int:
         concurrency=args.concurrency,
         prompt_len=args.prompt_len,
         output_len=args.output_len,
-        mode=args.mode,
+        policy=args.policy,
         prefix_cache=args.prefix_cache,
         chunk_tokens=args.chunk_tokens,
         kv_mode=args.kv,
