@@ -19,7 +19,7 @@ def _(index, mo):
     mo.md(f"""
     # LLM inference at scale: the course
 
-    Fifteen chapters, each one notebook. Open them in order: click a title. Opening a notebook
+    Seventeen chapters, each one notebook. Open them in order: click a title. Opening a notebook
     runs its cheap cells at once; every measurement waits for its run button, and the line
     next to each button says how long it takes.
 

@@ -203,7 +203,7 @@ def ui_labels(tree: ast.Module) -> dict[str, str]:
 
 
 def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[str]]:
-    """A narrative cell's own assignments that use only known names (``_trap = ch02.mla_trap()``)."""
+    """A narrative cell's own assignments that use only known names (``_trap = ch03.mla_trap()``)."""
     lines, names = [], set()
     for stmt in cell.body:
         if not isinstance(stmt, ast.Assign) or not all(isinstance(t, ast.Name) for t in stmt.targets):

@@ -10,10 +10,10 @@ A section that fails is recorded with its error and the next one runs.
 Sections:
   chapters    every chapter module at its quick size for this device, with this model (on a GPU the
               learner's default: mistral-7b, random bf16 weights, no tokenizer): ok / error, seconds,
-              summary; saved after each chapter. --chapters picks some (e.g. --chapters 11 12)
+              summary; saved after each chapter. --chapters picks some (e.g. --chapters 12 13)
   decode1     batch-1 decode, Mistral-7B shape bf16, every decode path (target >= 205 tok/s)
   throughput  256 requests x (512 in / 128 out), CUDA graphs (target >= 70% of throughput_bound)
-  hf          the HF transformers baseline re-measured with the course's harness (chapter 01):
+  hf          the HF transformers baseline re-measured with the course's harness (chapter 02):
               TTFT and ITL vs context, decode step vs batch (the saved anchor's shape is suspect)
   spec        n-gram speculation at batch 1 vs the same engine without it (issue #11)
   kvquant     int8 / fp8 KV blocks: bytes per token, tok/s at 64 x 512/128 (issue #15)
@@ -166,9 +166,9 @@ def main() -> int:
     def hf() -> dict:
         from infer_lab.course import chapter
 
-        ch01 = chapter("01")
-        sizes = ch01.sizes(lm.device, "quick")
-        result = ch01.measure(lm, sizes, parts=["ttft", "itl"])
+        ch02 = chapter("02")
+        sizes = ch02.sizes(lm.device, "quick")
+        result = ch02.measure(lm, sizes, parts=["ttft", "itl"])
         for p in result.ttft:
             print(f"  TTFT {p.prompt_len:6d} tokens: p50 {p.p50_s * 1e3:.1f} ms", flush=True)
         for p in result.itl:

@@ -244,7 +244,7 @@ def browser_missing() -> str | None:
 
 
 def find_notebooks(selection: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
-    """notebooks/NN_*.py, or those whose name starts with one of ``selection`` ('01', '03_prefill')."""
+    """notebooks/NN_*.py, or those whose name starts with one of ``selection`` ('02', '03_prefill')."""
     paths = sorted(folder.glob("[0-9][0-9]_*.py"))
     if (folder / "index.py").is_file():  # the course index make workshop opens
         paths.insert(0, folder / "index.py")

@@ -1,5 +1,5 @@
 """A timed part run while other processes load the CPU says so on the page, and never states an
-inverted lesson as its finding (chapters 01 §2, 08 §1 and 10).
+inverted lesson as its finding (chapters 02 §2, 08 §1 and 10).
 
 The hog is two spinning processes (one per core of the 2-core CI machine). The machine check
 itself is tested under that hog; each chapter's text is then tested twice: on a real tiny
@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import pytest
 
-from infer_lab.course import ch01_feel_the_pain as ch01
-from infer_lab.course import ch08_batching as ch08
-from infer_lab.course import ch10_chunked_prefill as ch10
+from infer_lab.course import ch02_feel_the_pain as ch02
+from infer_lab.course import ch09_batching as ch09
+from infer_lab.course import ch11_chunked_prefill as ch11
 from infer_lab.course.chapter import finding
 from infer_lab.timing import (
     CONTRADICTED,
@@ -95,35 +95,35 @@ def _says_inconclusive_not_the_opposite(text: str) -> None:
 # --- 01 §2: TTFT grows with the prompt
 
 
-def _ttft(short_s: list[float], long_s: list[float], machine: MachineLoad) -> list[ch01.TTFTPoint]:
+def _ttft(short_s: list[float], long_s: list[float], machine: MachineLoad) -> list[ch02.TTFTPoint]:
     def point(length, samples):
         s = sorted(samples)
-        return ch01.TTFTPoint(length, s[len(s) // 2], s[-1], s[0], len(s), s[-1], machine)
+        return ch02.TTFTPoint(length, s[len(s) // 2], s[-1], s[0], len(s), s[-1], machine)
     return [point(32, short_s), point(512, long_s)]
 
 
 def test_01_ttft_inverted_numbers_are_inconclusive_with_the_busy_machine_named(busy):
-    text = ch01.ttft_text(_ttft([0.050, 0.060, 0.055], [0.020, 0.025, 0.030], busy))
+    text = ch02.ttft_text(_ttft([0.050, 0.060, 0.055], [0.020, 0.025, 0.030], busy))
     _says_inconclusive_not_the_opposite(text)
     assert "machine was busy" in text and "Close other programs" in text
 
 
 def test_01_ttft_overlapping_spread_is_inconclusive_even_on_a_quiet_machine():
-    text = ch01.ttft_text(_ttft([0.020, 0.022, 0.060], [0.030, 0.031, 0.032], QUIET))
+    text = ch02.ttft_text(_ttft([0.020, 0.022, 0.060], [0.030, 0.031, 0.032], QUIET))
     _says_inconclusive_not_the_opposite(text)
     assert "machine was quiet" in text
 
 
 def test_01_ttft_separated_spread_states_the_lesson():
-    text = ch01.ttft_text(_ttft([0.020, 0.021, 0.022], [0.090, 0.095, 0.100], QUIET))
+    text = ch02.ttft_text(_ttft([0.020, 0.021, 0.022], [0.090, 0.095, 0.100], QUIET))
     assert text.startswith("**This run shows it:** TTFT grows with the prompt") and "Inconclusive" not in text
 
 
 def test_01_ttft_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
-    sizes = replace(ch01.sizes("cpu", "quick"), ttft_lengths=[8, 32], repeats=3)
-    points = ch01.run_ttft(embedded, sizes)
+    sizes = replace(ch02.sizes("cpu", "quick"), ttft_lengths=[8, 32], repeats=3)
+    points = ch02.run_ttft(embedded, sizes)
     assert points[0].machine is not None and points[0].machine.busy
-    text = ch01.ttft_text(points)
+    text = ch02.ttft_text(points)
     assert "machine was busy" in text
     assert "This run shows it" in text or "Inconclusive on this run" in text
 
@@ -131,65 +131,65 @@ def test_01_ttft_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, 
 # --- 08 §1: continuous batching is the fastest contender
 
 
-def _batching(engine_tokens_per_s: float) -> ch08.BatchingResult:
-    w = ch08.batching_workload(ch08.sizes("cpu", "quick"))
-    rows = [ch08.ContenderRow("HF one at a time", 10.0, 1.0), ch08.ContenderRow("HF padded batch", 30.0, 2.0),
-            ch08.ContenderRow(ch08.ENGINE_CONTINUOUS, engine_tokens_per_s, 1.5)]
-    return ch08.BatchingResult(w, rows)
+def _batching(engine_tokens_per_s: float) -> ch09.BatchingResult:
+    w = ch09.batching_workload(ch09.sizes("cpu", "quick"))
+    rows = [ch09.ContenderRow("HF one at a time", 10.0, 1.0), ch09.ContenderRow("HF padded batch", 30.0, 2.0),
+            ch09.ContenderRow(ch09.ENGINE_CONTINUOUS, engine_tokens_per_s, 1.5)]
+    return ch09.BatchingResult(w, rows)
 
 
 def test_08_continuous_batching_slowest_is_inconclusive_with_the_busy_machine_named(busy):
-    text = ch08.batching_text(_batching(5.0), busy)
+    text = ch09.batching_text(_batching(5.0), busy)
     _says_inconclusive_not_the_opposite(text)
     assert "machine was busy" in text
 
 
 def test_08_continuous_batching_fastest_states_the_lesson_and_still_names_a_busy_machine(busy):
-    assert ch08.batching_text(_batching(60.0), QUIET).startswith("**This run shows it:**")
-    text = ch08.batching_text(_batching(60.0), busy)
+    assert ch09.batching_text(_batching(60.0), QUIET).startswith("**This run shows it:**")
+    text = ch09.batching_text(_batching(60.0), busy)
     assert "This run shows it" in text and "machine was busy" in text
 
 
 def test_08_checks_the_machine_itself_when_no_check_is_given(hog):
-    assert "machine was busy" in ch08.batching_text(_batching(5.0))
+    assert "machine was busy" in ch09.batching_text(_batching(5.0))
 
 
 # --- 10: chunking lowers the worst gap
 
 
-def _chunking(whole_max_s: float, chunked_max_s: float, noise_s: float, machine: MachineLoad) -> ch10.ChunkingResult:
-    sizes = replace(ch10.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=4, chunk_tokens=16,
+def _chunking(whole_max_s: float, chunked_max_s: float, noise_s: float, machine: MachineLoad) -> ch11.ChunkingResult:
+    sizes = replace(ch11.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=4, chunk_tokens=16,
                     arrive_at_step=1)
-    steps = [ch10.StepPoint(chunking, i, 0.010 + (noise_s if i == 0 else 0.0), 0, 2)
+    steps = [ch11.StepPoint(chunking, i, 0.010 + (noise_s if i == 0 else 0.0), 0, 2)
              for chunking in (False, True) for i in range(3)]
-    steps += [ch10.StepPoint(False, 3, whole_max_s, 48, 2), ch10.StepPoint(True, 3, chunked_max_s, 14, 2)]
-    runs = [ch10.RunSummary(False, None, 4, 50, 1, 0.010, whole_max_s, whole_max_s),
-            ch10.RunSummary(True, 16, 7, 16, 4, 0.010, chunked_max_s, 0.05)]
-    return ch10.ChunkingResult(sizes, steps, runs, machine)
+    steps += [ch11.StepPoint(False, 3, whole_max_s, 48, 2), ch11.StepPoint(True, 3, chunked_max_s, 14, 2)]
+    runs = [ch11.RunSummary(False, None, 4, 50, 1, 0.010, whole_max_s, whole_max_s),
+            ch11.RunSummary(True, 16, 7, 16, 4, 0.010, chunked_max_s, 0.05)]
+    return ch11.ChunkingResult(sizes, steps, runs, machine)
 
 
 def test_10_chunked_worst_gap_worse_is_inconclusive_with_the_busy_machine_named(busy):
-    text = ch10.chunking_text(_chunking(0.020, 0.060, 0.002, busy))
+    text = ch11.chunking_text(_chunking(0.020, 0.060, 0.002, busy))
     _says_inconclusive_not_the_opposite(text)
     assert "machine was busy" in text
 
 
 def test_10_a_gain_within_the_step_noise_is_inconclusive():
-    text = ch10.chunking_text(_chunking(0.060, 0.040, 0.030, QUIET))
+    text = ch11.chunking_text(_chunking(0.060, 0.040, 0.030, QUIET))
     _says_inconclusive_not_the_opposite(text)
 
 
 def test_10_a_gain_beyond_the_noise_states_the_lesson():
-    text = ch10.chunking_text(_chunking(0.120, 0.015, 0.002, QUIET))
+    text = ch11.chunking_text(_chunking(0.120, 0.015, 0.002, QUIET))
     assert text.startswith("**This run shows it:** chunking lowers")
 
 
 def test_10_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
-    tiny = replace(ch10.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, chunk_tokens=16,
+    tiny = replace(ch11.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, chunk_tokens=16,
                    arrive_at_step=1)
-    c = ch10.run_chunking(embedded, tiny)
+    c = ch11.run_chunking(embedded, tiny)
     assert c.machine is not None and c.machine.busy
-    text = ch10.chunking_text(c)
+    text = ch11.chunking_text(c)
     assert "machine was busy" in text
     assert "This run shows it" in text or "Inconclusive on this run" in text
 
@@ -215,9 +215,9 @@ def test_ceilings_are_measured_again_on_request_and_say_when_and_how_busy(hog, o
 
 
 def test_01_itl_inverted_is_inconclusive_with_the_busy_machine_named(busy):
-    itl = [ch01.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch01.ITLPoint(128, 8, 0.200, 0.250, 6, 8000)]
-    text = ch01.itl_text(itl, busy)
+    itl = [ch02.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch02.ITLPoint(128, 8, 0.200, 0.250, 6, 8000)]
+    text = ch02.itl_text(itl, busy)
     _says_inconclusive_not_the_opposite(text)
     assert "machine was busy" in text
-    good = [ch01.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch01.ITLPoint(128, 8, 0.020, 0.025, 6, 8000)]
-    assert ch01.itl_text(good, QUIET).startswith("**This run shows it:**")
+    good = [ch02.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch02.ITLPoint(128, 8, 0.020, 0.025, 6, 8000)]
+    assert ch02.itl_text(good, QUIET).startswith("**This run shows it:**")

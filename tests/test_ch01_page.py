@@ -1,112 +1,170 @@
-"""Notebook 01's page is the experiment: its four ``@app.function`` experiments call the harness
-directly, the chapter module only predicts and shows, and the counted effects (KV bytes, waiting
-in line, one ITL sample per token) hold at the quick size."""
+"""Notebook 01's page is the experiment: the loop on the page is the model's real computation (the
+engine and transformers choose the same greedy tokens), the FLOP count is right by hand on a tiny
+config, and the bandwidth sweep returns a curve of sane numbers."""
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import sys
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from infer_lab.analysis import memory
-from infer_lab.analysis.compare import dtype_name, shape_of
-from infer_lab.course import ch01_feel_the_pain as ch01
+from infer_lab.analysis.flops import COMPONENTS, flops_by_component
+from infer_lab.bench.bandwidth import KIB, bandwidth_sweep, cache_levels, working_sets
+from infer_lab.course import ch01_foundations as ch01
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
-EXPERIMENTS = {"kv_after_prefill": "run_memory", "ttft_by_prompt": "run_ttft",
-               "serve_one_by_one_then_batched": "run_serving", "decode_step_times": "run_itl"}
-USERS_LINE = "    users = sizes.users  # users at the first context"
+CELL_NUMBER = "    new_tokens = 6  # tokens to write"
+PROMPT = "The capital of France is"
+TINY = dict(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4, intermediate_size=16,
+            num_hidden_layers=2, vocab_size=10)
 
 
-def test_each_experiment_runs_from_the_notebook_file_and_calls_the_harness():
+def test_the_experiments_run_from_the_notebook_file():
+    for name in ("generate_step_by_step", "self_attention", "engine_greedy", "flop_shares", "bandwidth_curve",
+                 "decode_prediction", "decode_measured"):
+        fn = notebook_function("01", name)
+        assert inspect.getsourcefile(fn) == str(notebook_path("01"))
+        assert len(inspect.getsource(fn).splitlines()) <= 17, name
+    loop = inspect.getsource(notebook_function("01", "generate_step_by_step"))
+    for piece in ("model.embed[x]", "decoder_layer(", "model.lm_head", "argmax()", "ids = [*ids, token]"):
+        assert piece in loop
+    # the chapter module runs the notebook's functions, it has no experiment of its own
+    assert 'notebook_function(NUMBER, "generate_step_by_step")' in inspect.getsource(ch01.run_loop)
+    assert 'notebook_function(NUMBER, "bandwidth_curve")' in inspect.getsource(ch01.run_bandwidth)
+    assert 'notebook_function(NUMBER, "decode_measured")' in inspect.getsource(ch01.run_decode)
+    assert CELL_NUMBER in notebook_path("01").read_text()
+
+
+@pytest.fixture(scope="module")
+def loop(embedded) -> ch01.LoopResult:
+    return ch01.run_loop(embedded, ch01.sizes("cpu", "quick"))
+
+
+def test_the_loop_equals_the_engine_and_transformers_greedy(embedded, loop):
+    n = ch01.sizes("cpu", "quick").loop_new_tokens
+    assert len(loop.steps) == n and loop.same_as_engine
+    with torch.inference_mode():
+        ids = torch.tensor([list(loop.prompt_ids)])
+        hf = embedded.model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n)[0, ids.shape[1]:]
+    assert list(loop.tokens) == hf.tolist()
+    # one pass per token, each over the whole text so far, logits over the whole vocabulary
+    hidden, vocab = embedded.config.hidden_size, embedded.config.vocab_size
+    p = len(loop.prompt_ids)
+    assert [s["input"] for s in loop.steps] == [(p + i,) for i in range(n)]
+    assert [s["hidden"] for s in loop.steps] == [(p + i, hidden) for i in range(n)]
+    assert all(s["logits"] == (vocab,) for s in loop.steps)
+    assert loop.pieces is not None and "Paris" in loop.pieces[0]
+    text = ch01.loop_text(loop)
+    assert f"**{n} tokens took {n} forward passes.**" in text and f"the same {n} tokens" in text
+
+
+def test_flops_by_component_by_hand_on_a_tiny_config():
+    # hidden 8, 2 heads of 4 (1 KV head), MLP 16, 2 layers, vocabulary 10; a decode step at context 3
+    got = flops_by_component(TINY, context=3)
+    assert list(got.flops) == list(COMPONENTS)
+    assert got.flops == {
+        "embedding": 0.0,
+        "attention projections": 2 * 2 * (8 * 8 + 2 * 8 * 4 + 8 * 8),  # q, k, v, o per layer, 2 FLOPs per weight
+        "attention scores": 2 * 2 * 3 * 2 * (4 + 4),  # 2 layers x 3 keys x 2 heads x (q·k + p·v) x 2
+        "MLP": 2 * 2 * 3 * 8 * 16,
+        "norms": 4 * 8 * (2 * 2 + 1),  # 4 FLOPs per element, 2 norms per layer + the final one
+        "LM head": 2 * 10 * 8,
+    }
+    assert got.total == 2816 and got.layers == 2816 - 160
+    assert got.layers_share == pytest.approx(2656 / 2816)
+    # a prefill of 3 tokens: the projections, MLP and norms scale with the tokens, the head does not
+    prefill = flops_by_component(TINY, context=3, tokens=3)
+    assert prefill.flops["MLP"] == 3 * got.flops["MLP"]
+    assert prefill.flops["attention scores"] == 2 * 2 * (1 + 2 + 3) * 2 * (4 + 4)
+    assert prefill.flops["LM head"] == got.flops["LM head"]
+    with pytest.raises(ValueError):
+        flops_by_component(TINY, context=2, tokens=3)
+
+
+def test_the_95_percent_rule_is_checked_honestly_for_both_models(embedded):
+    small, seven_b = ch01.run_flops(embedded, ch01.sizes("cpu", "quick"))
+    assert small.model == embedded.name and seven_b.model == "mistral-7b"
+    assert small.layers_share < 0.95 < seven_b.layers_share  # the rule holds for the 7B, not for the 135M
+    assert small.share("LM head") > 5 * seven_b.share("LM head")
+    text = ch01.flops_text([small, seven_b], guess_pct=95)
+    assert "does not hold for it" in text and "holds for it" in text and "You guessed **95 %**" in text
+    # attention scores grow with the context; nothing else does
+    longer = flops_by_component("mistral-7b", context=8 * seven_b.context)
+    assert longer.flops["attention scores"] == pytest.approx(8 * seven_b.flops["attention scores"], rel=1e-3)
+    assert longer.flops["MLP"] == seven_b.flops["MLP"]
+
+
+def test_bandwidth_sweep_returns_a_curve_of_sane_numbers():
+    sizes = working_sets(64 * KIB, 4 * 2**20, factor=4)
+    assert sizes == [64 * KIB, 256 * KIB, 2**20, 4 * 2**20]
+    points = bandwidth_sweep("cpu", sizes, repeats=3, sample_s=5e-4)
+    assert [p.working_set_bytes for p in points] == sizes
+    for p in points:
+        assert 0.05 < p.GBps_low <= p.GBps <= p.GBps_high < 10_000  # GB/s: a copy, not zero, not absurd
+        assert p.copies_per_sample >= 1 and p.samples == 3
+    levels = cache_levels("cpu")
+    assert all(a.size_bytes < b.size_bytes for a, b in zip(levels, levels[1:], strict=False))
+    fig = ch01.bandwidth_figure(points, "cpu")
+    assert fig.axes[0].get_xscale() == "log"
+
+
+def _edited_notebook(tmp_path, new_tokens: int):
+    """Notebook 01 with its loop cell's number changed, imported as a module (marimo's own API)."""
     source = notebook_path("01").read_text()
-    assert "ch01.measure" not in source  # no visible cell calls a chapter wrapper
-    for name, runner in EXPERIMENTS.items():
-        function = notebook_function("01", name)
-        assert inspect.getsourcefile(function) == str(notebook_path("01"))
-        code = inspect.getsource(function)
-        assert "timed_generate(lm" in code and len(code.splitlines()) <= 15, name
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch01, runner))
-    assert USERS_LINE in source
-
-
-def test_kv_bytes_grow_with_tokens_and_users_exactly_as_the_config_predicts(embedded):
-    sizes = ch01.sizes("cpu", "quick")
-    result = ch01.run_memory(embedded, sizes)
-    per_token = memory.kv_bytes_per_token(shape_of(embedded), dtype_name(embedded))
-    assert result.predicted_kv_bytes_per_token == per_token == 2 * 30 * 3 * 64 * 4  # SmolLM2, fp32
-    by_axis = {axis: [p for p in result.points if p.axis == axis] for axis in ("context", "users")}
-    short, long = by_axis["context"][0], by_axis["context"][-1]
-    one, many = by_axis["users"][0], by_axis["users"][-1]
-    assert long.context >= 4 * short.context and many.users >= 4 * one.users  # the quick size spans 4x
-    assert long.kv_bytes * short.context == short.kv_bytes * long.context  # linear in the tokens
-    assert many.kv_bytes * one.users == one.kv_bytes * many.users  # linear in the users
-    assert all(p.kv_bytes == per_token * p.tokens for p in result.points)
-    assert "**4.00×** the KV bytes" in ch01.memory_text(result)
-
-
-def test_naive_serving_makes_each_request_wait_for_the_ones_before(embedded):
-    sizes = replace(ch01.sizes("cpu", "quick"), n_requests=3, prompt_len=8, new_tokens=2)
-    serving = ch01.run_serving(embedded, sizes)
-    seq = [r for r in serving.requests if r.mode == "sequential"]
-    batched = [r for r in serving.requests if r.mode == "batched"]
-    assert len(seq) == len(batched) == 3
-    assert seq[0].start_s == 0 or seq[0].start_s < seq[0].finish_s
-    for before, after in zip(seq, seq[1:], strict=False):  # in line: nobody starts before the one ahead finished
-        assert after.start_s >= before.finish_s
-    assert all(r.start_s == 0.0 for r in batched)  # together: nobody waits
-    assert "measured ÷ predicted" in ch01.serving_compare_text(embedded, serving, 2.0)
-
-
-def test_every_token_after_the_first_is_one_decode_step_and_kv_grows_with_the_batch(embedded):
-    sizes = replace(ch01.sizes("cpu", "quick"), itl_contexts=(8,), itl_batches=(1, 4), itl_steps=3)
-    points = {p.batch: p for p in ch01.run_itl(embedded, sizes)}
-    assert all(p.steps == 3 for p in points.values())  # steps ITL samples for steps + 1 tokens
-    assert points[4].kv_bytes == 4 * points[1].kv_bytes  # each sequence keeps its own KV
-    # the prediction on the page: 4x the sequences move far less than 4x the bytes (weights read once)
-    assert ch01.decode_bytes(embedded, 4, 8) < 1.2 * ch01.decode_bytes(embedded, 1, 8)
-
-
-def test_ttft_prediction_is_more_work_than_the_token_ratio(embedded):
-    a, b = 32, 256
-    assert ch01.prefill_flops(embedded, b) / ch01.prefill_flops(embedded, a) > b / a  # attention grows faster
-    sizes = replace(ch01.sizes("cpu", "quick"), ttft_lengths=(4, 8), repeats=1)
-    points = ch01.run_ttft(embedded, sizes)
-    assert [p.prompt_len for p in points] == [4, 8] and points[0].machine is not None
-    assert "your guess **3×**" in ch01.ttft_compare_text(embedded, points, 3.0)
-
-
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 01 with one line of an experiment cell changed, imported as a module (marimo's API)."""
-    source = notebook_path("01").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb01_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb01_edited", path)
+    assert source.count(CELL_NUMBER) == 1
+    path = tmp_path / "nb15_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 6", f"= {new_tokens}")))
+    spec = importlib.util.spec_from_file_location("nb15_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb01_edited"] = module
+    sys.modules["nb15_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb01_edited", None)
+        sys.modules.pop("nb15_edited", None)
     return module
 
 
 @pytest.mark.slow
-def test_changing_the_users_in_the_cell_changes_the_kv_bytes_as_the_chapter_says(embedded, tmp_path):
+def test_changing_the_tokens_in_the_cell_changes_the_passes(embedded, tmp_path, loop):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    sizes = replace(ch01.sizes("cpu", "quick"), contexts=(16,))
-    line = next(x for x in notebook_path("01").read_text().splitlines() if x.startswith(USERS_LINE))
-    cell = _edited_notebook(tmp_path, line, "    users = (1, 8)").kv_memory
-    _, defs = cell.run(ch01=ch01, lm=embedded, mo=mo, nb=nb, sizes=sizes,
-                       memory_button=SimpleNamespace(value=True))
-    users = {p.users: p.kv_bytes for p in defs["memory"].points if p.axis == "users"}
-    assert set(users) == {1, 8} and users[8] == 8 * users[1]  # 8 users keep 8x the KV
+    cell = _edited_notebook(tmp_path, 3).the_loop
+    _, defs = cell.run(ch01=ch01, lm=embedded, mo=mo, nb=nb, loop_button=SimpleNamespace(value=True))
+    edited = defs["loop"]
+    assert len(edited.steps) == 3 < len(loop.steps)  # one pass per token: fewer tokens, fewer passes
+    assert edited.tokens == loop.tokens[:3] and edited.same_as_engine  # greedy: the same first tokens
+
+
+def test_decode_prediction_says_memory_bound_on_this_cpu(embedded):
+    step = notebook_function("01", "decode_prediction")(embedded, 128)
+    assert step.bound == "memory" and step.bytes >= 0.95 * 4 * embedded.n_params  # fp32: 4 bytes per weight, read once
+    text = ch01.budget_text(step, ch01.byte_split(embedded, 128))
+    assert "memory-bound" in text and "of weights" in text
+
+
+def test_without_a_tokenizer_the_page_says_it_shows_token_ids(loop):
+    ids_only = ch01.LoopResult(loop.model, loop.prompt, loop.prompt_ids, loop.steps, loop.engine_tokens[:2] + (0,) * 4,
+                               None, True)
+    text = ch01.loop_text(ids_only)
+    assert text.startswith("**This model has no tokenizer**") and str(list(loop.tokens)) in text
+    assert "differ from pass 3 on" in text and "nearly tied" in text
+    assert (ch01.loop_table(ids_only)["as text"] == "— (no tokenizer)").all()
+
+
+def test_the_flop_comparison_picks_the_other_model():
+    from infer_lab.catalog import load_model_config
+
+    def fake(name: str) -> SimpleNamespace:
+        cfg = load_model_config(name)
+        return SimpleNamespace(name=name, model=SimpleNamespace(config=SimpleNamespace(to_dict=lambda: dict(cfg))))
+
+    assert [getattr(m, "name", m) for m in ch01.flops_models(fake("mistral-7b"))] == ["mistral-7b", "smollm2-135m"]
+    assert [getattr(m, "name", m) for m in ch01.flops_models(fake("smollm2-135m"))] == ["smollm2-135m", "mistral-7b"]
+    assert ch01.flops_models(None) == ["smollm2-135m", "mistral-7b"]  # no model: the deck's analytic build

@@ -1,76 +1,112 @@
-"""Notebook 02's page is the experiment: the byte check is an ``@app.function`` of the notebook that
-calls ``analysis.memory`` and the harness, the page shows the KV formula's real code, and changing
-the batch in the check's cell changes the KV bytes the way the equation says."""
+"""Notebook 02's page is the experiment: its four ``@app.function`` experiments call the harness
+directly, the chapter module only predicts and shows, and the counted effects (KV bytes, waiting
+in line, one ITL sample per token) hold at the quick size."""
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from infer_lab.analysis import memory
-from infer_lab.course import ch02_memory_equation as ch02
+from infer_lab.analysis.compare import dtype_name, shape_of
+from infer_lab.course import ch02_feel_the_pain as ch02
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
-BATCH_LINE = "    batch = _s.check_batch  # sequences generated together (2): try 4"
+EXPERIMENTS = {"kv_after_prefill": "run_memory", "ttft_by_prompt": "run_ttft",
+               "serve_one_by_one_then_batched": "run_serving", "decode_step_times": "run_itl"}
+USERS_LINE = "    users = sizes.users  # users at the first context"
 
 
-def test_the_check_runs_from_the_notebook_file():
+def test_each_experiment_runs_from_the_notebook_file_and_calls_the_harness():
     source = notebook_path("02").read_text()
-    assert "ch02.measure" not in source and "ch02.kv_summary(" not in source
-    assert "report = kv_report(model_pick.value" in source  # the calculator cell calls analysis directly
-    function = notebook_function("02", "bytes_predicted_vs_counted")
-    assert inspect.getsourcefile(function) == str(notebook_path("02"))
-    code = inspect.getsource(function)
-    assert "kv_bytes(shape, cached, batch, dtype)" in code and "timed_generate(lm" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "bytes_predicted_vs_counted")' in inspect.getsource(ch02.run_check)
-    assert BATCH_LINE in source
+    assert "ch02.measure" not in source  # no visible cell calls a chapter wrapper
+    for name, runner in EXPERIMENTS.items():
+        function = notebook_function("02", name)
+        assert inspect.getsourcefile(function) == str(notebook_path("02"))
+        code = inspect.getsource(function)
+        assert "timed_generate(lm" in code and len(code.splitlines()) <= 15, name
+        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch02, runner))
+    assert USERS_LINE in source
 
 
-def test_the_page_shows_the_kv_formulas_real_code():
-    shown = ch02.kv_formula_code()
-    assert "return 2 * shape.kv_heads * shape.head_dim" in shown
-    assert "return shape.layers * kv_bytes_per_token_per_layer(shape, kv_dtype)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 20
-    assert memory.kv_bytes_per_token("mistral-7b", "bf16") == 2 * 32 * 8 * 128 * 2
+def test_kv_bytes_grow_with_tokens_and_users_exactly_as_the_config_predicts(embedded):
+    sizes = ch02.sizes("cpu", "quick")
+    result = ch02.run_memory(embedded, sizes)
+    per_token = memory.kv_bytes_per_token(shape_of(embedded), dtype_name(embedded))
+    assert result.predicted_kv_bytes_per_token == per_token == 2 * 30 * 3 * 64 * 4  # SmolLM2, fp32
+    by_axis = {axis: [p for p in result.points if p.axis == axis] for axis in ("context", "users")}
+    short, long = by_axis["context"][0], by_axis["context"][-1]
+    one, many = by_axis["users"][0], by_axis["users"][-1]
+    assert long.context >= 4 * short.context and many.users >= 4 * one.users  # the quick size spans 4x
+    assert long.kv_bytes * short.context == short.kv_bytes * long.context  # linear in the tokens
+    assert many.kv_bytes * one.users == one.kv_bytes * many.users  # linear in the users
+    assert all(p.kv_bytes == per_token * p.tokens for p in result.points)
+    assert "**4.00×** the KV bytes" in ch02.memory_text(result)
+
+
+def test_naive_serving_makes_each_request_wait_for_the_ones_before(embedded):
+    sizes = replace(ch02.sizes("cpu", "quick"), n_requests=3, prompt_len=8, new_tokens=2)
+    serving = ch02.run_serving(embedded, sizes)
+    seq = [r for r in serving.requests if r.mode == "sequential"]
+    batched = [r for r in serving.requests if r.mode == "batched"]
+    assert len(seq) == len(batched) == 3
+    assert seq[0].start_s == 0 or seq[0].start_s < seq[0].finish_s
+    for before, after in zip(seq, seq[1:], strict=False):  # in line: nobody starts before the one ahead finished
+        assert after.start_s >= before.finish_s
+    assert all(r.start_s == 0.0 for r in batched)  # together: nobody waits
+    assert "measured ÷ predicted" in ch02.serving_compare_text(embedded, serving, 2.0)
+
+
+def test_every_token_after_the_first_is_one_decode_step_and_kv_grows_with_the_batch(embedded):
+    sizes = replace(ch02.sizes("cpu", "quick"), itl_contexts=(8,), itl_batches=(1, 4), itl_steps=3)
+    points = {p.batch: p for p in ch02.run_itl(embedded, sizes)}
+    assert all(p.steps == 3 for p in points.values())  # steps ITL samples for steps + 1 tokens
+    assert points[4].kv_bytes == 4 * points[1].kv_bytes  # each sequence keeps its own KV
+    # the prediction on the page: 4x the sequences move far less than 4x the bytes (weights read once)
+    assert ch02.decode_bytes(embedded, 4, 8) < 1.2 * ch02.decode_bytes(embedded, 1, 8)
+
+
+def test_ttft_prediction_is_more_work_than_the_token_ratio(embedded):
+    a, b = 32, 256
+    assert ch02.prefill_flops(embedded, b) / ch02.prefill_flops(embedded, a) > b / a  # attention grows faster
+    sizes = replace(ch02.sizes("cpu", "quick"), ttft_lengths=(4, 8), repeats=1)
+    points = ch02.run_ttft(embedded, sizes)
+    assert [p.prompt_len for p in points] == [4, 8] and points[0].machine is not None
+    assert "your guess **3×**" in ch02.ttft_compare_text(embedded, points, 3.0)
 
 
 def _edited_notebook(tmp_path, old: str, new: str):
+    """Notebook 02 with one line of an experiment cell changed, imported as a module (marimo's API)."""
     source = notebook_path("02").read_text()
     assert source.count(old) == 1
-    path = tmp_path / "nb02_edited.py"
+    path = tmp_path / "nb01_edited.py"
     path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb02_edited", path)
+    spec = importlib.util.spec_from_file_location("nb01_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb02_edited"] = module
+    sys.modules["nb01_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb02_edited", None)
+        sys.modules.pop("nb01_edited", None)
     return module
 
 
 @pytest.mark.slow
-def test_doubling_the_batch_in_the_cell_doubles_the_kv_and_not_the_weights(embedded, tmp_path):
+def test_changing_the_users_in_the_cell_changes_the_kv_bytes_as_the_chapter_says(embedded, tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    page = SimpleNamespace(pressed=lambda _b: True, placeholder=nb.placeholder, table=nb.table,
-                           load_model_or_explain=lambda *_a: embedded, model_choice=lambda: ("smollm2-135m", "pretrained"))
-    results = {}
-    for batch in (2, 4):
-        cell = _edited_notebook(tmp_path, BATCH_LINE, f"    batch = {batch}  #").check_cell
-        _, defs = cell.run(ch02=ch02, check_button=SimpleNamespace(value=True), mo=mo, nb=page,
-                           size_picker=SimpleNamespace(value="quick"))
-        results[batch] = defs["check"]
-    for check in results.values():  # the equation is exact, byte for byte
-        assert [r.measured_over_predicted for r in check.rows] == [1.0, 1.0]
-    weights = {b: c.rows[0].measured for b, c in results.items()}
-    kv = {b: c.rows[1].measured for b, c in results.items()}
-    assert weights[4] == weights[2] and kv[4] == 2 * kv[2]
+    sizes = replace(ch02.sizes("cpu", "quick"), contexts=(16,))
+    line = next(x for x in notebook_path("02").read_text().splitlines() if x.startswith(USERS_LINE))
+    cell = _edited_notebook(tmp_path, line, "    users = (1, 8)").kv_memory
+    _, defs = cell.run(ch02=ch02, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                       memory_button=SimpleNamespace(value=True))
+    users = {p.users: p.kv_bytes for p in defs["memory"].points if p.axis == "users"}
+    assert set(users) == {1, 8} and users[8] == 8 * users[1]  # 8 users keep 8x the KV

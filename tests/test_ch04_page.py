@@ -1,55 +1,56 @@
-"""Notebook 04's page calls the library's planner directly: the cell "One plan by hand" runs
-``analysis.capacity.plan`` with a context the learner changes, and the page shows ``memory.fit``."""
+"""Notebook 04's page is the experiment: the datasheet prediction and the predicted-vs-measured run
+are ``@app.function`` s of the notebook calling ``analysis.roofline``, ``hardware`` and ``bench``;
+the chapter module only shows them, and the page shows the roofline's real code."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
+from dataclasses import replace
 
 import pytest
 
-from infer_lab.analysis import memory
-from infer_lab.course import ch04_capacity_planner as ch04
-from infer_lab.course.notebook_code import notebook_path
-
-CONTEXT_LINE = "    context = 4096  # tokens per user"
+from infer_lab.analysis.roofline import Roof
+from infer_lab.course import ch04_prefill_decode_roofline as ch04
+from infer_lab.course.notebook_code import notebook_function, notebook_path
 
 
-def _edited_notebook(tmp_path, old: str, new: str):
+def test_the_experiments_run_from_the_notebook_file():
     source = notebook_path("04").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb04_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb04_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb04_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb04_edited", None)
-    return module
+    assert "ch04.measure" not in source  # no visible cell calls a chapter wrapper
+    for name, calls in {"datasheet_prediction": "gpu_roof(gpu)", "roofline_vs_harness": "measure_ceilings("}.items():
+        function = notebook_function("04", name)
+        assert inspect.getsourcefile(function) == str(notebook_path("04"))
+        code = inspect.getsource(function)
+        assert calls in code and len(code.splitlines()) <= 15
+    assert 'notebook_function(NUMBER, "datasheet_prediction")' in inspect.getsource(ch04.datasheet_view)
+    assert 'notebook_function(NUMBER, "roofline_vs_harness")' in inspect.getsource(ch04.run_compare)
+    assert "    batches = _s.batches  # decode batches" in source
 
 
-def test_the_page_shows_fit_and_calls_the_planner():
-    source = notebook_path("04").read_text()
-    assert 'one = plan("mistral-7b", "H100-SXM", n_gpus=1, context=context' in source
-    shown = ch04.fit_code()
-    assert "max_users=max(0, budget // per_user)" in shown and '"""' not in shown
-    assert inspect.getsource(memory.fit).splitlines()[0] in shown
+def test_the_page_shows_the_roofs_real_code():
+    shown = ch04.roof_code()
+    assert "return max(flops / self.peak_flops, n_bytes / self.bandwidth_Bps)" in shown
+    assert "return min(self.peak_flops, intensity * self.bandwidth_Bps)" in shown
+    assert '"""' not in shown and len(shown.splitlines()) <= 12
+    roof = Roof("toy", peak_flops=100.0, bandwidth_Bps=10.0)
+    assert roof.time_s(100.0, 1.0) == 1.0 and roof.time_s(1.0, 100.0) == 10.0
 
 
-def test_quadrupling_the_context_in_the_cell_leaves_a_quarter_of_the_users(tmp_path):
-    pytest.importorskip("marimo")
-    import marimo as mo
+def test_a_bigger_batch_raises_decode_intensity_on_the_datasheet():
+    one, many = ch04.datasheet_view("mistral-7b", "H100-SXM", 1, 4096), ch04.datasheet_view("mistral-7b", "H100-SXM", 64, 4096)
+    assert (one.batch, many.batch) == (1, 64)
+    # the weights are read once for the whole batch: 64 sequences, far more than 10x the FLOP per byte
+    assert many.prediction.decode.intensity > 10 * one.prediction.decode.intensity
+    assert one.prediction.decode.bound == "memory" and one.prediction.prefill.bound == "compute"
 
-    from infer_lab import nb
 
-    users = {}
-    for context in (4096, 16384):
-        cell = _edited_notebook(tmp_path, CONTEXT_LINE, f"    context = {context}  #").by_hand
-        _, defs = cell.run(ch04=ch04, mo=mo, nb=nb)
-        users[context] = defs["one"].max_users_memory
-        assert f"**{users[context]:,} users**" in ch04.plan_line(defs["one"])
-    assert users[4096] >= 100  # an H100 holds many Mistral-7B users at 4k
-    assert 4 * users[16384] <= users[4096] < 4 * (users[16384] + 1)  # a quarter, rounded down
+@pytest.mark.slow  # measures this machine's ceilings first
+def test_a_real_decode_step_sits_next_to_its_prediction(embedded):
+    sizes = replace(ch04.sizes("cpu", "quick"), prompt_lengths=(8,), contexts=(8,), batches=(1, 2), new_tokens=3)
+    result = ch04.run_compare(embedded, sizes)
+    bytes_rows = [r for r in result.rows if r.unit == "B"]
+    assert bytes_rows and all(abs(r.measured_over_predicted - 1) < 0.01 for r in bytes_rows)  # bytes agree
+    decode = [r for r in result.rows if r.phase == "decode"]
+    assert [r.batch for r in decode] == [1, 2] and all(r.measured > 0 and r.predicted > 0 for r in decode)
+    text = ch04.decode_ratio_text(result)
+    assert text.count("measured ÷ predicted") == 2 and result.roof.source == "measured"

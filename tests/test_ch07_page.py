@@ -1,120 +1,125 @@
-"""Notebook 07's page is the experiment: its three ``@app.function`` call the engine, the
-simulator and the engine's allocators directly, the chapter module only shows them, each part's
-count moves the way its heading says, and changing the block size in the notebook's cell changes
-the result the way the chapter says it does."""
+"""Notebook 07's page is the experiment: its ``@app.function`` experiments call :mod:`infer_lab.attention`
+and :mod:`infer_lab.bench` directly, the chapter module only shows what they return, the page shows the
+real online-softmax tile, and changing a number in the equivalence cell changes what is checked."""
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 
-from infer_lab.course import ch07_kv_cache_paged as ch07
+from infer_lab.attention import flash_attention, online_softmax_tile, sdpa_attention
+from infer_lab.course import ch07_attention_variants as ch07
 from infer_lab.course.notebook_code import notebook_function, notebook_path
-from infer_lab.engine.kv_cache import paged_slots
 
-CELL_NUMBER = "    block_size = 16  # tokens per block"
-EXPERIMENTS = {
-    "generate_step_by_step": ("run_cache", ["EngineConfig(kv_mode=kv_mode", "Engine.from_loaded(lm, config)",
-                                            "engine.step_log"]),
-    "where_memory_goes": ("run_waste", ["make_requests(", "simulate(make_layout(name, budget_slots"]),
-    "fill_until_full": ("run_fit", ["cache.can_allocate(", "cache.allocate(", "cache.memory_report(held)"]),
+EXPERIMENTS = {  # notebook function -> the chapter's run_<part> that executes it, and a library call it makes
+    "against_sdpa": (ch07.run_equivalence, "diff_from_sdpa(layer, x, prefix, backend=path)"),
+    "attention_quality": (ch07.run_quality, "measure_variant_quality(lm, eval_tokens=eval_tokens"),
+    "attention_times": (ch07.run_timing, "decode_attention_vs_kv_heads(cached_tokens"),
 }
+TOKENS_LINE = "    tokens = 12  # sequence length"
 
 
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_each_experiment_runs_from_the_notebook_file(name):
-    function = notebook_function("07", name)
-    assert inspect.getsourcefile(function) == str(notebook_path("07"))
-    code = inspect.getsource(function)
-    runner, calls = EXPERIMENTS[name]
-    assert all(call in code for call in calls), code
-    assert len(code.splitlines()) <= 15
-    assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch07, runner))
+def test_every_experiment_runs_from_the_notebook_file():
     source = notebook_path("07").read_text()
-    assert "ch07.measure" not in source and CELL_NUMBER in source
+    assert "ch07.measure_" not in source  # no wrapper between the page and the library
+    for name, (runner, call) in EXPERIMENTS.items():
+        fn = notebook_function("07", name)
+        assert inspect.getsourcefile(fn) == str(notebook_path("07"))
+        code = inspect.getsource(fn)
+        assert call in code and len(code.splitlines()) <= 15
+        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(runner)
+    assert source.count(TOKENS_LINE) == 1 and ch07.EQUIVALENCE_TOKENS == 12
+    assert "grouped_kv_heads = (2, 1)" in source and ch07.EQUIVALENCE_KV_HEADS == (2, 1)
 
 
-def test_the_page_shows_the_engines_real_slot_lookup():
-    shown = ch07.paging_code()
-    assert inspect.getsource(paged_slots).splitlines()[0] in shown
-    assert "block_table[p // block_size] * block_size + p % block_size" in shown
-    assert "self.free_list.popleft()" in shown  # the block pool handing out a block
-    assert '"""' not in shown and len(shown.splitlines()) <= 30  # no docstrings; short enough for a slide
+def test_the_page_shows_the_online_softmax_tile_that_flash_attention_runs():
+    shown = ch07.flash_tile_code()
+    assert inspect.getsource(online_softmax_tile).splitlines()[0] in shown
+    assert "correction = torch.exp(running_max - safe_max)" in shown
+    assert '"""' not in shown and len(shown.splitlines()) <= 30
+    assert "online_softmax_tile(" in inspect.getsource(flash_attention)  # the tile shown is the one that runs
 
 
-def test_no_cache_computes_the_context_again_every_step(embedded):
-    """Part 1's count: tokens computed, a small run (the quick size's 16 + 16 is the same shape)."""
-    generate = notebook_function("07", "generate_step_by_step")
-    prompt = list(range(100, 108))
-    runs = {mode: generate(embedded, prompt, 6, mode) for mode in ch07.KV_MODES}
-    cache = ch07.cache_result(runs, len(prompt), embedded)
-    nocache, paged = (t.tokens_computed for t in cache.totals())
-    assert (nocache, paged) == ch07.predicted_tokens_computed(8, 6) == (6 * 8 + 15, 13)
-    assert [p.tokens_computed for p in cache.steps("paged", "decode")] == [1] * 5
-    assert nocache >= 4 * paged  # and the gap grows with the square of the new tokens
-    assert "predicted 63 = 6·8 + 6·5/2 and 13 = 8 + 6 − 1" in ch07.cache_text(cache)
+def test_the_tile_step_is_what_makes_tiles_exact():
+    """Folding keys in one tile at a time equals SDPA; skipping the rescale (a near miss) does not."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 10, 8) for _ in range(3))
+    reference = sdpa_attention(q, k, v, causal=False)
+    scores = (q @ k.transpose(-2, -1)) / 8 ** 0.5
+    state = (torch.full((1, 2, 10, 1), float("-inf")), torch.zeros(1, 2, 10, 1), torch.zeros(1, 2, 10, 8))
+    for start in range(0, 10, 4):
+        state = online_softmax_tile(scores[..., start:start + 4], v[..., start:start + 4, :], *state)
+    assert torch.allclose(state[2] / state[1], reference, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def settings() -> ch07.WasteSettings:
-    return ch07.sizes("cpu", "quick").waste
+    def forgets_to_rescale_the_output(scores, v_tile, running_max, running_sum, output_acc):
+        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        probs = torch.exp(scores - new_max)
+        running_sum = running_sum * torch.exp(running_max - new_max) + probs.sum(dim=-1, keepdim=True)
+        return new_max, running_sum, output_acc + probs @ v_tile  # the near miss: no correction here
+
+    state = (torch.full((1, 2, 10, 1), float("-inf")), torch.zeros(1, 2, 10, 1), torch.zeros(1, 2, 10, 8))
+    for start in range(0, 10, 4):
+        state = forgets_to_rescale_the_output(scores[..., start:start + 4], v[..., start:start + 4, :], *state)
+    assert not torch.allclose(state[2] / state[1], reference, atol=1e-3)
 
 
-def test_paging_wastes_far_less_and_finishes_sooner_at_quick_size(settings):
-    waste = ch07.run_waste(settings)
-    cmax, exact, paged = (waste.layout(n) for n in ("contiguous-max", "contiguous-exact", "paged"))
-    assert cmax.wasted_fraction >= 0.5 and exact.wasted_fraction >= 0.3
-    assert paged.wasted_fraction <= 0.05
-    assert exact.external_frag_bytes > 0 == paged.external_frag_bytes
-    assert paged.steps <= 0.6 * cmax.steps and paged.mean_running >= 2 * cmax.mean_running
-
-
-def test_paged_blocks_fit_several_times_the_requests_at_quick_size(settings):
-    fit = ch07.run_fit(settings)
-    contiguous, paged = fit.row("contiguous"), fit.row("paged")
-    assert contiguous.requests_that_fit >= 1 and paged.requests_that_fit >= 4 * contiguous.requests_that_fit
-    assert contiguous.capacity_bytes == paged.capacity_bytes == settings.budget_bytes  # one budget, both caches
-    assert contiguous.wasted_fraction >= 0.5 and paged.wasted_fraction <= 0.05
-    prompts, outputs = settings.lengths()
-    held = paged.requests_that_fit
-    per_token = 2 * 32 * 8 * 128 * 2  # mistral-7b: K and V, 32 layers, 8 KV heads, head_dim 128, bf16
-    assert paged.used_bytes == sum(prompts[:held]) * per_token + sum(outputs[:held]) * per_token
-    text = ch07.fit_text(fit)
-    assert f"**{contiguous.requests_that_fit}**" in text and f"**{paged.requests_that_fit}**" in text
-
-
-def _edited_notebook(tmp_path, block_size: int):
-    """Notebook 07 with its part-3 cell's block size changed, imported as a module (marimo's own API)."""
+def _edited_notebook(tmp_path, old: str, new: str):
+    """Notebook 07 with one line of a cell changed, imported as a module (marimo's own API)."""
     source = notebook_path("07").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb07_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 16", f"= {block_size}")))
-    spec = importlib.util.spec_from_file_location("nb07_edited", path)
+    assert source.count(old) == 1
+    path = tmp_path / "nb06_edited.py"
+    path.write_text(source.replace(old, new))
+    spec = importlib.util.spec_from_file_location("nb06_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb07_edited"] = module
+    sys.modules["nb06_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb07_edited", None)
+        sys.modules.pop("nb06_edited", None)
     return module
 
 
-def test_a_larger_block_in_the_cell_wastes_more_and_fits_fewer(tmp_path, settings):
+def test_a_longer_sequence_in_the_cell_still_equals_sdpa_across_tiles(tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    before = ch07.run_fit(settings)  # the cell's 16
-    cell = _edited_notebook(tmp_path, 1024).fill_the_budget
-    prompts, outputs = settings.lengths()
-    _, defs = cell.run(ch07=ch07, mo=mo, nb=nb, outputs=outputs, prompts=prompts, settings=settings)
-    after = defs["fit"]
-    assert after.block_size == 1024
-    # as the chapter says: the tail of each request's last block grows with the block, so fewer fit
-    assert after.row("paged").wasted_fraction >= 5 * before.row("paged").wasted_fraction
-    assert after.fits("paged") < before.fits("paged")
-    assert after.row("contiguous") == before.row("contiguous")  # the contiguous cache has no blocks
+    shipped = ch07.run_equivalence()
+    cell = _edited_notebook(tmp_path, TOKENS_LINE, TOKENS_LINE.replace("= 12", "= 150")).equivalence_cell
+    _, defs = cell.run(ch07=ch07, mo=mo, nb=nb, equivalence_button=SimpleNamespace(value=True))
+    rows = defs["equivalence"]
+    assert [(r.variant, r.path) for r in rows] == [(r.variant, r.path) for r in shipped]
+    assert len(rows) == 10 and all(r.equal for r in rows), [r for r in rows if not r.equal]
+    # 150 tokens: the flash path folds three key tiles per query row instead of one, and the
+    # differences grow with the work, still far inside the fp32 tolerance
+    worst = max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in rows)
+    assert worst > max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in shipped)
+
+
+@pytest.mark.slow
+def test_mqa_caches_a_third_of_gqa3_and_a_window_costs_perplexity(embedded):
+    rows = notebook_function("07", "attention_quality")(embedded, 64, 8, ("mqa", "window"))
+    quality = ch07.quality_result(embedded, rows, 64)
+    own, mqa, window = quality.rows
+    assert own.variant.startswith("GQA-3") and mqa.variant.startswith("MQA")
+    assert mqa.kv_bytes_per_token * 3 == own.kv_bytes_per_token  # 3 KV heads pooled into 1: exactly a third
+    assert window.perplexity > own.perplexity and mqa.perplexity > 2 * own.perplexity
+    assert "sliding window 8" in window.variant
+
+
+def test_decode_kv_bytes_follow_the_kv_heads():
+    """Counted, not timed: the bytes each decode step reads scale with the KV heads (tiny shapes)."""
+    backends, decode, bandwidth = notebook_function("07", "attention_times")(
+        torch.device("cpu"), (64,), 4, 16, 256, (1, 4), 1)
+    assert [d.kv_bytes for d in decode] == [2 * kv * 256 * 16 * 4 for kv in (1, 4)]
+    assert bandwidth > 0 and all(d.predicted_s == pytest.approx(d.kv_bytes / bandwidth) for d in decode)
+    assert any(b.available for b in backends)
+    sizes = ch07.sizes("cpu", "quick")
+    assert sizes.decode_kv_heads[-1] // sizes.decode_kv_heads[0] >= 8  # the page's predicted ratio is large

@@ -1,138 +1,120 @@
-"""Notebook 08's page is the experiment: ``serve`` in the notebook runs the engine, the chapter module
-only shows it, and changing a number in the notebook's experiment cell changes the result the way
-the chapter says it does."""
+"""Notebook 08's page is the experiment: its three ``@app.function`` call the engine, the
+simulator and the engine's allocators directly, the chapter module only shows them, each part's
+count moves the way its heading says, and changing the block size in the notebook's cell changes
+the result the way the chapter says it does."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import inspect
 import sys
-from types import SimpleNamespace
 
 import pytest
 
-from infer_lab.course import ch08_batching as ch08
-from infer_lab.course.notebook_code import load_functions, notebook_function, notebook_path
-from infer_lab.engine.scheduler import Scheduler
+from infer_lab.course import ch08_kv_cache_paged as ch08
+from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.engine.kv_cache import paged_slots
 
-CELL_NUMBER = "    slots = 4  # batch slots (max_num_seqs)"
+CELL_NUMBER = "    block_size = 16  # tokens per block"
+EXPERIMENTS = {
+    "generate_step_by_step": ("run_cache", ["EngineConfig(kv_mode=kv_mode", "Engine.from_loaded(lm, config)",
+                                            "engine.step_log"]),
+    "where_memory_goes": ("run_waste", ["make_requests(", "simulate(make_layout(name, budget_slots"]),
+    "fill_until_full": ("run_fit", ["cache.can_allocate(", "cache.allocate(", "cache.memory_report(held)"]),
+}
 
 
-def test_the_experiment_runs_from_the_notebook_file():
-    serve = notebook_function("08", "serve")
-    assert inspect.getsourcefile(serve) == str(notebook_path("08"))
-    code = inspect.getsource(serve)
-    assert "EngineConfig(policy=policy, max_num_seqs=max_num_seqs" in code
-    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_runs_from_the_notebook_file(name):
+    function = notebook_function("08", name)
+    assert inspect.getsourcefile(function) == str(notebook_path("08"))
+    code = inspect.getsource(function)
+    runner, calls = EXPERIMENTS[name]
+    assert all(call in code for call in calls), code
     assert len(code.splitlines()) <= 15
-    # the chapter module calls the notebook's function, it does not build engines of its own for it
-    assert "notebook_function(NUMBER, \"serve\")" in inspect.getsource(ch08.run_steps)
-    assert CELL_NUMBER in notebook_path("08").read_text()
+    assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch08, runner))
+    source = notebook_path("08").read_text()
+    assert "ch08.measure" not in source and CELL_NUMBER in source
 
 
-def test_the_loader_runs_setup_and_functions_only(tmp_path):
-    path = tmp_path / "99_x.py"
-    path.write_text(
-        "import marimo\napp = marimo.App()\n\nwith app.setup:\n    import marimo as mo\n    import math\n\n"
-        "@app.function\ndef area(r):\n    return math.pi * r * r\n\n"
-        "@app.cell\ndef _():\n    raise RuntimeError('cells do not run')\n"
-    )
-    functions = load_functions(path)
-    assert list(functions) == ["area"]
-    assert functions["area"](1.0) == pytest.approx(3.14159, rel=1e-5)
-    with pytest.raises(LookupError, match="no @app.function 'nope'"):
-        notebook_function("08", "nope")
+def test_the_page_shows_the_engines_real_slot_lookup():
+    shown = ch08.paging_code()
+    assert inspect.getsource(paged_slots).splitlines()[0] in shown
+    assert "block_table[p // block_size] * block_size + p % block_size" in shown
+    assert "self.free_list.popleft()" in shown  # the block pool handing out a block
+    assert '"""' not in shown and len(shown.splitlines()) <= 30  # no docstrings; short enough for a slide
 
 
-def test_the_page_shows_the_schedulers_real_admission_step():
-    shown = ch08.admission_code()
-    assert inspect.getsource(Scheduler.admit).strip().splitlines()[0].strip() in shown
-    assert 'cfg.policy == "static" and self.running' in shown
-    assert len(shown.splitlines()) <= 32  # short enough for a slide
+def test_no_cache_computes_the_context_again_every_step(embedded):
+    """Part 1's count: tokens computed, a small run (the quick size's 16 + 16 is the same shape)."""
+    generate = notebook_function("08", "generate_step_by_step")
+    prompt = list(range(100, 108))
+    runs = {mode: generate(embedded, prompt, 6, mode) for mode in ch08.KV_MODES}
+    cache = ch08.cache_result(runs, len(prompt), embedded)
+    nocache, paged = (t.tokens_computed for t in cache.totals())
+    assert (nocache, paged) == ch08.predicted_tokens_computed(8, 6) == (6 * 8 + 15, 13)
+    assert [p.tokens_computed for p in cache.steps("paged", "decode")] == [1] * 5
+    assert nocache >= 4 * paged  # and the gap grows with the square of the new tokens
+    assert "predicted 63 = 6·8 + 6·5/2 and 13 = 8 + 6 − 1" in ch08.cache_text(cache)
 
 
 @pytest.fixture(scope="module")
-def quick_steps(embedded) -> ch08.StepsResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's 4 slots."""
-    return ch08.run_steps(embedded, ch08.sizes("cpu", "quick"))
+def settings() -> ch08.WasteSettings:
+    return ch08.sizes("cpu", "quick").waste
 
 
-def test_static_takes_at_least_1_3x_the_steps_at_quick_size(quick_steps):
-    result = quick_steps
-    assert result.slots == 4
-    static, cont = result.runs["static"], result.runs["continuous"]
-    tokens = sum(result.output_lens)
-    for records in (static, cont):  # each step gives every running request one token
-        assert sum(r.num_seqs for r in records) == tokens
-        assert sum(r.decode_tokens for r in records) + len(result.output_lens) == tokens
-    assert len(static) >= 1.3 * len(cont)
-    static_idle = ch08.idle_slot_steps(static) / len(static)
-    assert static_idle >= 1.0  # visibly idle: at least one of the 4 slots per step on average
-    assert static_idle > 1.5 * ch08.idle_slot_steps(cont) / len(cont)
-    text = ch08.steps_text(result.runs, result.slots)
-    assert f"**{len(static)} steps**" in text and f"**{len(cont)}**" in text
+def test_paging_wastes_far_less_and_finishes_sooner_at_quick_size(settings):
+    waste = ch08.run_waste(settings)
+    cmax, exact, paged = (waste.layout(n) for n in ("contiguous-max", "contiguous-exact", "paged"))
+    assert cmax.wasted_fraction >= 0.5 and exact.wasted_fraction >= 0.3
+    assert paged.wasted_fraction <= 0.05
+    assert exact.external_frag_bytes > 0 == paged.external_frag_bytes
+    assert paged.steps <= 0.6 * cmax.steps and paged.mean_running >= 2 * cmax.mean_running
 
 
-def _edited_notebook(tmp_path, slots: int):
-    """Notebook 08 with its experiment cell's number changed, imported as a module (marimo's own API)."""
+def test_paged_blocks_fit_several_times_the_requests_at_quick_size(settings):
+    fit = ch08.run_fit(settings)
+    contiguous, paged = fit.row("contiguous"), fit.row("paged")
+    assert contiguous.requests_that_fit >= 1 and paged.requests_that_fit >= 4 * contiguous.requests_that_fit
+    assert contiguous.capacity_bytes == paged.capacity_bytes == settings.budget_bytes  # one budget, both caches
+    assert contiguous.wasted_fraction >= 0.5 and paged.wasted_fraction <= 0.05
+    prompts, outputs = settings.lengths()
+    held = paged.requests_that_fit
+    per_token = 2 * 32 * 8 * 128 * 2  # mistral-7b: K and V, 32 layers, 8 KV heads, head_dim 128, bf16
+    assert paged.used_bytes == sum(prompts[:held]) * per_token + sum(outputs[:held]) * per_token
+    text = ch08.fit_text(fit)
+    assert f"**{contiguous.requests_that_fit}**" in text and f"**{paged.requests_that_fit}**" in text
+
+
+def _edited_notebook(tmp_path, block_size: int):
+    """Notebook 08 with its part-3 cell's block size changed, imported as a module (marimo's own API)."""
     source = notebook_path("08").read_text()
     assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb08_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 4", f"= {slots}")))
-    spec = importlib.util.spec_from_file_location("nb08_edited", path)
+    path = tmp_path / "nb07_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 16", f"= {block_size}")))
+    spec = importlib.util.spec_from_file_location("nb07_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb08_edited"] = module
+    sys.modules["nb07_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb08_edited", None)
+        sys.modules.pop("nb07_edited", None)
     return module
 
 
-@pytest.mark.slow
-def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(embedded, tmp_path, quick_steps):
+def test_a_larger_block_in_the_cell_wastes_more_and_fits_fewer(tmp_path, settings):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    sizes = ch08.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, sizes.steps_requests).static_vs_continuous  # slots = 16
-    _, defs = cell.run(ch08=ch08, lm=embedded, mo=mo, nb=nb, sizes=sizes, steps_button=SimpleNamespace(value=True))
-    steps = {policy: len(records) for policy, records in defs["runs"].items()}
-    before = {policy: len(records) for policy, records in quick_steps.runs.items()}  # the cell's 4 slots
-    assert before["static"] >= 1.3 * before["continuous"]
-    # as many slots as requests: everyone is admitted in the first step, the gap disappears, and
-    # both take as many steps as the longest answer has tokens
-    assert steps["static"] == steps["continuous"] == max(quick_steps.output_lens) < before["static"]
-    assert all(r.idle_slots == sizes.steps_requests - r.num_seqs for r in defs["runs"]["static"])
-
-
-BATCHING_CELL = "    concurrency = sizes.concurrency  # batch slots for every contender"
-
-
-def test_the_contenders_run_from_the_notebook_file():
-    contenders = notebook_function("08", "contenders")
-    assert inspect.getsourcefile(contenders) == str(notebook_path("08"))
-    code = inspect.getsource(contenders)
-    assert "baselines.run_contender(kind, lm, requests, concurrency)" in code  # the transformers baselines
-    assert 'for policy in ("static", "continuous")' in code and "timed_engine_run(lm, config" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "contenders")' in inspect.getsource(ch08.run_batching)
-    source = notebook_path("08").read_text()
-    assert BATCHING_CELL in source and "contenders(lm, _prompts, _output_lens, concurrency)" in source
-    assert "ch08.measure" not in source and not hasattr(ch08, "measure_batching")
-
-
-@pytest.mark.slow
-def test_every_contender_serves_the_same_tokens_as_the_engine(embedded):
-    """The notebook's contenders on a tiny workload (3 requests, 2 slots): every transformers
-    baseline and the static engine produce the continuous engine's tokens, request by request."""
-    sizes = dataclasses.replace(ch08.sizes("cpu", "quick"), requests=3, concurrency=2, max_output=6)
-    result = ch08.run_batching(embedded, sizes)
-    names = [r.name for r in result.rows]
-    assert names[-2:] == ["static batching (engine)", ch08.ENGINE_CONTINUOUS] and len(names) >= 5
-    assert all(r.identical for r in result.rows), [(r.name, r.identical) for r in result.rows]
-    static, cont = result.row("static batching (engine)"), result.row(ch08.ENGINE_CONTINUOUS)
-    assert static.steps >= cont.steps  # static never takes fewer steps than continuous on the same requests
+    before = ch08.run_fit(settings)  # the cell's 16
+    cell = _edited_notebook(tmp_path, 1024).fill_the_budget
+    prompts, outputs = settings.lengths()
+    _, defs = cell.run(ch08=ch08, mo=mo, nb=nb, outputs=outputs, prompts=prompts, settings=settings)
+    after = defs["fit"]
+    assert after.block_size == 1024
+    # as the chapter says: the tail of each request's last block grows with the block, so fewer fit
+    assert after.row("paged").wasted_fraction >= 5 * before.row("paged").wasted_fraction
+    assert after.fits("paged") < before.fits("paged")
+    assert after.row("contiguous") == before.row("contiguous")  # the contiguous cache has no blocks

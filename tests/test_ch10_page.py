@@ -1,101 +1,101 @@
-"""Notebook 10's page is the experiment: ``serve`` in the notebook runs the engine, the chapter module
-only shows it, the quick size shows the long prompt no longer stalling the decoders (counted in
-tokens per step), and changing the budget in the notebook's cell changes the chunks as the chapter says."""
+"""Notebook 10's page is the experiment: ``tokens_reused`` and ``serve_waves`` in the notebook run the
+engine, the chapter module only shows them, the quick size shows the effect the headings promise,
+and changing a number in the notebook's experiment cell changes the result as the chapter says."""
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from infer_lab.course import ch10_chunked_prefill as ch10
+from infer_lab.course import ch10_prefix_caching as ch10
 from infer_lab.course.notebook_code import notebook_function, notebook_path
-from infer_lab.engine.scheduler import Scheduler
+from infer_lab.engine.prefix_cache import RadixPrefixCache
 
-BUDGET = "    budget = sizes.chunk_tokens  # chunked prefill's token budget per step"
+SYSTEM_LEN = "    system_len = sizes.system_len  # tokens of the shared system prompt"
 
 
-def test_the_experiment_runs_from_the_notebook_file():
-    serve = notebook_function("10", "serve")
-    assert inspect.getsourcefile(serve) == str(notebook_path("10"))
-    code = inspect.getsource(serve)
-    assert "EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=token_budget is not None" in code
-    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
-    assert "arrival_steps=workload.arrival_steps" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "serve")' in inspect.getsource(ch10.run_chunking)
+def test_the_experiments_run_from_the_notebook_file():
     source = notebook_path("10").read_text()
-    assert BUDGET in source and "ch10.measure" not in source and not hasattr(ch10, "measure_chunking")
+    for name, needles, runner in (
+        ("tokens_reused", ("EngineConfig(prefix_cache=cache, block_size=block_size", "num_cached_prompt_tokens"),
+         ch10.run_granularity),
+        ("serve_waves", ("EngineConfig(prefix_cache=cache, block_size=block_size", "engine.step_log",
+                         "engine.prefix_cache.stats"), ch10.run_workloads),
+    ):
+        fn = notebook_function("10", name)
+        assert inspect.getsourcefile(fn) == str(notebook_path("10"))
+        code = inspect.getsource(fn)
+        assert all(n in code for n in needles) and "Engine.from_loaded(lm, config)" in code
+        assert len(code.splitlines()) <= 15
+        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(runner)
+    assert SYSTEM_LEN in source and "ch10.measure" not in source
+    assert not hasattr(ch10, "measure_workloads") and not hasattr(ch10, "measure_granularity")
 
 
-def test_the_page_shows_the_schedulers_real_step():
-    shown = ch10.schedule_code()
-    assert inspect.getsource(Scheduler.schedule).strip().splitlines()[0] in shown
-    assert "n = min(n, budget)" in shown and "self.admit(out, budget)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 36
+def test_the_page_shows_the_radix_trees_real_match():
+    shown = ch10.radix_match_code()
+    assert inspect.getsource(RadixPrefixCache.match).strip().splitlines()[0] in shown
+    assert "child = node.children.get(token_ids[i])" in shown
+    assert '"""' not in shown and len(shown.splitlines()) <= 32
 
 
 @pytest.fixture(scope="module")
-def quick(embedded) -> ch10.ChunkingResult:
+def quick_workloads(embedded) -> ch10.WorkloadsResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's numbers."""
-    return ch10.run_chunking(embedded, ch10.sizes("cpu", "quick"))
+    return ch10.run_workloads(embedded, ch10.sizes("cpu", "quick"))
 
 
-def test_chunking_keeps_every_step_small_and_the_decoders_decoding_at_quick_size(quick):
+def test_caches_save_prefill_and_radix_saves_more_at_quick_size(quick_workloads):
+    w = quick_workloads
+    for name in w.workloads():
+        none, hash_, radix = (w.run(name, c) for c in ("none", "hash", "radix"))
+        assert none.prefill_tokens_computed == none.prompt_tokens and none.hit_rate == 0
+        assert hash_.prompt_tokens == radix.prompt_tokens == none.prompt_tokens
+        # a cache saves at least a quarter of the prefill, and radix at least a block more than hash
+        assert radix.prefill_tokens_computed <= hash_.prefill_tokens_computed <= 0.75 * none.prompt_tokens
+        assert radix.prefill_tokens_saved >= hash_.prefill_tokens_saved + 8
     s = ch10.sizes("cpu", "quick")
-    whole, chunked = quick.run(False), quick.run(True)
-    # without chunking one step computes the whole prompt beside every decoder's token
-    assert whole.long_prefill_steps == 1 and whole.chunk_tokens is None
-    assert max(p.prefill_tokens for p in quick.steps_of(False)) == s.long_prompt
-    assert whole.max_step_tokens == s.long_prompt + s.decoders
-    # with chunking no step is over the budget, at least 5x smaller than that step...
-    assert chunked.max_step_tokens <= s.chunk_tokens and whole.max_step_tokens >= 5 * chunked.max_step_tokens
-    after = [p for p in quick.steps_of(True) if p.step >= s.arrive_at_step]
-    assert sum(p.prefill_tokens for p in after) == s.long_prompt  # ...the whole prompt, in chunks
-    assert chunked.long_prefill_steps >= math.ceil(s.long_prompt / (s.chunk_tokens - s.decoders))
-    # ...and every chunk rode along with the decoders: none of them skipped a step while it lasted
-    prefill_steps = [p for p in after if p.prefill_tokens]
-    assert all(p.decode_tokens == s.decoders for p in prefill_steps[1:])
-    for run in quick.runs:
-        assert run.decoder_itl_max_s >= run.decoder_itl_p50_s > 0 and run.long_ttft_s > 0
-    text = ch10.chunking_text(quick)
-    assert "predicted vs measured: 259 vs 259 tokens whole, 32 vs 32 chunked" in text
+    shared = {c: w.run("shared_system_prompt", c).prefill_tokens_saved for c in ch10.CACHES}
+    assert shared == ch10.shared_prompt_prediction(s.users, s.system_len, s.block_size)  # as predicted
+    assert "predicted vs measured: hash 96 vs 96" in ch10.workloads_text(w)
 
 
 def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 10 with one line of its experiment cell changed, imported as a module (marimo's own API)."""
+    """Notebook 10 with one line of an experiment cell changed, imported as a module (marimo's own API)."""
     source = notebook_path("10").read_text()
     assert source.count(old) == 1
-    path = tmp_path / "nb10_edited.py"
+    path = tmp_path / "nb09_edited.py"
     path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb10_edited", path)
+    spec = importlib.util.spec_from_file_location("nb09_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb10_edited"] = module
+    sys.modules["nb09_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb10_edited", None)
+        sys.modules.pop("nb09_edited", None)
     return module
 
 
 @pytest.mark.slow
-def test_a_bigger_budget_gives_fewer_bigger_chunks_as_the_chapter_says(embedded, tmp_path, quick):
+def test_a_system_prompt_of_whole_blocks_removes_radixs_lead_as_the_chapter_says(embedded, tmp_path, quick_workloads):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
     sizes = ch10.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, BUDGET, BUDGET.replace("sizes.chunk_tokens", "128")).chunking_experiment
-    _, defs = cell.run(ch10=ch10, lm=embedded, mo=mo, nb=nb, sizes=sizes, chunk_button=SimpleNamespace(value=True))
-    bigger = defs["chunking"]
-    assert bigger.sizes.chunk_tokens == 128
-    before, after = quick.run(True), bigger.run(True)
-    assert after.max_step_tokens == 128 > before.max_step_tokens  # bigger chunks...
-    assert math.ceil(sizes.long_prompt / (128 - sizes.decoders)) == after.long_prefill_steps
-    assert after.long_prefill_steps < before.long_prefill_steps  # ...in fewer steps
-    assert bigger.run(False).max_step_tokens == quick.run(False).max_step_tokens  # the unchunked run is the same
+    assert sizes.system_len % sizes.block_size  # the cell's system prompt ends inside a block...
+    before = {c: quick_workloads.run("shared_system_prompt", c).prefill_tokens_saved for c in ch10.CACHES}
+    assert before["radix"] > before["hash"]  # ...so radix saves more there
+    cell = _edited_notebook(tmp_path, SYSTEM_LEN, SYSTEM_LEN.replace("sizes.system_len", "48")).workloads_experiment
+    _, defs = cell.run(ch10=ch10, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                       workloads_button=SimpleNamespace(value=True))
+    w = defs["workloads"]
+    after = {c: w.run("shared_system_prompt", c).prefill_tokens_saved for c in ch10.CACHES}
+    # 48 tokens are three whole 16-token blocks: both caches find all of it for every later user
+    assert w.system_len == 48 and after["hash"] == after["radix"] == (sizes.users - 1) * 48
+    assert "They saved the same on shared system prompt" in ch10.workloads_text(w)

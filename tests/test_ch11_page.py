@@ -1,113 +1,101 @@
-"""Notebook 11's page is the experiment: ``count_passes`` and the other ``@app.function``s in the
-notebook run the engine, the chapter module only shows what they return, the page shows the
-engine's real acceptance rule, and changing ``k`` in the notebook's cell changes the count the way
-the chapter says."""
+"""Notebook 11's page is the experiment: ``serve`` in the notebook runs the engine, the chapter module
+only shows it, the quick size shows the long prompt no longer stalling the decoders (counted in
+tokens per step), and changing the budget in the notebook's cell changes the chunks as the chapter says."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import inspect
+import math
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from infer_lab.course import ch11_speculative_decoding as ch11
+from infer_lab.course import ch11_chunked_prefill as ch11
 from infer_lab.course.notebook_code import notebook_function, notebook_path
-from infer_lab.engine.acceptance import verify_greedy, verify_sampling
+from infer_lab.engine.scheduler import Scheduler
 
-CELL_NUMBER = "    k = 4  # guesses per target pass (1..8)"
-EXPERIMENTS = {"count_passes": "run_passes", "proposers_by_k": "run_sweep", "speedup_by_batch": "run_batch",
-               "size_mechanisms": "run_variants"}
+BUDGET = "    budget = sizes.chunk_tokens  # chunked prefill's token budget per step"
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    for name, runner in EXPERIMENTS.items():
-        function = notebook_function("11", name)
-        assert inspect.getsourcefile(function) == str(notebook_path("11"))
-        assert len(inspect.getsource(function).splitlines()) <= 15, name
-        # the chapter module executes the notebook's function; it builds no engines of its own for it
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch11, runner)), name
-    code = inspect.getsource(notebook_function("11", "count_passes"))
-    assert "EngineConfig(speculative=spec, num_speculative_tokens=k" in code
+def test_the_experiment_runs_from_the_notebook_file():
+    serve = notebook_function("11", "serve")
+    assert inspect.getsourcefile(serve) == str(notebook_path("11"))
+    code = inspect.getsource(serve)
+    assert "EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=token_budget is not None" in code
     assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
-    assert 'notebook_function(NUMBER, "proposers_by_k")' in inspect.getsource(ch11.run_workloads)
-    assert CELL_NUMBER in notebook_path("11").read_text()
-    assert not any(name.startswith("measure_") for name in vars(ch11))  # the old wrappers are gone
+    assert "arrival_steps=workload.arrival_steps" in code
+    assert len(code.splitlines()) <= 15
+    assert 'notebook_function(NUMBER, "serve")' in inspect.getsource(ch11.run_chunking)
+    source = notebook_path("11").read_text()
+    assert BUDGET in source and "ch11.measure" not in source and not hasattr(ch11, "measure_chunking")
 
 
-def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
-    tree = ast.parse(notebook_path("11").read_text())
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(node) if isinstance(c, ast.Call)
-                 and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
-        assert not {c for c in calls if c.startswith(("ch11.measure", "ch11.run_"))}, node.name
-        visible = any(isinstance(d, ast.Attribute) and d.attr == "cell" for d in node.decorator_list)
-        if visible and "mo.stop" in calls:  # an experiment cell behind a run button
-            assert node.end_lineno - node.lineno <= 16, node.name
-
-
-def test_the_page_shows_the_engines_real_acceptance_rule():
-    shown = ch11.acceptance_code()
-    for rule in (verify_greedy, verify_sampling):
-        assert inspect.getsource(rule).splitlines()[0] in shown
-    assert "drafts[accepted] == target_argmax[accepted]" in shown  # greedy: the longest agreeing prefix
-    assert "min(1.0, float(p[token]) / max(float(q[token]), 1e-30))" in shown  # sampling: keep w.p. p/q
-    assert "(p - q).clamp_min(0)" in shown  # ... else sample the residual
+def test_the_page_shows_the_schedulers_real_step():
+    shown = ch11.schedule_code()
+    assert inspect.getsource(Scheduler.schedule).strip().splitlines()[0] in shown
+    assert "n = min(n, budget)" in shown and "self.admit(out, budget)" in shown
     assert '"""' not in shown and len(shown.splitlines()) <= 36
 
 
 @pytest.fixture(scope="module")
-def quick_passes(embedded) -> ch11.PassesResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's n-gram proposer at k = 4."""
-    return ch11.run_passes(embedded, ch11.sizes("cpu", "quick"))
+def quick(embedded) -> ch11.ChunkingResult:
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's numbers."""
+    return ch11.run_chunking(embedded, ch11.sizes("cpu", "quick"))
 
 
-def test_ngram_guesses_save_most_target_passes_on_a_copy_task(quick_passes):
-    p = quick_passes
-    assert (p.proposer, p.k) == ("ngram", 4)
-    assert p.identical and p.tokens == p.plain_tokens  # greedy: the same tokens, in fewer passes
-    assert p.plain_passes == p.plain_tokens  # plain decoding: one target pass per token
-    assert p.passes_saved >= 0.4  # at least 40% of the passes saved at quick size
-    assert 2.0 <= p.decode_tokens_per_pass <= p.k + 1
-    assert sum(p.per_pass) + 1 == p.tokens and len(p.per_pass) + 1 == p.passes  # the step records add up
-    assert p.accepted == sum(n - 1 for n in p.per_pass) <= p.proposed
-    text = ch11.passes_text(p, guess=2.5)
-    assert f"**{p.passes} target passes**" in text and f"**{p.decode_tokens_per_pass:.2f} tokens**" in text
-    assert "You guessed 2.5 tokens per pass" in text
+def test_chunking_keeps_every_step_small_and_the_decoders_decoding_at_quick_size(quick):
+    s = ch11.sizes("cpu", "quick")
+    whole, chunked = quick.run(False), quick.run(True)
+    # without chunking one step computes the whole prompt beside every decoder's token
+    assert whole.long_prefill_steps == 1 and whole.chunk_tokens is None
+    assert max(p.prefill_tokens for p in quick.steps_of(False)) == s.long_prompt
+    assert whole.max_step_tokens == s.long_prompt + s.decoders
+    # with chunking no step is over the budget, at least 5x smaller than that step...
+    assert chunked.max_step_tokens <= s.chunk_tokens and whole.max_step_tokens >= 5 * chunked.max_step_tokens
+    after = [p for p in quick.steps_of(True) if p.step >= s.arrive_at_step]
+    assert sum(p.prefill_tokens for p in after) == s.long_prompt  # ...the whole prompt, in chunks
+    assert chunked.long_prefill_steps >= math.ceil(s.long_prompt / (s.chunk_tokens - s.decoders))
+    # ...and every chunk rode along with the decoders: none of them skipped a step while it lasted
+    prefill_steps = [p for p in after if p.prefill_tokens]
+    assert all(p.decode_tokens == s.decoders for p in prefill_steps[1:])
+    for run in quick.runs:
+        assert run.decoder_itl_max_s >= run.decoder_itl_p50_s > 0 and run.long_ttft_s > 0
+    text = ch11.chunking_text(quick)
+    assert "predicted vs measured: 259 vs 259 tokens whole, 32 vs 32 chunked" in text
 
 
-def _edited_notebook(tmp_path, k: int):
-    """Notebook 11 with its counting cell's ``k`` changed, imported as a module (marimo's own API)."""
+def _edited_notebook(tmp_path, old: str, new: str):
+    """Notebook 11 with one line of its experiment cell changed, imported as a module (marimo's own API)."""
     source = notebook_path("11").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb11_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 4", f"= {k}")))
-    spec = importlib.util.spec_from_file_location("nb11_edited", path)
+    assert source.count(old) == 1
+    path = tmp_path / "nb10_edited.py"
+    path.write_text(source.replace(old, new))
+    spec = importlib.util.spec_from_file_location("nb10_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb11_edited"] = module
+    sys.modules["nb10_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb11_edited", None)
+        sys.modules.pop("nb10_edited", None)
     return module
 
 
 @pytest.mark.slow
-def test_changing_k_in_the_cell_changes_the_count_as_the_chapter_says(embedded, tmp_path, quick_passes):
+def test_a_bigger_budget_gives_fewer_bigger_chunks_as_the_chapter_says(embedded, tmp_path, quick):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    cell = _edited_notebook(tmp_path, 1).one_request  # k = 1: at most 2 tokens per pass
-    _, defs = cell.run(ch11=ch11, lm=embedded, mo=mo, nb=nb, sizes=ch11.sizes("cpu", "quick"),
-                       passes_button=SimpleNamespace(value=True), passes_guess=SimpleNamespace(value=2.0))
-    one = defs["passes"]
-    assert one.k == 1 and one.identical and one.tokens == quick_passes.tokens
-    assert one.decode_tokens_per_pass <= 2.0 < quick_passes.decode_tokens_per_pass
-    assert one.passes > quick_passes.passes  # fewer guesses per pass: more passes for the same tokens
-    assert one.passes < one.plain_passes  # still fewer than plain decoding's one per token
+    sizes = ch11.sizes("cpu", "quick")
+    cell = _edited_notebook(tmp_path, BUDGET, BUDGET.replace("sizes.chunk_tokens", "128")).chunking_experiment
+    _, defs = cell.run(ch11=ch11, lm=embedded, mo=mo, nb=nb, sizes=sizes, chunk_button=SimpleNamespace(value=True))
+    bigger = defs["chunking"]
+    assert bigger.sizes.chunk_tokens == 128
+    before, after = quick.run(True), bigger.run(True)
+    assert after.max_step_tokens == 128 > before.max_step_tokens  # bigger chunks...
+    assert math.ceil(sizes.long_prompt / (128 - sizes.decoders)) == after.long_prefill_steps
+    assert after.long_prefill_steps < before.long_prefill_steps  # ...in fewer steps
+    assert bigger.run(False).max_step_tokens == quick.run(False).max_step_tokens  # the unchunked run is the same

@@ -1,38 +1,40 @@
-"""Notebook 12's page is the experiment: ``serve_variants`` and ``concurrency_sweep`` in the notebook
-serve the model and drive the load generator (through the library's ``bench.served``), the chapter
-module only shows what they return, and the prefix cache's effect shows at quick size."""
+"""Notebook 12's page is the experiment: ``count_passes`` and the other ``@app.function``s in the
+notebook run the engine, the chapter module only shows what they return, the page shows the
+engine's real acceptance rule, and changing ``k`` in the notebook's cell changes the count the way
+the chapter says."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
+import sys
+from types import SimpleNamespace
 
 import pytest
 
-from infer_lab.bench import served
-from infer_lab.course import ch12_engines as ch12
+from infer_lab.course import ch12_speculative_decoding as ch12
 from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.engine.acceptance import verify_greedy, verify_sampling
 
-EXPERIMENTS = {"serve_variants": "run_variants", "concurrency_sweep": "run_sweep"}
+CELL_NUMBER = "    k = 4  # guesses per target pass (1..8)"
+EXPERIMENTS = {"count_passes": "run_passes", "proposers_by_k": "run_sweep", "speedup_by_batch": "run_batch",
+               "size_mechanisms": "run_variants"}
 
 
 def test_the_experiments_run_from_the_notebook_file():
     for name, runner in EXPERIMENTS.items():
         function = notebook_function("12", name)
         assert inspect.getsourcefile(function) == str(notebook_path("12"))
-        code = inspect.getsource(function)
-        assert len(code.splitlines()) <= 15, name
-        assert "serve_and_load(lm, engine, options" in code, name
+        assert len(inspect.getsource(function).splitlines()) <= 15, name
+        # the chapter module executes the notebook's function; it builds no engines of its own for it
         assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch12, runner)), name
-    assert "    concurrency = sizes.concurrency  # requests in flight" in notebook_path("12").read_text()
-
-
-def test_the_server_and_load_generator_orchestration_lives_in_the_library():
-    chapter = inspect.getsource(ch12)
-    for name in ("ServerThread", "build_app", "run_benchmark_sync", "RunConfig"):
-        assert name not in chapter and name in inspect.getsource(served), name
-    for gone in ("measure_variants", "measure_sweep", "compare_local_engines", "sweep_local_engine"):
-        assert not hasattr(ch12, gone), gone
+    code = inspect.getsource(notebook_function("12", "count_passes"))
+    assert "EngineConfig(speculative=spec, num_speculative_tokens=k" in code
+    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
+    assert 'notebook_function(NUMBER, "proposers_by_k")' in inspect.getsource(ch12.run_workloads)
+    assert CELL_NUMBER in notebook_path("12").read_text()
+    assert not any(name.startswith("measure_") for name in vars(ch12))  # the old wrappers are gone
 
 
 def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
@@ -43,24 +45,69 @@ def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
         calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(node) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
         assert not {c for c in calls if c.startswith(("ch12.measure", "ch12.run_"))}, node.name
-        if "mo.stop" in calls:  # an experiment cell behind a run button
+        visible = any(isinstance(d, ast.Attribute) and d.attr == "cell" for d in node.decorator_list)
+        if visible and "mo.stop" in calls:  # an experiment cell behind a run button
             assert node.end_lineno - node.lineno <= 16, node.name
 
 
+def test_the_page_shows_the_engines_real_acceptance_rule():
+    shown = ch12.acceptance_code()
+    for rule in (verify_greedy, verify_sampling):
+        assert inspect.getsource(rule).splitlines()[0] in shown
+    assert "drafts[accepted] == target_argmax[accepted]" in shown  # greedy: the longest agreeing prefix
+    assert "min(1.0, float(p[token]) / max(float(q[token]), 1e-30))" in shown  # sampling: keep w.p. p/q
+    assert "(p - q).clamp_min(0)" in shown  # ... else sample the residual
+    assert '"""' not in shown and len(shown.splitlines()) <= 36
+
+
+@pytest.fixture(scope="module")
+def quick_passes(embedded) -> ch12.PassesResult:
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's n-gram proposer at k = 4."""
+    return ch12.run_passes(embedded, ch12.sizes("cpu", "quick"))
+
+
+def test_ngram_guesses_save_most_target_passes_on_a_copy_task(quick_passes):
+    p = quick_passes
+    assert (p.proposer, p.k) == ("ngram", 4)
+    assert p.identical and p.tokens == p.plain_tokens  # greedy: the same tokens, in fewer passes
+    assert p.plain_passes == p.plain_tokens  # plain decoding: one target pass per token
+    assert p.passes_saved >= 0.4  # at least 40% of the passes saved at quick size
+    assert 2.0 <= p.decode_tokens_per_pass <= p.k + 1
+    assert sum(p.per_pass) + 1 == p.tokens and len(p.per_pass) + 1 == p.passes  # the step records add up
+    assert p.accepted == sum(n - 1 for n in p.per_pass) <= p.proposed
+    text = ch12.passes_text(p, guess=2.5)
+    assert f"**{p.passes} target passes**" in text and f"**{p.decode_tokens_per_pass:.2f} tokens**" in text
+    assert "You guessed 2.5 tokens per pass" in text
+
+
+def _edited_notebook(tmp_path, k: int):
+    """Notebook 12 with its counting cell's ``k`` changed, imported as a module (marimo's own API)."""
+    source = notebook_path("12").read_text()
+    assert source.count(CELL_NUMBER) == 1
+    path = tmp_path / "nb11_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 4", f"= {k}")))
+    spec = importlib.util.spec_from_file_location("nb11_edited", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nb11_edited"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("nb11_edited", None)
+    return module
+
+
 @pytest.mark.slow
-def test_the_radix_prefix_cache_finds_the_shared_prefix_at_quick_size(embedded):
-    """Two variants through the notebook's own function at quick size: only the one with a prefix cache
-    reports hits, and it finds a large share of the prompt tokens (every prompt shares its system prompt)."""
-    sizes = ch12.sizes("cpu", "quick")
-    variants = {name: ch12.OUR_VARIANTS[name] for name in ("+ prepacked weights", "+ prefix cache (radix)")}
-    runs = notebook_function("12", "serve_variants")(embedded, variants, 2, sizes.requests, 2,
-                                                     sizes.workload_options())
-    result = ch12.variants_result(runs, variants, 2, sizes)
-    plain, radix = result.runs
-    for run in result.runs:
-        assert run.served.completed == sizes.requests and run.served.failed == 0
-        assert run.kv_blocks_used_max and run.kv_blocks_used_max > 0  # paged KV: the server counted blocks
-    assert plain.prefix_hit_rate is None  # no prefix cache, no hit rate (not a 0 that reads as measured)
-    # 32 shared words of about 40 per prompt: at least 30% of all prompt tokens come from the cache
-    assert radix.prefix_hit_rate >= 0.3
-    assert "found" in ch12.variants_text(result) and f"{radix.prefix_hit_rate:.0%}" in ch12.variants_text(result)
+def test_changing_k_in_the_cell_changes_the_count_as_the_chapter_says(embedded, tmp_path, quick_passes):
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    cell = _edited_notebook(tmp_path, 1).one_request  # k = 1: at most 2 tokens per pass
+    _, defs = cell.run(ch12=ch12, lm=embedded, mo=mo, nb=nb, sizes=ch12.sizes("cpu", "quick"),
+                       passes_button=SimpleNamespace(value=True), passes_guess=SimpleNamespace(value=2.0))
+    one = defs["passes"]
+    assert one.k == 1 and one.identical and one.tokens == quick_passes.tokens
+    assert one.decode_tokens_per_pass <= 2.0 < quick_passes.decode_tokens_per_pass
+    assert one.passes > quick_passes.passes  # fewer guesses per pass: more passes for the same tokens
+    assert one.passes < one.plain_passes  # still fewer than plain decoding's one per token

@@ -1,112 +1,66 @@
-"""Notebook 13's page is the experiment: ``tensor_parallel`` in the notebook splits the model over
-processes, the chapter module only shows it, every decode step makes the all-reduces
-``analysis.collectives`` predicts, and changing the world size in the cell keeps that count."""
+"""Notebook 13's page is the experiment: ``serve_variants`` and ``concurrency_sweep`` in the notebook
+serve the model and drive the load generator (through the library's ``bench.served``), the chapter
+module only shows what they return, and the prefix cache's effect shows at quick size."""
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import inspect
-import sys
-from types import SimpleNamespace
 
 import pytest
 
-from infer_lab.analysis.collectives import tp_allreduces
-from infer_lab.course import ch13_tensor_parallel as ch13
+from infer_lab.bench import served
+from infer_lab.course import ch13_engines as ch13
 from infer_lab.course.notebook_code import notebook_function, notebook_path
-from infer_lab.parallel.layers import tp_decoder_layer
 
-CELL_NUMBER = "    world_size = 2  # ranks"
+EXPERIMENTS = {"serve_variants": "run_variants", "concurrency_sweep": "run_sweep"}
 
 
 def test_the_experiments_run_from_the_notebook_file():
-    for name, calls in (("tensor_parallel", ("TPGroup(model, world_size", "run_local(model", "allreduce_sweep(")),
-                        ("tp_scaling", ("scaling_table(model", "parallelism_frontier(model"))):
-        fn = notebook_function("13", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("13"))
-        code = inspect.getsource(fn)
-        assert all(c in code for c in calls), name
+    for name, runner in EXPERIMENTS.items():
+        function = notebook_function("13", name)
+        assert inspect.getsourcefile(function) == str(notebook_path("13"))
+        code = inspect.getsource(function)
         assert len(code.splitlines()) <= 15, name
-    # the chapter module calls the notebook's functions; it starts no process group of its own
-    assert 'notebook_function(NUMBER, "tensor_parallel")' in inspect.getsource(ch13.run_tp)
-    assert 'notebook_function(NUMBER, "tp_scaling")' in inspect.getsource(ch13.scaling_result)
-    assert "TPGroup" not in inspect.getsource(ch13)
-    assert notebook_path("13").read_text().count(CELL_NUMBER) == 1
+        assert "serve_and_load(lm, engine, options" in code, name
+        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch13, runner)), name
+    assert "    concurrency = sizes.concurrency  # requests in flight" in notebook_path("13").read_text()
 
 
-def test_the_page_shows_the_real_layer_and_predicts_the_all_reduces_first(embedded):
-    shown = ch13.layer_code()
-    assert inspect.getsource(tp_decoder_layer).splitlines()[0] in shown
-    assert "h = h + comm.all_reduce(F.linear(attn, w.o_proj))" in shown and '"""' not in shown
-    assert len(shown.splitlines()) <= 30  # short enough for a slide
-    text = ch13.prediction_text(embedded, 2, 4)  # SmolLM2-135M: 30 layers, hidden 576, fp32
-    assert "2 x 30 layers = 60 all-reduces" in text and "9,216 B" in text and "552,960 B per step" in text
-    source = notebook_path("13").read_text()
-    assert source.index("ch13.prediction_text(") < source.index("def tensor_parallel(")  # before the run
+def test_the_server_and_load_generator_orchestration_lives_in_the_library():
+    chapter = inspect.getsource(ch13)
+    for name in ("ServerThread", "build_app", "run_benchmark_sync", "RunConfig"):
+        assert name not in chapter and name in inspect.getsource(served), name
+    for gone in ("measure_variants", "measure_sweep", "compare_local_engines", "sweep_local_engine"):
+        assert not hasattr(ch13, gone), gone
 
 
-@pytest.fixture(scope="module")
-def quick_tp(embedded) -> ch13.TPResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's 2 ranks."""
-    return ch13.run_tp(embedded, ch13.sizes("cpu", "quick"))
-
-
-def _assert_steps_match_the_prediction(tp: ch13.TPResult, shape) -> None:
-    assert tp.decode_steps  # rank 0's decode steps: (tokens, all-reduces, bytes)
-    for tokens, calls, nbytes in tp.decode_steps:
-        predicted = tp_allreduces(shape, tp.world_size, tokens, "nvlink4-nvswitch", act_dtype="fp32")
-        assert calls == predicted.count == 60
-        assert nbytes == predicted.total_bytes == 60 * tokens * 576 * 4
-    assert tp.steps_matching_prediction == len(tp.decode_steps)
-    assert max(t for t, _, _ in tp.decode_steps) == len(tp.prompt_tokens)  # the full batch decodes at first
-
-
-def test_every_decode_step_all_reduces_what_analysis_predicts(quick_tp, embedded):
-    tp = quick_tp
-    assert tp.world_size == 2 and tp.identical_ws1 and tp.identical_hf
-    _assert_steps_match_the_prediction(tp, ch13.model_shape_of(embedded))
-    assert tp.single_allreduces == 0  # world size 1 has nothing to reduce
-    text = ch13.tp_text(tp)
-    assert f"{len(tp.decode_steps)} of rank 0's {len(tp.decode_steps)} decode steps" in text
-
-
-def test_scaling_is_sublinear_and_replicas_win_on_pcie():
-    s = ch13.run_scaling(None, ch13.sizes("cpu", "quick"))
-    tp4 = s.row("H100-SXM", 4)
-    assert 1.5 < tp4.speedup_vs_tp1 < 4 and tp4.allreduce_ms > 0  # 4 GPUs: faster, not 4x
-    pcie = {r.parallelism: r.tokens_per_s for r in s.layouts if r.gpu == "H100-PCIe"}
-    assert pcie["DP4"] > 1.05 * pcie["TP4"]  # the all-reduces over PCIe cost more than the replicas lose
-
-
-def _edited_notebook(tmp_path, world_size: int):
-    """Notebook 13 with its experiment cell's number changed, imported as a module (marimo's own API)."""
-    source = notebook_path("13").read_text()
-    path = tmp_path / "nb13_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 2", f"= {world_size}")))
-    spec = importlib.util.spec_from_file_location("nb13_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb13_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb13_edited", None)
-    return module
+def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
+    tree = ast.parse(notebook_path("13").read_text())
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(node) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
+        assert not {c for c in calls if c.startswith(("ch13.measure", "ch13.run_"))}, node.name
+        if "mo.stop" in calls:  # an experiment cell behind a run button
+            assert node.end_lineno - node.lineno <= 16, node.name
 
 
 @pytest.mark.slow
-def test_three_ranks_in_the_cell_split_finer_but_all_reduce_the_same(embedded, tmp_path, quick_tp):
-    pytest.importorskip("marimo")
-    import marimo as mo
-
-    from infer_lab import nb
-
+def test_the_radix_prefix_cache_finds_the_shared_prefix_at_quick_size(embedded):
+    """Two variants through the notebook's own function at quick size: only the one with a prefix cache
+    reports hits, and it finds a large share of the prompt tokens (every prompt shares its system prompt)."""
     sizes = ch13.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, 3).tp_run
-    _, defs = cell.run(ch13=ch13, lm=embedded, mo=mo, nb=nb, sizes=sizes, tp_button=SimpleNamespace(value=True))
-    tp = defs["tp"]
-    assert tp.world_size == 3 and tp.identical_ws1
-    # as the chapter says: two all-reduces per layer of the same size, whatever the world size ...
-    _assert_steps_match_the_prediction(tp, ch13.model_shape_of(embedded))
-    # ... while each rank holds less: one KV head each instead of 2 + 1
-    assert max(tp.split_params) < max(quick_tp.split_params)
-    assert "KV head 0," in tp.plan and "KV head 2," in tp.plan
+    variants = {name: ch13.OUR_VARIANTS[name] for name in ("+ prepacked weights", "+ prefix cache (radix)")}
+    runs = notebook_function("13", "serve_variants")(embedded, variants, 2, sizes.requests, 2,
+                                                     sizes.workload_options())
+    result = ch13.variants_result(runs, variants, 2, sizes)
+    plain, radix = result.runs
+    for run in result.runs:
+        assert run.served.completed == sizes.requests and run.served.failed == 0
+        assert run.kv_blocks_used_max and run.kv_blocks_used_max > 0  # paged KV: the server counted blocks
+    assert plain.prefix_hit_rate is None  # no prefix cache, no hit rate (not a 0 that reads as measured)
+    # 32 shared words of about 40 per prompt: at least 30% of all prompt tokens come from the cache
+    assert radix.prefix_hit_rate >= 0.3
+    assert "found" in ch13.variants_text(result) and f"{radix.prefix_hit_rate:.0%}" in ch13.variants_text(result)

@@ -1,6 +1,6 @@
-"""Notebook 15's page is the experiment: the loop on the page is the model's real computation (the
-engine and transformers choose the same greedy tokens), the FLOP count is right by hand on a tiny
-config, and the bandwidth sweep returns a curve of sane numbers."""
+"""Notebook 15's page is the experiment: the simulator and the engine check run from the notebook's
+``@app.function`` definitions, the chapter module only shows them, the effects go the way the
+chapter says, and changing the slots in the check's cell changes the steps both sides take."""
 
 from __future__ import annotations
 
@@ -10,161 +10,78 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from infer_lab.analysis.flops import COMPONENTS, flops_by_component
-from infer_lab.bench.bandwidth import KIB, bandwidth_sweep, cache_levels, working_sets
-from infer_lab.course import ch15_foundations as ch15
+from infer_lab.course import ch15_cluster as ch15
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
-CELL_NUMBER = "    new_tokens = 6  # tokens to write"
-PROMPT = "The capital of France is"
-TINY = dict(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4, intermediate_size=16,
-            num_hidden_layers=2, vocab_size=10)
+CELL_NUMBER = "    slots = 3  # batch slots"
+EXPERIMENTS = {"serve_cluster": "scenarios.best_pd_ratio(", "throughput_ceiling": "scenarios.saturation(",
+               "heterogeneous": "hetero.compare_heterogeneous(", "attention_ffn_split": "compare_attention_ffn(",
+               "plan_cluster": "recommend(model, gpu", "simulator_vs_engine": "compare_with_engine("}
 
 
 def test_the_experiments_run_from_the_notebook_file():
-    for name in ("generate_step_by_step", "self_attention", "engine_greedy", "flop_shares", "bandwidth_curve",
-                 "decode_prediction", "decode_measured"):
+    for name, call in EXPERIMENTS.items():
         fn = notebook_function("15", name)
         assert inspect.getsourcefile(fn) == str(notebook_path("15"))
-        assert len(inspect.getsource(fn).splitlines()) <= 17, name
-    loop = inspect.getsource(notebook_function("15", "generate_step_by_step"))
-    for piece in ("model.embed[x]", "decoder_layer(", "model.lm_head", "argmax()", "ids = [*ids, token]"):
-        assert piece in loop
-    # the chapter module runs the notebook's functions, it has no experiment of its own
-    assert 'notebook_function(NUMBER, "generate_step_by_step")' in inspect.getsource(ch15.run_loop)
-    assert 'notebook_function(NUMBER, "bandwidth_curve")' in inspect.getsource(ch15.run_bandwidth)
-    assert 'notebook_function(NUMBER, "decode_measured")' in inspect.getsource(ch15.run_decode)
-    assert CELL_NUMBER in notebook_path("15").read_text()
+        code = inspect.getsource(fn)
+        assert call in code and len(code.splitlines()) <= 15, name
+    runs = inspect.getsource(ch15.run_cluster) + inspect.getsource(ch15.run_hetero) + inspect.getsource(
+        ch15.run_plan) + inspect.getsource(ch15.run_check)
+    for name in EXPERIMENTS:  # the chapter module runs the notebook's functions, not copies of them
+        assert f'"{name}"' in runs, name
+    assert "compare_with_engine" not in inspect.getsource(ch15)
+    assert notebook_path("15").read_text().count(CELL_NUMBER) == 1
+
+
+def test_the_cluster_effects_go_the_way_the_chapter_says():
+    c = ch15.run_cluster(None, ch15.sizes("cpu", "quick"))
+    summ, story = c.workload("summarize"), c.workload("story")
+    col, dis = summ.mode("colocated"), summ.mode("disaggregated (best P:D)")
+    assert col.itl_ms_p99 > 3 * dis.itl_ms_p99  # prefill interference is the tail, and the split removes it
+    p_summ, p_story = ch15._pd_counts(summ.best_pd), ch15._pd_counts(story.best_pd)
+    assert p_summ[0] > p_story[0]  # summaries want more prefill GPUs than stories
+    assert c.colocated_over_best_disaggregated > 1.0  # disaggregation does not raise the ceiling
 
 
 @pytest.fixture(scope="module")
-def loop(embedded) -> ch15.LoopResult:
-    return ch15.run_loop(embedded, ch15.sizes("cpu", "quick"))
+def quick_check(embedded):
+    return ch15.run_check(embedded, ch15.sizes("cpu", "quick"))
 
 
-def test_the_loop_equals_the_engine_and_transformers_greedy(embedded, loop):
-    n = ch15.sizes("cpu", "quick").loop_new_tokens
-    assert len(loop.steps) == n and loop.same_as_engine
-    with torch.inference_mode():
-        ids = torch.tensor([list(loop.prompt_ids)])
-        hf = embedded.model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n)[0, ids.shape[1]:]
-    assert list(loop.tokens) == hf.tolist()
-    # one pass per token, each over the whole text so far, logits over the whole vocabulary
-    hidden, vocab = embedded.config.hidden_size, embedded.config.vocab_size
-    p = len(loop.prompt_ids)
-    assert [s["input"] for s in loop.steps] == [(p + i,) for i in range(n)]
-    assert [s["hidden"] for s in loop.steps] == [(p + i, hidden) for i in range(n)]
-    assert all(s["logits"] == (vocab,) for s in loop.steps)
-    assert loop.pieces is not None and "Paris" in loop.pieces[0]
-    text = ch15.loop_text(loop)
-    assert f"**{n} tokens took {n} forward passes.**" in text and f"the same {n} tokens" in text
+def test_the_simulator_replays_the_engines_steps_exactly(quick_check):
+    c = quick_check
+    assert c.max_num_seqs == ch15.CHECK_SLOTS < c.requests  # requests wait for a slot
+    assert c.same_schedule and c.sim_step_tokens == c.engine_step_tokens
+    assert len(c.engine_step_tokens) > c.requests  # prefill steps and decode steps
+    assert abs(c.busy_ratio - 1) < 0.01  # a least-squares fit's residuals sum to zero over the same steps
+    assert ("they **agree**" in ch15.check_text(c)) == c.within()
 
 
-def test_flops_by_component_by_hand_on_a_tiny_config():
-    # hidden 8, 2 heads of 4 (1 KV head), MLP 16, 2 layers, vocabulary 10; a decode step at context 3
-    got = flops_by_component(TINY, context=3)
-    assert list(got.flops) == list(COMPONENTS)
-    assert got.flops == {
-        "embedding": 0.0,
-        "attention projections": 2 * 2 * (8 * 8 + 2 * 8 * 4 + 8 * 8),  # q, k, v, o per layer, 2 FLOPs per weight
-        "attention scores": 2 * 2 * 3 * 2 * (4 + 4),  # 2 layers x 3 keys x 2 heads x (q·k + p·v) x 2
-        "MLP": 2 * 2 * 3 * 8 * 16,
-        "norms": 4 * 8 * (2 * 2 + 1),  # 4 FLOPs per element, 2 norms per layer + the final one
-        "LM head": 2 * 10 * 8,
-    }
-    assert got.total == 2816 and got.layers == 2816 - 160
-    assert got.layers_share == pytest.approx(2656 / 2816)
-    # a prefill of 3 tokens: the projections, MLP and norms scale with the tokens, the head does not
-    prefill = flops_by_component(TINY, context=3, tokens=3)
-    assert prefill.flops["MLP"] == 3 * got.flops["MLP"]
-    assert prefill.flops["attention scores"] == 2 * 2 * (1 + 2 + 3) * 2 * (4 + 4)
-    assert prefill.flops["LM head"] == got.flops["LM head"]
-    with pytest.raises(ValueError):
-        flops_by_component(TINY, context=2, tokens=3)
-
-
-def test_the_95_percent_rule_is_checked_honestly_for_both_models(embedded):
-    small, seven_b = ch15.run_flops(embedded, ch15.sizes("cpu", "quick"))
-    assert small.model == embedded.name and seven_b.model == "mistral-7b"
-    assert small.layers_share < 0.95 < seven_b.layers_share  # the rule holds for the 7B, not for the 135M
-    assert small.share("LM head") > 5 * seven_b.share("LM head")
-    text = ch15.flops_text([small, seven_b], guess_pct=95)
-    assert "does not hold for it" in text and "holds for it" in text and "You guessed **95 %**" in text
-    # attention scores grow with the context; nothing else does
-    longer = flops_by_component("mistral-7b", context=8 * seven_b.context)
-    assert longer.flops["attention scores"] == pytest.approx(8 * seven_b.flops["attention scores"], rel=1e-3)
-    assert longer.flops["MLP"] == seven_b.flops["MLP"]
-
-
-def test_bandwidth_sweep_returns_a_curve_of_sane_numbers():
-    sizes = working_sets(64 * KIB, 4 * 2**20, factor=4)
-    assert sizes == [64 * KIB, 256 * KIB, 2**20, 4 * 2**20]
-    points = bandwidth_sweep("cpu", sizes, repeats=3, sample_s=5e-4)
-    assert [p.working_set_bytes for p in points] == sizes
-    for p in points:
-        assert 0.05 < p.GBps_low <= p.GBps <= p.GBps_high < 10_000  # GB/s: a copy, not zero, not absurd
-        assert p.copies_per_sample >= 1 and p.samples == 3
-    levels = cache_levels("cpu")
-    assert all(a.size_bytes < b.size_bytes for a, b in zip(levels, levels[1:], strict=False))
-    fig = ch15.bandwidth_figure(points, "cpu")
-    assert fig.axes[0].get_xscale() == "log"
-
-
-def _edited_notebook(tmp_path, new_tokens: int):
-    """Notebook 15 with its loop cell's number changed, imported as a module (marimo's own API)."""
+def _edited_notebook(tmp_path, slots: int):
     source = notebook_path("15").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb15_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 6", f"= {new_tokens}")))
-    spec = importlib.util.spec_from_file_location("nb15_edited", path)
+    path = tmp_path / "nb16_edited.py"
+    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 3", f"= {slots}")))
+    spec = importlib.util.spec_from_file_location("nb16_edited", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["nb15_edited"] = module
+    sys.modules["nb16_edited"] = module
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("nb15_edited", None)
+        sys.modules.pop("nb16_edited", None)
     return module
 
 
-@pytest.mark.slow
-def test_changing_the_tokens_in_the_cell_changes_the_passes(embedded, tmp_path, loop):
+def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_path, quick_check):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    cell = _edited_notebook(tmp_path, 3).the_loop
-    _, defs = cell.run(ch15=ch15, lm=embedded, mo=mo, nb=nb, loop_button=SimpleNamespace(value=True))
-    edited = defs["loop"]
-    assert len(edited.steps) == 3 < len(loop.steps)  # one pass per token: fewer tokens, fewer passes
-    assert edited.tokens == loop.tokens[:3] and edited.same_as_engine  # greedy: the same first tokens
-
-
-def test_decode_prediction_says_memory_bound_on_this_cpu(embedded):
-    step = notebook_function("15", "decode_prediction")(embedded, 128)
-    assert step.bound == "memory" and step.bytes >= 0.95 * 4 * embedded.n_params  # fp32: 4 bytes per weight, read once
-    text = ch15.budget_text(step, ch15.byte_split(embedded, 128))
-    assert "memory-bound" in text and "of weights" in text
-
-
-def test_without_a_tokenizer_the_page_says_it_shows_token_ids(loop):
-    ids_only = ch15.LoopResult(loop.model, loop.prompt, loop.prompt_ids, loop.steps, loop.engine_tokens[:2] + (0,) * 4,
-                               None, True)
-    text = ch15.loop_text(ids_only)
-    assert text.startswith("**This model has no tokenizer**") and str(list(loop.tokens)) in text
-    assert "differ from pass 3 on" in text and "nearly tied" in text
-    assert (ch15.loop_table(ids_only)["as text"] == "— (no tokenizer)").all()
-
-
-def test_the_flop_comparison_picks_the_other_model():
-    from infer_lab.catalog import load_model_config
-
-    def fake(name: str) -> SimpleNamespace:
-        cfg = load_model_config(name)
-        return SimpleNamespace(name=name, model=SimpleNamespace(config=SimpleNamespace(to_dict=lambda: dict(cfg))))
-
-    assert [getattr(m, "name", m) for m in ch15.flops_models(fake("mistral-7b"))] == ["mistral-7b", "smollm2-135m"]
-    assert [getattr(m, "name", m) for m in ch15.flops_models(fake("smollm2-135m"))] == ["smollm2-135m", "mistral-7b"]
-    assert ch15.flops_models(None) == ["smollm2-135m", "mistral-7b"]  # no model: the deck's analytic build
+    sizes = ch15.sizes("cpu", "quick")
+    cell = _edited_notebook(tmp_path, sizes.check_prompts - 1).check_run  # 5 slots for 6 prompts
+    _, defs = cell.run(ch15=ch15, lm=embedded, mo=mo, nb=nb, sizes=sizes, check_button=SimpleNamespace(value=True))
+    wide = defs["check"]
+    assert wide.max_num_seqs == sizes.check_prompts - 1 and wide.same_schedule
+    assert len(wide.engine_step_tokens) < len(quick_check.engine_step_tokens)
+    assert len(wide.sim_step_tokens) == len(wide.engine_step_tokens)

@@ -22,8 +22,8 @@ SURFACE = ("NUMBER", "SLUG", "TITLE", "NEEDS_MODEL", "PARTS", "Sizes", "sizes", 
 
 def test_chapters_cover_every_notebook():
     notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-    assert [n[2:] for n in NAMES] == notebooks  # ch01_feel_the_pain <-> 01_feel_the_pain.py
-    assert chapter("01").NUMBER == "01" and chapter("feel_the_pain").SLUG == "feel_the_pain"
+    assert [n[2:] for n in NAMES] == notebooks  # ch02_feel_the_pain <-> 02_feel_the_pain.py
+    assert chapter("02").NUMBER == "02" and chapter("feel_the_pain").SLUG == "feel_the_pain"
     with pytest.raises(KeyError, match="known"):
         chapter("no-such-chapter")
 
@@ -42,7 +42,7 @@ def test_chapter_has_the_common_surface(name):
 
 
 # Longest first, so that the two workers finish together.
-LONGEST_FIRST = ("ch11", "ch08", "ch01", "ch13", "ch12", "ch09", "ch05", "ch16")
+LONGEST_FIRST = ("ch12", "ch09", "ch02", "ch14", "ch13", "ch10", "ch06", "ch15")
 
 
 @pytest.fixture(scope="module")
@@ -91,18 +91,18 @@ def test_chapter_runs_on_the_cpu_at_quick_sizes(name, chapter_runs):
 
 
 def test_parts_can_be_run_one_at_a_time(embedded):
-    ch01 = chapter("01")
-    result = ch01.measure(embedded, ch01.sizes("cpu", "quick"), parts=["memory"])
+    ch02 = chapter("02")
+    result = ch02.measure(embedded, ch02.sizes("cpu", "quick"), parts=["memory"])
     assert result.memory is not None and result.ttft is None and list(result.seconds) == ["memory"]
     assert result.memory.kv_bytes_per_token == 2 * 30 * 3 * 64 * 4  # SmolLM2-135M, fp32
-    assert list(ch01.figures(result)) == ["memory"]
+    assert list(ch02.figures(result)) == ["memory"]
     with pytest.raises(ValueError, match="unknown part"):
-        ch01.measure(embedded, ch01.sizes("cpu", "quick"), parts=["nope"])
+        ch02.measure(embedded, ch02.sizes("cpu", "quick"), parts=["nope"])
 
 
 def test_chapters_in_course_order():
     numbers = [m.NUMBER for m in chapters()]
-    assert numbers == sorted(numbers) and numbers[:2] == ["00", "01"]
+    assert numbers == sorted(numbers) and numbers[:2] == ["00", "02"]
 
 
 def test_the_engine_package_imports_no_plotting_or_notebook_library():

@@ -30,9 +30,9 @@ def test_spending_figures_come_from_the_data_file():  # missing talk topic
 
 
 def _kv(baseline: str):
-    ch05 = chapter("05")
+    ch06 = chapter("06")
     rows = [VariantQuality("as trained", 10.0, 0.0, 46080.0), VariantQuality("int8 KV", 10.1, 0.01, 46080.0 / 3.76)]
-    return ch05.kv_text(ch05.KVResult(rows, 256, baseline_dtype=baseline), embedded=False)
+    return ch06.kv_text(ch06.KVResult(rows, 256, baseline_dtype=baseline), embedded=False)
 
 
 def test_kv_quantization_saving_names_its_baseline_dtype():  # item 7
@@ -43,15 +43,15 @@ def test_kv_quantization_saving_names_its_baseline_dtype():  # item 7
 
 
 def test_gpt_oss_text_agrees_with_the_table_under_it():  # item 16
-    ch05 = chapter("05")
-    text = ch05.gpt_oss_text()
-    for row in ch05.fit_rows(gpus=("H100-SXM",), models=("gpt-oss-120b",)):
+    ch06 = chapter("06")
+    text = ch06.gpt_oss_text()
+    for row in ch06.fit_rows(gpus=("H100-SXM",), models=("gpt-oss-120b",)):
         users = row.max_users["H100-SXM"]
         assert (f"{row.weight_dtype} ({users:,} users" in text) == (users > 0), row
 
 
 def test_scale_schemes_are_computed_not_typed():  # item 15
-    text = chapter("05").scale_schemes_text()
+    text = chapter("06").scale_schemes_text()
     numbers = re.findall(r"(\d+\.\d+) GB", text)
     assert len(numbers) == 3 and len(set(numbers)) == 3
     assert "one fp16 scale per 128 weights" in text and "one scale per output row" in text
@@ -60,26 +60,26 @@ def test_scale_schemes_are_computed_not_typed():  # item 15
 def test_energy_per_token_states_its_tdp_assumption():  # item 14
     from infer_lab.analysis.capacity import ENERGY_ASSUMPTION
 
-    ch13 = chapter("13")
+    ch14 = chapter("14")
     assert "TDP" in ENERGY_ASSUMPTION
-    text = ch13.scaling_text(ch13.scaling_result())
+    text = ch14.scaling_text(ch14.scaling_result())
     assert ENERGY_ASSUMPTION in text
-    assert all("TDP" in c.label for c in ch13.FRONTIER_COLUMNS + ch13.LAYOUT_COLUMNS if "J / token" in c.label)
+    assert all("TDP" in c.label for c in ch14.FRONTIER_COLUMNS + ch14.LAYOUT_COLUMNS if "J / token" in c.label)
 
 
 def test_tp_text_names_the_best_layout_and_the_model_differs_from_the_talk():  # items 3 and 10
-    ch13 = chapter("13")
-    s = ch13.scaling_result()
-    text = ch13.scaling_text(s)
+    ch14 = chapter("14")
+    s = ch14.scaling_result()
+    text = ch14.scaling_text(s)
     best_pcie = max((r for r in s.layouts if r.gpu == "H100-PCIe"), key=lambda r: r.tokens_per_s)
     assert f"on PCIe come from **{best_pcie.parallelism}**" in text
     assert "does not reproduce that mechanism" in text
 
 
 def test_heterogeneous_and_attention_ffn_show_the_whole_comparison():  # items 4 and 5
-    ch16 = chapter("16")
-    h = ch16.run_hetero(None, ch16.sizes("cpu", "quick"))
-    text = ch16.hetero_text(h)
+    ch15 = chapter("15")
+    h = ch15.run_hetero(None, ch15.sizes("cpu", "quick"))
+    text = ch15.hetero_text(h)
     assert f"all {h.decode_gpu}:" in text and f"all {h.prefill_gpu}:" in text
     s = h.afd_split
     assert f"{s.sequential_step_ms:.1f} ms" in text and "fp8 weights" in text
@@ -88,28 +88,28 @@ def test_heterogeneous_and_attention_ffn_show_the_whole_comparison():  # items 4
     assert ("worse than not splitting" in text) == (seq_gain < 1)
 
 
-@pytest.mark.parametrize("name", ["ch11_speculative_decoding"])
+@pytest.mark.parametrize("name", ["ch12_speculative_decoding"])
 def test_no_development_target_on_the_page(name):  # item 13
     import inspect
 
-    from infer_lab.course import ch11_speculative_decoding as mod
+    from infer_lab.course import ch12_speculative_decoding as mod
 
     assert "Target (n-gram" not in inspect.getsource(mod) and not hasattr(mod, "target_check"), name
 
 
 def test_the_saved_hf_step_is_one_range_in_every_chapter():  # item 9
-    from infer_lab.course.ch01_feel_the_pain import saved_batch1_steps_ms
+    from infer_lab.course.ch02_feel_the_pain import saved_batch1_steps_ms
     from infer_lab.course.saved import load_saved
 
     data = load_saved("*hf-baseline*.json")[0].data
     lo, hi = saved_batch1_steps_ms(data)
     assert lo < hi
     quoted = f"between **{lo:.0f} and {hi:.0f} ms**"
-    ch08_text, ch03_note = chapter("08").launch_overhead_text(), chapter("03").saved().notes[1]
-    assert quoted in ch08_text and quoted in ch03_note
-    ratio = re.search(r"\((\d+–\d+)× the roofline's", ch08_text).group(1)
-    assert f"({ratio}× the roofline's" in ch03_note  # one number, with its reason, in both chapters
-    assert "14.2 GB of its 14.5 GB of weights" in ch08_text  # and both weight figures, with why they differ
+    ch09_text, ch04_note = chapter("09").launch_overhead_text(), chapter("04").saved().notes[1]
+    assert quoted in ch09_text and quoted in ch04_note
+    ratio = re.search(r"\((\d+–\d+)× the roofline's", ch09_text).group(1)
+    assert f"({ratio}× the roofline's" in ch04_note  # one number, with its reason, in both chapters
+    assert "14.2 GB of its 14.5 GB of weights" in ch09_text  # and both weight figures, with why they differ
 
 
 def test_external_reference_measurements_are_labelled_so():  # saved evidence
@@ -135,34 +135,34 @@ def test_the_kv_visualizer_draws_the_room_the_fit_reports():  # 02: visualizer v
 
 
 def test_attention_share_and_the_talks_claim():  # item 17
-    ch02 = chapter("02")
-    cross = ch02.attention_crossover_context("mistral-7b")
-    below, above = ch02.flop_share("mistral-7b", cross - 1), ch02.flop_share("mistral-7b", cross)
+    ch03 = chapter("03")
+    cross = ch03.attention_crossover_context("mistral-7b")
+    below, above = ch03.flop_share("mistral-7b", cross - 1), ch03.flop_share("mistral-7b", cross)
     assert below.attention_flops < below.layers_flops / 2 <= above.attention_flops
-    text = ch02.attention_claim_text("mistral-7b", 4096)
+    text = ch03.attention_claim_text("mistral-7b", 4096)
     assert f"{cross:,} tokens" in text and "most compute-intensive" in text
 
 
 def test_the_model_table_explains_sliding_windows_and_active_parameters():  # item 18
-    ch02 = chapter("02")
-    notes = ch02.models_notes(ch02.model_rows(4096, models=["gpt-oss-120b", "mistral-7b"]))
+    ch03 = chapter("03")
+    notes = ch03.models_notes(ch03.model_rows(4096, models=["gpt-oss-120b", "mistral-7b"]))
     assert "gpt-oss-120b" in notes and "sliding window" in notes and "embedding" in notes
     assert "mistral-7b" not in notes
 
 
 def test_mla_text_explains_the_talks_correction_kindly():  # item 11
-    text = chapter("06").mla_text()
+    text = chapter("07").mla_text()
     assert "like-for-like" in text and "Neither forgot anything" in text
 
 
 def test_the_sglang_claim_is_set_against_what_the_cache_alone_saves():  # item 19
-    ch09 = chapter("09")
-    runs = [ch09.WorkloadRun("agentic_branching", c, 16, 8, 1000, computed, hit, 0.1, 0.1, 1.0)
+    ch10 = chapter("10")
+    runs = [ch10.WorkloadRun("agentic_branching", c, 16, 8, 1000, computed, hit, 0.1, 0.1, 1.0)
             for c, computed, hit in (("none", 1000, 0.0), ("hash", 400, 0.60), ("radix", 340, 0.66))]
-    text = ch09.sglang_claim_text(ch09.WorkloadsResult(runs, 16, 64, 8))
+    text = ch10.sglang_claim_text(ch10.WorkloadsResult(runs, 16, 64, 8))
     assert "3–4×" in text and "66%" in text and "60%" in text
     assert f"{400 / 340:.2f}× the prefill tokens" in text and f"{1000 / 340:.2f}× fewer" in text
-    assert ch09.sglang_claim_text(ch09.WorkloadsResult(runs[:0], 16, 64, 8)) == ""
+    assert ch10.sglang_claim_text(ch10.WorkloadsResult(runs[:0], 16, 64, 8)) == ""
 
 
 def test_the_triangle_has_no_cost_corner():  # item 12
@@ -173,10 +173,10 @@ def test_the_triangle_has_no_cost_corner():  # item 12
         assert set(corners) <= {"quality", "latency", "throughput"}, w.corner
 
 
-def test_single_run_ratios_near_one_are_not_read_as_differences():  # item 6 (chapter 08's sentences)
-    ch08 = chapter("08")
-    assert ch08._versus(1.05) == "within one run's noise of" and ch08._versus(0.95) == "within one run's noise of"
-    assert ch08._versus(1.85) == "1.85×" and ch08._versus(0.28) == "0.28×"
+def test_single_run_ratios_near_one_are_not_read_as_differences():  # item 6 (chapter 09's sentences)
+    ch09 = chapter("09")
+    assert ch09._versus(1.05) == "within one run's noise of" and ch09._versus(0.95) == "within one run's noise of"
+    assert ch09._versus(1.85) == "1.85×" and ch09._versus(0.28) == "0.28×"
 
 
 def test_a_missing_saved_run_says_so_instead_of_an_empty_box(monkeypatch):  # 06, 07, 11, 13
@@ -189,51 +189,51 @@ def test_a_missing_saved_run_says_so_instead_of_an_empty_box(monkeypatch):  # 06
 
 
 def test_chapter_12_says_no_vllm_or_sglang_run_is_saved():
-    ch12 = chapter("12")
-    if ch12.saved() is None:
-        assert "No saved vLLM or SGLang results" in ch12.summary(ch12.Result(size="quick", model="m"))
+    ch13 = chapter("13")
+    if ch13.saved() is None:
+        assert "No saved vLLM or SGLang results" in ch13.summary(ch13.Result(size="quick", model="m"))
 
 
 def test_the_talks_heterogeneous_claims_are_cited_from_data():  # Trainium + Cerebras over EFA, 3-10x
     from infer_lab.catalog import get_cited_chip
 
     claims = get_cited_chip("Cerebras-WSE-3").talk_claims
-    text = chapter("16").cited_pairing_text()
+    text = chapter("15").cited_pairing_text()
     assert claims["pairing"]["speedup"] == 5 and claims["speedup_at_equal_power_range"] == [3, 10]
     assert "Trainium" in text and "EFA" in text and "3–10×" in text and "Cited, not computed" in text
 
 
 def test_pd_pools_are_told_with_summarization_and_story_writing():
-    ch16 = chapter("16")
-    assert ch16._pd_counts("1P:3D TP1") == (1, 3) and ch16._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
-    text = ch16.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
+    ch15 = chapter("15")
+    assert ch15._pd_counts("1P:3D TP1") == (1, 3) and ch15._pd_counts("2P H100 : 2D H200 TP1") == (2, 2)
+    text = ch15.pools_text({"summarize": "3P:1D TP1", "story": "1P:3D TP1"})
     assert "prefill 3 of 4" in text and "prefill 1 of 4" in text and "expected direction" not in text
-    assert "expected direction" in ch16.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
+    assert "expected direction" in ch15.pools_text({"summarize": "1P:3D TP1", "story": "3P:1D TP1"})
 
 
 @pytest.mark.parametrize("gpu", ["H100-SXM", "L4"])
 def test_a_coding_agents_prompt_is_priced_on_the_learners_gpu(gpu):  # chunked prefill's motivation
     from infer_lab.analysis import memory
 
-    ch10 = chapter("10")
-    rows = ch10.agent_prompt_rows(gpu)
+    ch11 = chapter("11")
+    rows = ch11.agent_prompt_rows(gpu)
     assert [r.prompt_tokens for r in rows] == [200_000, 1_000_000]
     for r in rows:
-        assert r.prompt_tokens <= memory.context_limit(ch10.AGENT_MODEL)
+        assert r.prompt_tokens <= memory.context_limit(ch11.AGENT_MODEL)
         assert r.steps_missed == pytest.approx(r.prefill_s / r.decode_step_s)
         assert r.decode_step_s < r.chunked_step_s < r.prefill_s
     assert rows[1].prefill_s > 5 * rows[0].prefill_s * rows[0].n_gpus / rows[1].n_gpus  # attention is quadratic
-    text = ch10.agent_prompt_text(rows)
+    text = ch11.agent_prompt_text(rows)
     assert f"{rows[0].steps_missed:,.0f} decode steps" in text
     with pytest.raises(ValueError, match="reads at most"):
-        ch10.agent_prompt_rows(gpu, model="mistral-7b")
+        ch11.agent_prompt_rows(gpu, model="mistral-7b")
 
 
 def test_qat_and_speculation_as_a_frontier_shift_are_on_the_page():
     from infer_lab.analysis.roofline import gpu_roof
 
-    assert "QAT" in chapter("05").qat_vs_ptq_text() and "PTQ" in chapter("05").qat_vs_ptq_text()
-    ch11 = chapter("11")
-    curve = ch11.roofline_curve("h200", "mistral-7b", gpu_roof("h200"), 4, 600, 2.2, "bf16", ch11.ANALYTIC_BATCHES)
-    text = ch11.frontier_shift_text(curve)
+    assert "QAT" in chapter("06").qat_vs_ptq_text() and "PTQ" in chapter("06").qat_vs_ptq_text()
+    ch12 = chapter("12")
+    curve = ch12.roofline_curve("h200", "mistral-7b", gpu_roof("h200"), 4, 600, 2.2, "bf16", ch12.ANALYTIC_BATCHES)
+    text = ch12.frontier_shift_text(curve)
     assert f"{curve.speedup[0]:.2f}× the tokens per step at batch 1" in text

@@ -110,7 +110,7 @@ def test_text_that_names_marimo_controls_stays_out_of_the_jupyter_edition():
     from infer_lab.course import chapter
 
     assert builder.jupyter_text("A.\n<!-- marimo -->\nMove the sliders.\n<!-- /marimo -->\nB.") == "A.\nB."
-    texts = {n: "\n".join(text for _, text in builder.build(chapter(n)).cells) for n in ("00", "07", "11")}
-    assert "Move the sliders" not in texts["11"] and "E / (k·c + v)" in texts["11"]
-    assert "max_tokens = oracle" not in texts["07"]
+    texts = {n: "\n".join(text for _, text in builder.build(chapter(n)).cells) for n in ("00", "08", "12")}
+    assert "Move the sliders" not in texts["12"] and "E / (k·c + v)" in texts["12"]
+    assert "max_tokens = oracle" not in texts["08"]
     assert "Install it with" not in texts["00"] and "press the" not in texts["00"]

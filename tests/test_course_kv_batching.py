@@ -1,4 +1,4 @@
-"""Chapters 07 and 08 beyond the common surface: allocator bytes, budget checks, contenders, anchors."""
+"""Chapters 08 and 09 beyond the common surface: allocator bytes, budget checks, contenders, anchors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from infer_lab.analysis.kv_waste import kv_waste_breakdown, mixed_lengths
 from infer_lab.bench.kv_allocators import kv_memory_waste
-from infer_lab.course import ch07_kv_cache_paged as ch07
-from infer_lab.course import ch08_batching as ch08
+from infer_lab.course import ch08_kv_cache_paged as ch08
+from infer_lab.course import ch09_batching as ch09
 from infer_lab.engine import ContiguousKVCache, PagedKVCache, SamplingParams, Sequence
 from infer_lab.shape import model_shape
 from infer_lab.units import GiB
@@ -49,9 +49,9 @@ def test_narrow_allocator_stores_count_the_same_bytes_as_full_width_ones():
 
 
 def test_a_budget_below_one_reservation_is_explained_not_raised():
-    assert ch07.waste_problem(ch07.WasteSettings()) is None
-    tight = ch07.WasteSettings(shape_name="llama-3-70b", max_model_len=8192, budget_bytes=1 * GiB)
-    problem = ch07.waste_problem(tight)
+    assert ch08.waste_problem(ch08.WasteSettings()) is None
+    tight = ch08.WasteSettings(shape_name="llama-3-70b", max_model_len=8192, budget_bytes=1 * GiB)
+    problem = ch08.waste_problem(tight)
     assert problem and "contiguous-max" in problem and "budget" in problem
     prompts, outputs = tight.lengths()
     with pytest.raises(ValueError):
@@ -78,29 +78,29 @@ def test_every_contenders_run_becomes_a_row_checked_against_the_engine():
     runs = {"hf-sequential": ContenderRun("hf-sequential", 3.0, 15, same),  # 5 tokens/s
             "hf-padded": ContenderRun("hf-padded", 1.0, 15, other),
             "static": _engine_run(10.0, 0.5, same), "continuous": _engine_run(30.0, 0.0, same)}
-    result = ch08.batching_result(runs, ch08.batching_workload(ch08.sizes("cpu", "quick")))
+    result = ch09.batching_result(runs, ch09.batching_workload(ch09.sizes("cpu", "quick")))
     assert [r.name for r in result.rows] == ["HF one at a time", "HF padded batch", "static batching (engine)",
-                                             ch08.ENGINE_CONTINUOUS]
+                                             ch09.ENGINE_CONTINUOUS]
     assert [r.identical for r in result.rows] == [True, False, True, True]  # tokens, request by request
     assert result.rows[0].output_tokens_per_s == 5.0 and result.rows[0].requests_per_s == pytest.approx(2 / 3)
-    table = ch08.batching_table(result)
-    assert len(table) == 4 and table.iloc[1]["idle slots per step (mean)"] == ch08.NA
+    table = ch09.batching_table(result)
+    assert len(table) == 4 and table.iloc[1]["idle slots per step (mean)"] == ch09.NA
     assert table.iloc[0]["TTFT p50 (ms)"] == "—" and "nan" not in table.to_string()
-    text = ch08.batching_text(result)
+    text = ch09.batching_text(result)
     assert "6.00× HF one at a time" in text and "2.00× HF one at a time" in text  # every contender against the slowest
-    fig = ch08.batching_figure(result, "test")
+    fig = ch09.batching_figure(result, "test")
     assert len(fig.axes[0].patches) == 4 and len(fig.axes[2].patches) == 3 * 4  # p50/p90/p99 each
     plt.close(fig)
-    assert "**HF padded batch**" in ch08.contenders_text(["hf-padded", "static"])
+    assert "**HF padded batch**" in ch09.contenders_text(["hf-padded", "static"])
 
 
 def test_the_workload_is_seeded_and_within_its_bounds():
-    sizes = ch08.sizes("cpu", "quick")
-    w = ch08.batching_workload(sizes)
-    assert w == ch08.batching_workload(sizes)
+    sizes = ch09.sizes("cpu", "quick")
+    w = ch09.batching_workload(sizes)
+    assert w == ch09.batching_workload(sizes)
     assert len(w.output_lens) == sizes.requests
     assert all(2 <= n <= sizes.max_output for n in w.output_lens)
-    assert ch08.batching_workload(dataclasses.replace(sizes, seed=1)) != w
+    assert ch09.batching_workload(dataclasses.replace(sizes, seed=1)) != w
 
 
 def test_the_contenders_workload_shows_static_batching_idle_at_quick_size(embedded):
@@ -108,18 +108,18 @@ def test_the_contenders_workload_shows_static_batching_idle_at_quick_size(embedd
     longest request, so it takes at least 1.3x the steps of continuous batching, with idle slots."""
     from infer_lab.course.notebook_code import notebook_function
 
-    sizes = ch08.sizes("cpu", "quick")
-    prompts, lens = ch08.batching_requests(embedded, sizes)
-    serve = notebook_function("08", "serve")
+    sizes = ch09.sizes("cpu", "quick")
+    prompts, lens = ch09.batching_requests(embedded, sizes)
+    serve = notebook_function("09", "serve")
     runs = {p: serve(embedded, prompts, lens, p, max_num_seqs=sizes.concurrency) for p in ("static", "continuous")}
     assert len(runs["static"]) >= 1.3 * len(runs["continuous"])
-    assert ch08.idle_slot_steps(runs["static"]) > ch08.idle_slot_steps(runs["continuous"])
+    assert ch09.idle_slot_steps(runs["static"]) > ch09.idle_slot_steps(runs["continuous"])
 
 
 def test_saved_anchors_pair_each_batch_with_the_hf_step():
-    view = ch08.saved()
+    view = ch09.saved()
     assert view is not None and "Saved result" in view.label
-    rows = ch08.anchor_rows(ch08.load_saved(ch08.SOL_FILE)[0], ch08.load_saved(ch08.HF_BASELINE_FILE)[0])
+    rows = ch09.anchor_rows(ch09.load_saved(ch09.SOL_FILE)[0], ch09.load_saved(ch09.HF_BASELINE_FILE)[0])
     assert [r.batch for r in rows] == [1, 8, 64, 256]
     assert all(r.hf_step_ms and r.hf_over_graph > 1 for r in rows)  # HF eager is slower at every batch
     assert all(0 < r.bandwidth_share < 1 for r in rows)

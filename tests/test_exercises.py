@@ -72,66 +72,66 @@ def test_starter_is_signatures_and_docstrings_only(number):
 NEAR_MISSES = [
     ("00", "decode_intensity", "2.0 * batch", "1.0 * batch", "a multiply-add is 2 FLOP"),
     ("00", "mlp_flops", "* 3 *", "* 2 *", "THREE matrices"),
-    ("01", "kv_cache_bytes", "2 * layers", "layers", "a K AND a V"),
-    ("01", "itl_floor_s", "weight_bytes + batch * context", "weight_bytes + context", "each of the batch"),
-    ("02", "kv_gb_70b_128k", "/ 1e9", "/ 2**30", "GiB instead of GB"),
-    ("02", "kv_gb_70b_128k", "layers * 2 * kv_heads", "layers * kv_heads", "count both K and V"),
-    ("02", "kv_gb_70b_128k", "128 * 1024 / 1e9", "128_000 / 1e9", "not 128,000"),
-    ("02", "mla_kv_bytes_per_token", "return layers * (kv_lora_rank", "return (kv_lora_rank",
+    ("02", "kv_cache_bytes", "2 * layers", "layers", "a K AND a V"),
+    ("02", "itl_floor_s", "weight_bytes + batch * context", "weight_bytes + context", "each of the batch"),
+    ("03", "kv_gb_70b_128k", "/ 1e9", "/ 2**30", "GiB instead of GB"),
+    ("03", "kv_gb_70b_128k", "layers * 2 * kv_heads", "layers * kv_heads", "count both K and V"),
+    ("03", "kv_gb_70b_128k", "128 * 1024 / 1e9", "128_000 / 1e9", "not 128,000"),
+    ("03", "mla_kv_bytes_per_token", "return layers * (kv_lora_rank", "return (kv_lora_rank",
      "off by the layer count (61)"),
-    ("02", "quantized_bytes", "    if group_size:\n        total_bits +=", "    if False:\n        total_bits +=",
+    ("03", "quantized_bytes", "    if group_size:\n        total_bits +=", "    if False:\n        total_bits +=",
      "without their scales"),
-    ("02", "max_users", "return max(0, budget // kv_bytes_per_user)", "return budget // kv_bytes_per_user",
+    ("03", "max_users", "return max(0, budget // kv_bytes_per_user)", "return budget // kv_bytes_per_user",
      "not a negative number"),
-    ("03", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "factor of 2"),
-    ("03", "roofline_time_s", "return max(flops / peak_flops, n_bytes / bandwidth_Bps)",
+    ("04", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "factor of 2"),
+    ("04", "roofline_time_s", "return max(flops / peak_flops, n_bytes / bandwidth_Bps)",
      "return flops / peak_flops + n_bytes / bandwidth_Bps", "the roofline takes the slower"),
-    ("03", "critical_batch", "    if not compute_bound(max_batch):\n        return None\n", "", "return None"),
-    ("04", "usd_per_million_tokens", "/ 3600 ", "", "3600x too large"),
-    ("04", "users_at_context", "cached = context if window is None else min(context, window)", "cached = context",
+    ("04", "critical_batch", "    if not compute_bound(max_batch):\n        return None\n", "", "return None"),
+    ("05", "usd_per_million_tokens", "/ 3600 ", "", "3600x too large"),
+    ("05", "users_at_context", "cached = context if window is None else min(context, window)", "cached = context",
      "sliding-window layer keeps only"),
-    ("05", "quantize_int8_absmax", "absmax > 0, absmax / 127", "absmax > 0, absmax / 128", "absmax / 128"),
-    ("05", "quantize_int8_absmax", "w.abs().amax(dim=1, keepdim=True)", "w.abs().amax()", "one scale per ROW"),
-    ("05", "int4_stored_bytes", "(2 if symmetric else 3)", "2", "without the zero points"),
-    ("05", "int8_relative_error", "/ math.sqrt(12) ", "", "its rms is step / sqrt(12)"),
-    ("06", "online_softmax_update", "new_acc = output_acc * correction +", "new_acc = output_acc +",
+    ("06", "quantize_int8_absmax", "absmax > 0, absmax / 127", "absmax > 0, absmax / 128", "absmax / 128"),
+    ("06", "quantize_int8_absmax", "w.abs().amax(dim=1, keepdim=True)", "w.abs().amax()", "one scale per ROW"),
+    ("06", "int4_stored_bytes", "(2 if symmetric else 3)", "2", "without the zero points"),
+    ("06", "int8_relative_error", "/ math.sqrt(12) ", "", "its rms is step / sqrt(12)"),
+    ("07", "online_softmax_update", "new_acc = output_acc * correction +", "new_acc = output_acc +",
      "output_acc was not rescaled"),
-    ("06", "online_softmax_update", "probs = torch.exp(scores - new_max)",
+    ("07", "online_softmax_update", "probs = torch.exp(scores - new_max)",
      "probs = torch.exp(scores - new_max + new_max.clamp(max=0))", "max |difference|"),
-    ("06", "expand_kv_heads", "kv.repeat_interleave(n_heads // kv.shape[1], dim=1)",
+    ("07", "expand_kv_heads", "kv.repeat_interleave(n_heads // kv.shape[1], dim=1)",
      "kv.repeat(1, n_heads // kv.shape[1], 1, 1)", "repeat_interleave, not repeat"),
-    ("06", "mha_over_mla", "mla = mla_layers * (", "mla = (", "the one-layer mistake"),
-    ("07", "slots", "block_table[p // block_size] * block_size + p % block_size",
+    ("07", "mha_over_mla", "mla = mla_layers * (", "mla = (", "the one-layer mistake"),
+    ("08", "slots", "block_table[p // block_size] * block_size + p % block_size",
      "block_table[p // block_size] + p % block_size", "which is physical block"),
-    ("07", "blocks_needed", "math.ceil(", "math.floor(", "round (cached + new) / block size UP"),
-    ("07", "wasted_slots", "-n % block_size", "block_size - n % block_size", "a full last block wastes nothing"),
-    ("08", "admit_count", "            break\n        free_blocks", "            continue\n        free_blocks",
+    ("08", "blocks_needed", "math.ceil(", "math.floor(", "round (cached + new) / block size UP"),
+    ("08", "wasted_slots", "-n % block_size", "block_size - n % block_size", "a full last block wastes nothing"),
+    ("09", "admit_count", "            break\n        free_blocks", "            continue\n        free_blocks",
      "stop at the first that does not fit"),
-    ("08", "batching_steps", 'if policy == "static":', 'if policy == "never":', "got/expected"),
-    ("09", "block_hashes", "hash((parent, tuple(", "hash((0, tuple(", "chain the previous"),
-    ("09", "reused_tokens", "usable = min(shared, new_prompt_len - 1)", "usable = shared", "always computed"),
-    ("10", "chunk_sizes", "room = budget - num_decoding", "room = budget", "one token each of the budget"),
-    ("11", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+    ("09", "batching_steps", 'if policy == "static":', 'if policy == "never":', "got/expected"),
+    ("10", "block_hashes", "hash((parent, tuple(", "hash((0, tuple(", "chain the previous"),
+    ("10", "reused_tokens", "usable = min(shared, new_prompt_len - 1)", "usable = shared", "always computed"),
+    ("11", "chunk_sizes", "room = budget - num_decoding", "room = budget", "one token each of the budget"),
+    ("12", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted], accepted", "at least one token"),
-    ("11", "acceptance_probability", "min(1.0, p_token / q_token)", "p_token / q_token", "not a probability"),
-    ("11", "acceptance_probability", "return residual / residual.sum()", "return residual", "normalize it"),
-    ("11", "acceptance_probability", "residual = (p - q).clamp_min(0)", "residual = p", "must follow p"),
-    ("11", "tokens_per_pass", "range(k + 1)", "range(1, k + 1)", "the target's own token comes on top"),
-    ("12", "tpot_s", "/ (output_tokens - 1)", "/ output_tokens", "n - 1 gaps"),
-    ("12", "itl_and_tpot_means", "sum(gaps) / len(gaps)", "sum(tpots) / len(tpots)", "(that is TPOT)"),
-    ("12", "goodput_per_s", "ttft * 1e3 <= ttft_slo_ms", "ttft <= ttft_slo_ms", "got/expected"),
-    ("13", "ring_allreduce_s", "steps / n_ranks * message_bytes", "message_bytes", "2(N-1)/N x S"),
-    ("13", "ring_allreduce_s", "steps = 2 * (n_ranks - 1)", "steps = n_ranks - 1", "a reduce-scatter AND"),
-    ("13", "tp_decode_allreduces", "return 2 * layers,", "return layers,", "after attention AND after the MLP"),
-    ("13", "kv_copies", "    if mla:\n        return float(tp)\n", "", "every rank caches all of it"),
-    ("16", "colocated_capacity_rps", "output_tokens * decode_step_s / decode_batch", "output_tokens * decode_step_s",
+    ("12", "acceptance_probability", "min(1.0, p_token / q_token)", "p_token / q_token", "not a probability"),
+    ("12", "acceptance_probability", "return residual / residual.sum()", "return residual", "normalize it"),
+    ("12", "acceptance_probability", "residual = (p - q).clamp_min(0)", "residual = p", "must follow p"),
+    ("12", "tokens_per_pass", "range(k + 1)", "range(1, k + 1)", "the target's own token comes on top"),
+    ("13", "tpot_s", "/ (output_tokens - 1)", "/ output_tokens", "n - 1 gaps"),
+    ("13", "itl_and_tpot_means", "sum(gaps) / len(gaps)", "sum(tpots) / len(tpots)", "(that is TPOT)"),
+    ("13", "goodput_per_s", "ttft * 1e3 <= ttft_slo_ms", "ttft <= ttft_slo_ms", "got/expected"),
+    ("14", "ring_allreduce_s", "steps / n_ranks * message_bytes", "message_bytes", "2(N-1)/N x S"),
+    ("14", "ring_allreduce_s", "steps = 2 * (n_ranks - 1)", "steps = n_ranks - 1", "a reduce-scatter AND"),
+    ("14", "tp_decode_allreduces", "return 2 * layers,", "return layers,", "after attention AND after the MLP"),
+    ("14", "kv_copies", "    if mla:\n        return float(tp)\n", "", "every rank caches all of it"),
+    ("15", "colocated_capacity_rps", "output_tokens * decode_step_s / decode_batch", "output_tokens * decode_step_s",
      "a request pays 1/batch"),
-    ("16", "step_cost_fit", "return ms - b * mt, b", "return 0.0, sum(t * s for t, s in zip(tokens, seconds)) / "
+    ("15", "step_cost_fit", "return ms - b * mt, b", "return 0.0, sum(t * s for t, s in zip(tokens, seconds)) / "
      "sum(t * t for t in tokens)", "through the origin"),
-    ("14", "kv_transfer_s", "context * kv_bytes_per_token / link_Bps", "context * kv_bytes_per_token / (2 * link_Bps)",
+    ("16", "kv_transfer_s", "context * kv_bytes_per_token / link_Bps", "context * kv_bytes_per_token / (2 * link_Bps)",
      "per-direction bandwidth"),
-    ("14", "recompute_over_reload", "(2 * params / peak_flops)", "(params / peak_flops)", "2 FLOP per weight"),
-    ("14", "users_with_smaller_kv", "return max(0, kv_budget_bytes // per_user)",
+    ("16", "recompute_over_reload", "(2 * params / peak_flops)", "(params / peak_flops)", "2 FLOP per weight"),
+    ("16", "users_with_smaller_kv", "return max(0, kv_budget_bytes // per_user)",
      "return kv_budget_bytes // kv_bytes_per_user * 2", "the old users times two"),
 ]
 
@@ -150,10 +150,10 @@ def test_a_near_miss_is_caught_and_named(tmp_path, number, name, old, new, phras
 
 
 def test_a_numeric_miss_says_expected_got_and_the_ratio(tmp_path):
-    source = exercises.solution_source("02").replace("/ 1e9", "/ 2**30")
+    source = exercises.solution_source("03").replace("/ 1e9", "/ 2**30")
     path = tmp_path / "mine.py"
     path.write_text(source)
-    detail = exercises.check_file("02", path, only=["kv_gb_70b_128k"]).results[0].outcomes[0].detail
+    detail = exercises.check_file("03", path, only=["kv_gb_70b_128k"]).results[0].outcomes[0].detail
     assert detail.startswith("expected 42.9497 GB, got 40 GB (got/expected = 0.9313: GiB instead of GB")
 
 
@@ -165,26 +165,26 @@ def test_a_file_that_does_not_import_is_reported(tmp_path):
 
 
 def test_a_check_in_a_cell():
-    report = exercises.check("13", kv_copies=lambda kv_heads, tp, mla: 1.0)
+    report = exercises.check("14", kv_copies=lambda kv_heads, tp, mla: 1.0)
     assert [r.exercise.name for r in report.results] == ["kv_copies"] and not report.passed
     assert "✘" in report.markdown()
 
 
 def test_cli_init_check_solution(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "07"]) == 2  # no file yet: says how to make one
+    assert main(["check", "08"]) == 2  # no file yet: says how to make one
     assert "--init" in capsys.readouterr().err
-    assert main(["check", "07", "--init"]) == 0
-    mine = tmp_path / "exercises" / exercises.file_name("07")
-    assert mine.read_text() == exercises.starter_path("07").read_text()
+    assert main(["check", "08", "--init"]) == 0
+    mine = tmp_path / "exercises" / exercises.file_name("08")
+    assert mine.read_text() == exercises.starter_path("08").read_text()
     mine.write_text(mine.read_text() + "\n# my work\n")
-    assert main(["check", "07", "--init"]) == 0 and mine.read_text().endswith("# my work\n")  # never overwritten
+    assert main(["check", "08", "--init"]) == 0 and mine.read_text().endswith("# my work\n")  # never overwritten
     capsys.readouterr()
-    assert main(["check", "07"]) == 1
+    assert main(["check", "08"]) == 1
     assert "TODO" in capsys.readouterr().out
-    assert main(["check", "07", "--solution", "--only", "slots", "blocks_needed", "wasted_slots"]) == 0
+    assert main(["check", "08", "--solution", "--only", "slots", "blocks_needed", "wasted_slots"]) == 0
     assert "3 of 3 exercises pass" in capsys.readouterr().out
-    assert main(["check", "07", "--show-solution"]) == 0
+    assert main(["check", "08", "--show-solution"]) == 0
     assert "def slots(" in capsys.readouterr().out
 
 
@@ -226,17 +226,17 @@ def test_self_paced_guide_is_what_the_script_writes():
 def test_the_notebook_cell_shows_the_list_and_a_closed_accordion():
     from infer_lab import nb
 
-    html = nb.exercises_section("07").text
-    assert "Exercises" in html and "infer-lab check 07 --init" in html
+    html = nb.exercises_section("08").text
+    assert "Exercises" in html and "infer-lab check 08 --init" in html
     assert "<marimo-accordion" in html and "data-expanded='[]'" in html  # closed until the learner opens it
     assert "reference solutions" in html.split("<marimo-accordion", 1)[1]  # the solution is inside it
 
 
 def test_a_loop_that_never_ends_is_reported(tmp_path):
-    source = exercises.solution_source("07").replace("return max(0, math.ceil(", "while True:\n        pass\n    return max(0, math.ceil(")
+    source = exercises.solution_source("08").replace("return max(0, math.ceil(", "while True:\n        pass\n    return max(0, math.ceil(")
     path = tmp_path / "mine.py"
     path.write_text(source)
-    ex = next(e for e in exercises.exercises("07") if e.name == "blocks_needed")
+    ex = next(e for e in exercises.exercises("08") if e.name == "blocks_needed")
     result = exercises.run_exercise(ex, exercises.load_file(path), timeout_s=0.5)
     assert result.status == "fail" and "did not finish within 0.5 s" in result.outcomes[-1].detail
 
@@ -258,24 +258,24 @@ def test_the_workshop_agenda_and_button_times_are_current():
 
 # (chapter, exercise, text in the solution, its wrong replacement, what the feedback must say)
 CAUGHT_NOW = [
-    ("02", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights // group_size)", "full groups only"),
-    ("02", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights / group_size)",
+    ("03", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights // group_size)", "full groups only"),
+    ("03", "quantized_bytes", "math.ceil(n_weights / group_size)", "(n_weights / group_size)",
      "a fractional number of groups"),
-    ("02", "quantized_bytes", "return math.ceil(total_bits / 8)", "return total_bits // 8", "rounded down"),
-    ("02", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded to whole GB"),
-    ("02", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
+    ("03", "quantized_bytes", "return math.ceil(total_bits / 8)", "return total_bits // 8", "rounded down"),
+    ("03", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded to whole GB"),
+    ("03", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
      "rounded up"),
-    ("04", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "capped by memory_users"),
-    ("04", "users_at_context", "cached = context if window is None else min(context, window)",
+    ("05", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "capped by memory_users"),
+    ("05", "users_at_context", "cached = context if window is None else min(context, window)",
      "cached = context if window is None else window", "min(context, window)"),
-    ("04", "users_at_context", "return max(0, kv_budget_bytes // (kv_bytes_per_token * cached))",
+    ("05", "users_at_context", "return max(0, kv_budget_bytes // (kv_bytes_per_token * cached))",
      "return kv_budget_bytes // (kv_bytes_per_token * cached)", "not a negative number"),
-    ("06", "mha_over_mla", "return mha / mla", "return mha / mha_layers / (mla / mla_layers)", "different depths"),
-    ("06", "mha_over_mla", "mha = mha_layers * heads", "mha = heads", "count MHA's layers"),
-    ("11", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(length - n - 2, -1, -1)",
+    ("07", "mha_over_mla", "return mha / mla", "return mha / mha_layers / (mla / mla_layers)", "different depths"),
+    ("07", "mha_over_mla", "mha = mha_layers * heads", "mha = heads", "count MHA's layers"),
+    ("12", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(length - n - 2, -1, -1)",
      "ends right where the suffix starts"),
-    ("11", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(0, length - n)", "MOST RECENT"),
-    ("13", "kv_copies", "return max(1.0, tp / kv_heads)", "return tp * -(-kv_heads // tp) / kv_heads",
+    ("12", "ngram_lookup", "range(length - n - 1, -1, -1)", "range(0, length - n)", "MOST RECENT"),
+    ("14", "kv_copies", "return max(1.0, tp / kv_heads)", "return tp * -(-kv_heads // tp) / kv_heads",
      "an uneven split copies nothing"),
 ]
 
@@ -288,11 +288,11 @@ def test_a_wrong_answer_that_used_to_pass_is_caught(tmp_path, number, name, old,
 
 # Each hint names the mistake made, not another: (chapter, exercise, old, new, must say, must not say)
 MISDIAGNOSED = [
-    ("02", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded", "128,000"),
-    ("02", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
+    ("03", "kv_gb_70b_128k", "return per_token * 128 * 1024 / 1e9", "return 42.0", "rounded", "128,000"),
+    ("03", "max_users", "max(0, budget // kv_bytes_per_user)", "max(0, -(-budget // kv_bytes_per_user))",
      "rounded up", "that is the budget without the overhead ("),
-    ("03", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "2 FLOP", "ridge point itself"),
-    ("04", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "memory_users",
+    ("04", "critical_batch_estimate", "* bytes_per_weight / 2", "* bytes_per_weight", "2 FLOP", "ridge point itself"),
+    ("05", "users_within_itl_slo", "lo, hi = 0, memory_users", "lo, hi = 0, 1 << 16", "memory_users",
      "predict_decode's time_s is in seconds"),
 ]
 
@@ -311,38 +311,38 @@ def test_a_hint_names_the_mistake_made(tmp_path, number, name, old, new, says, n
 
 # A right answer written differently: (chapter, exercise, old, new); it must pass
 DIFFERENT_BUT_RIGHT = [
-    ("09", "block_hashes", "    return hashes\n", "    return tuple(hashes)\n"),
-    ("09", "radix_engine", '"""Walk the edges while they match; a partly matching edge gives its first n slots and ends the walk."""',
+    ("10", "block_hashes", "    return hashes\n", "    return tuple(hashes)\n"),
+    ("10", "radix_engine", '"""Walk the edges while they match; a partly matching edge gives its first n slots and ends the walk."""',
      '"""Recursive, one edge per call."""\n    child = root.children.get(token_ids[0]) if token_ids else None\n'
      "    if child is None:\n        return ()\n"
      "    n = next((k for k, (a, b) in enumerate(zip(child.tokens, token_ids)) if a != b),\n"
      "             min(len(child.tokens), len(token_ids)))\n"
      "    if n < len(child.tokens):\n        return tuple(child.slots[:n])\n"
      "    return (*child.slots, *radix_match(child, token_ids[n:]))"),
-    ("07", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
+    ("08", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
      "import numpy as np\n    table = np.asarray(block_table)\n    p = np.arange(start, start + count)\n"
      "    return table[p // block_size] * block_size + p % block_size"),
-    ("07", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
+    ("08", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
      "return (block_table[b] * block_size + o for b, o in (divmod(p, block_size) for p in range(start, start + count)))"),
-    ("07", "blocks_needed", "return max(0, math.ceil((num_computed + num_new_tokens) / block_size) - blocks_held)",
+    ("08", "blocks_needed", "return max(0, math.ceil((num_computed + num_new_tokens) / block_size) - blocks_held)",
      "import numpy as np\n    return np.int64(max(0, -(-(num_computed + num_new_tokens) // block_size) - blocks_held))"),
-    ("07", "wasted_slots", "return paged, contiguous", "return [paged, contiguous]"),
-    ("04", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
+    ("08", "wasted_slots", "return paged, contiguous", "return [paged, contiguous]"),
+    ("05", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
      "import torch\n    t = torch.tensor(usd_per_hour)  # float32, torch's default\n"
      "    return float(t / 3600 / tokens_per_s * 1e6)"),
-    ("04", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
+    ("05", "usd_per_million_tokens", "return usd_per_hour / 3600 / tokens_per_s * 1e6",
      "from fractions import Fraction\n    return Fraction(usd_per_hour) / 3600 / Fraction(tokens_per_s) * 10**6"),
-    ("11", "acceptance_probability", "return min(1.0, p_token / q_token)",
+    ("12", "acceptance_probability", "return min(1.0, p_token / q_token)",
      "import torch\n    return torch.clamp(torch.tensor(p_token) / torch.tensor(q_token), max=1.0)"),
-    ("11", "acceptance_probability", "return residual / residual.sum()", "return (residual / residual.sum()).float()"),
-    ("11", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+    ("12", "acceptance_probability", "return residual / residual.sum()", "return (residual / residual.sum()).float()"),
+    ("12", "verify_greedy", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return tuple(drafts[:accepted]) + (target_argmax[accepted],), accepted"),
-    ("11", "ngram_lookup", "return tokens[start + n:start + n + k]", "return tuple(tokens[start + n:start + n + k])"),
-    ("13", "kv_copies", "return max(1.0, tp / kv_heads)",
+    ("12", "ngram_lookup", "return tokens[start + n:start + n + k]", "return tuple(tokens[start + n:start + n + k])"),
+    ("14", "kv_copies", "return max(1.0, tp / kv_heads)",
      "from fractions import Fraction\n    return max(Fraction(1), Fraction(tp, kv_heads))"),
-    ("13", "tp_decode_allreduces", "return 2 * layers, batch * hidden * bytes_per_value",
+    ("14", "tp_decode_allreduces", "return 2 * layers, batch * hidden * bytes_per_value",
      "import numpy as np\n    return [np.int64(2 * layers), np.int64(batch * hidden * bytes_per_value)]"),
-    ("16", "step_cost_fit", "    b = cov / var\n    return ms - b * mt, b\n",
+    ("15", "step_cost_fit", "    b = cov / var\n    return ms - b * mt, b\n",
      "    import numpy as np\n    b, a = np.polyfit(tokens, seconds, 1)\n    return [a, b]\n"),
 ]
 
@@ -388,41 +388,41 @@ BUILD = [(n, ex.name) for n in NUMBERS for ex in exercises.exercises(n) if ex.ki
 
 # (chapter, exercise, text in the solution, its wrong replacement, what the feedback must say)
 BUILD_NEAR_MISSES = [
-    ("06", "flash_engine", "new_acc = output_acc * correction +", "new_acc = output_acc +",
+    ("07", "flash_engine", "new_acc = output_acc * correction +", "new_acc = output_acc +",
      "rescale the running sum AND output_acc"),
-    ("06", "flash_engine", "new_sum = running_sum * correction +", "new_sum = running_sum +", "rescale"),
-    ("06", "flash_engine", "new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))",
+    ("07", "flash_engine", "new_sum = running_sum * correction +", "new_sum = running_sum +", "rescale"),
+    ("07", "flash_engine", "new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))",
      "new_max = scores.amax(dim=-1, keepdim=True)", "never the tile's max alone"),
-    ("07", "paged_engine", "block_table[p // block_size] * block_size + p % block_size",
+    ("08", "paged_engine", "block_table[p // block_size] * block_size + p % block_size",
      "block_table[p // block_size] + p % block_size", "multiply it by the block size"),
-    ("07", "paged_engine", "block_table[p // block_size] * block_size + p % block_size", "p",
+    ("08", "paged_engine", "block_table[p // block_size] * block_size + p % block_size", "p",
      "the block table was not used"),
-    ("07", "paged_engine", "math.ceil(", "math.floor(", "a block short"),
-    ("07", "paged_engine", " - blocks_held)", ")", "subtract the blocks already held"),
-    ("08", "scheduler_engine", "n = tokens_to_compute if token_budget is None else min(tokens_to_compute, token_budget)",
+    ("08", "paged_engine", "math.ceil(", "math.floor(", "a block short"),
+    ("08", "paged_engine", " - blocks_held)", ")", "subtract the blocks already held"),
+    ("09", "scheduler_engine", "n = tokens_to_compute if token_budget is None else min(tokens_to_compute, token_budget)",
      "n = tokens_to_compute", "over the budget"),
-    ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0", "return n", "does not fit in the free blocks"),
-    ("08", "scheduler_engine", "return n if n > 0 and fits(n) else 0",
+    ("09", "scheduler_engine", "return n if n > 0 and fits(n) else 0", "return n", "does not fit in the free blocks"),
+    ("09", "scheduler_engine", "return n if n > 0 and fits(n) else 0",
      "return n if n > 0 and fits(tokens_to_compute) else 0", "but the chunk to schedule is"),
-    ("09", "radix_engine", "slots += child.slots[:n]", "slots += child.slots", "past the last matching token"),
-    ("09", "radix_engine", "slots += child.slots[:n]", "slots += child.slots[:n + 1]", "1 past the last matching token"),
-    ("09", "radix_engine", "        slots += child.slots[:n]\n        i += n\n        if n < len(child.tokens):\n            break\n",
+    ("10", "radix_engine", "slots += child.slots[:n]", "slots += child.slots", "past the last matching token"),
+    ("10", "radix_engine", "slots += child.slots[:n]", "slots += child.slots[:n + 1]", "1 past the last matching token"),
+    ("10", "radix_engine", "        slots += child.slots[:n]\n        i += n\n        if n < len(child.tokens):\n            break\n",
      "        if n < len(child.tokens):\n            break\n        slots += child.slots[:n]\n        i += n\n",
      "a partly matching edge still gives"),
-    ("09", "radix_engine", "        node = child\n", "", "you returned only"),
-    ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+    ("10", "radix_engine", "        node = child\n", "", "you returned only"),
+    ("12", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted], accepted", "the bonus token"),
-    ("11", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
+    ("12", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted] + [target_argmax[-1]], accepted", "first different token"),
-    ("11", "spec_engine", "while accepted < len(drafts) and drafts[accepted] == target_argmax[accepted]:",
+    ("12", "spec_engine", "while accepted < len(drafts) and drafts[accepted] == target_argmax[accepted]:",
      "while accepted < len(drafts):", "was kept although the target's argmax"),
-    ("11", "spec_engine", "return tokens[start + n:start + n + k]", "return tokens[start:start + k]",
+    ("12", "spec_engine", "return tokens[start + n:start + n + k]", "return tokens[start:start + k]",
      "kept less often"),
 ]
 
 
 def test_every_build_chapter_of_the_issue_has_a_build_exercise():
-    assert {n for n, _ in BUILD} >= {"06", "07", "08", "11"}
+    assert {n for n, _ in BUILD} >= {"07", "08", "09", "12"}
     for n, name in BUILD:
         ex = next(e for e in exercises.exercises(n) if e.name == name)
         assert ex.symbol.startswith("src/infer_lab/engine/") and "::" in ex.symbol
@@ -439,7 +439,7 @@ def test_a_build_near_miss_is_caught_in_the_engine(tmp_path, number, name, old, 
 def test_json_says_the_build_tier_ran_the_engine_with_identical_tokens(capsys):
     import json
 
-    assert main(["check", "07", "--solution", "--json"]) == 0
+    assert main(["check", "08", "--solution", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     by_name = {e["name"]: e for e in report["exercises"]}
     assert report["passed"] and by_name["paged_engine"]["kind"] == "build"
@@ -448,11 +448,11 @@ def test_json_says_the_build_tier_ran_the_engine_with_identical_tokens(capsys):
 
 
 def test_a_diverging_build_names_the_prompt_and_the_first_token(tmp_path):
-    source = exercises.solution_source("11").replace("return drafts[:accepted] + [target_argmax[accepted]], accepted",
+    source = exercises.solution_source("12").replace("return drafts[:accepted] + [target_argmax[accepted]], accepted",
                                                      "return drafts[:accepted] + [target_argmax[-1]], accepted")
-    path = tmp_path / exercises.file_name("11")
+    path = tmp_path / exercises.file_name("12")
     path.write_text(source)
-    result = exercises.check_file("11", path, only=["spec_engine"]).results[0]
+    result = exercises.check_file("12", path, only=["spec_engine"]).results[0]
     assert result.ran_engine and result.tokens_identical is False
     first = result.outcomes[0].detail
     assert "(prompt '" in first and "first different token at output position" in first and "expected token" in first

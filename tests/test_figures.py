@@ -23,15 +23,15 @@ def test_a_log_figure_draws_without_the_mathtext_parser(monkeypatch):
     figures must not need it. Here the parser always fails, and the course figure still draws."""
     import matplotlib._mathtext as mathtext
 
-    from infer_lab.course import ch14_where_next as ch14
+    from infer_lab.course import ch16_where_next as ch16
 
     def broken(*args, **kwargs):
         raise ValueError("ParseException: the mathtext parser was called")
 
     monkeypatch.setattr(mathtext.Parser, "parse", broken)
     matplotlib.mathtext.MathTextParser._parse_cached.cache_clear()
-    s = ch14.sizes("cpu", "quick")
-    fig = ch14.tiers_figure(ch14.tiers(s.model, s.gpu, s.contexts))
+    s = ch16.sizes("cpu", "quick")
+    fig = ch16.tiers_figure(ch16.tiers(s.model, s.gpu, s.contexts))
     fig.savefig(io.BytesIO(), format="png")
     labels = [t.get_text() for t in fig.axes[0].xaxis.get_ticklabels()]
     plt.close(fig)

@@ -17,7 +17,7 @@ from infer_lab.analysis.fragmentation import (
 )
 from infer_lab.analysis.kv_waste import kv_waste_breakdown, mixed_lengths
 from infer_lab.bench.kv_allocators import kv_memory_waste
-from infer_lab.course import ch07_kv_cache_paged as ch07
+from infer_lab.course import ch08_kv_cache_paged as ch08
 from infer_lab.engine.kv_cache import OutOfKVMemory
 
 # (prompt, actual output, declared max_tokens), all arriving at step 0
@@ -216,7 +216,7 @@ def test_waste_bars_stack_every_class_per_layout():
     shape = ModelShape.from_hf_config(hf_config("mistral-7b"))
     prompts, outputs = mixed_lengths(32, seed=0)
     rows = kv_waste_breakdown(shape, prompts, outputs, 2048, 2 * 2**30)
-    fig = ch07.kv_waste_figure(rows, "test")
+    fig = ch08.kv_waste_figure(rows, "test")
     bars = fig.axes[0].patches
     assert len(bars) == 4 * len(rows)  # used, future, internal, external for each layout
     for i, row in enumerate(rows):  # segments of one layout add up to its memory in play (GB)
@@ -224,6 +224,6 @@ def test_waste_bars_stack_every_class_per_layout():
         in_play += row.external_frag_bytes
         assert sum(b.get_width() for b in bars[i :: len(rows)]) == pytest.approx(in_play / 1e9)
     plt.close(fig)
-    old = ch07.kv_waste_figure(kv_memory_waste(shape, prompts, outputs, 2048), "test")
+    old = ch08.kv_waste_figure(kv_memory_waste(shape, prompts, outputs, 2048), "test")
     assert len(old.axes[0].patches) == 2 * 2  # end-of-life rows: used + reserved-but-empty
     plt.close(old)

@@ -29,8 +29,8 @@ course_chapter = importlib.import_module("infer_lab.course.chapter")  # the modu
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = chapter_names()
 # the longest chapters split across the two workers, so that both finish together
-FIRST = ["ch11_speculative_decoding", "ch00_setup", "ch01_feel_the_pain", "ch02_memory_equation",
-         "ch03_prefill_decode_roofline", "ch04_capacity_planner", "ch14_where_next"]
+FIRST = ["ch12_speculative_decoding", "ch00_setup", "ch02_feel_the_pain", "ch03_memory_equation",
+         "ch04_prefill_decode_roofline", "ch05_capacity_planner", "ch16_where_next"]
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,8 @@ def test_every_chapter_runs_the_tour_with_the_gpu_defaults(gpu_default_runs):
 
 def test_pages_say_what_a_tokenizer_less_model_changes(gpu_default_runs):
     report = "\n".join(run["report"] for run in gpu_default_runs)
-    assert "no tokenizer, so each prompt's words are mapped to fixed token ids" in report  # chapter 11
-    assert "Served instead of" in report and "smollm2-135m" in report  # chapter 12 falls back, and says so
+    assert "no tokenizer, so each prompt's words are mapped to fixed token ids" in report  # chapter 12
+    assert "Served instead of" in report and "smollm2-135m" in report  # chapter 13 falls back, and says so
 
 
 def test_every_exercise_check_passes_without_loading_a_model(gpu_default_runs):
@@ -85,7 +85,7 @@ def test_every_exercise_check_passes_without_loading_a_model(gpu_default_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", ["11_speculative_decoding.py", "12_engines.py"])
+@pytest.mark.parametrize("notebook", ["12_speculative_decoding.py", "13_engines.py"])
 def test_notebook_runs_with_the_gpu_default_model(notebook, tiny_config):
     env = dict(os.environ, INFER_LAB_QUICK="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1",
                INFER_LAB_MODEL=str(tiny_config), INFER_LAB_WEIGHTS="random")

@@ -69,7 +69,7 @@ def test_markdown_f_strings_keep_what_jupyter_can_compute():
 
 
 def _setup_cell() -> str:
-    return _source(_cells(JUPYTER / "04_capacity_planner.ipynb")[1])
+    return _source(_cells(JUPYTER / "05_capacity_planner.ipynb")[1])
 
 
 def _run_setup(monkeypatch, cwd: Path, repo_url: str = "") -> list[list[str]]:
@@ -129,8 +129,8 @@ def _outputs(nb) -> list[tuple[str, dict]]:
 # part of every notebook here would measure it all a third time (about 4 CI minutes). These cover
 # each kind of output (figures, tables, markdown), the model, and the load generator run off the
 # kernel's event loop (12).
-PRESSED = {"00_setup", "03_prefill_decode_roofline", "04_capacity_planner", "07_kv_cache_paged",
-           "12_engines", "14_where_next"}
+PRESSED = {"00_setup", "04_prefill_decode_roofline", "05_capacity_planner", "08_kv_cache_paged",
+           "13_engines", "16_where_next"}
 
 
 def _execute(path: Path):

@@ -16,13 +16,13 @@ import pytest
 from lanes import in_lanes, selected
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
-LONGEST_FIRST = [p.name for key in ("11", "08", "01", "13", "05", "12", "09") for p in NOTEBOOKS
+LONGEST_FIRST = [p.name for key in ("12", "09", "02", "14", "06", "13", "10") for p in NOTEBOOKS
                  if p.name.startswith(key)]
 
 
 def test_notebooks_exist_in_order():
     numbers = [p.name[:2] for p in NOTEBOOKS]
-    assert numbers[:2] == ["00", "01"] and numbers == sorted(numbers)
+    assert numbers[:2] == ["00", "02"] and numbers == sorted(numbers)
 
 
 def _run(path: Path) -> subprocess.CompletedProcess:

@@ -68,8 +68,8 @@ def _chapter_outputs(ch, parts: list[str]) -> str:
     return "\n".join(texts)
 
 
-@pytest.mark.parametrize(("number", "parts"), [("04", None), ("14", None), ("03", ["datasheet"]),
-                                               ("13", ["scaling"]), ("16", ["plan"])])
+@pytest.mark.parametrize(("number", "parts"), [("05", None), ("16", None), ("04", ["datasheet"]),
+                                               ("14", ["scaling"]), ("15", ["plan"])])
 def test_chapter_outputs_without_a_model_are_written_for_people(number, parts):
     from infer_lab.course import chapter
 
@@ -78,17 +78,17 @@ def test_chapter_outputs_without_a_model_are_written_for_people(number, parts):
 
 def test_unavailable_sdpa_backends_are_named_in_words_not_pytorch_errors():
     from infer_lab.bench.attention import BackendTime
-    from infer_lab.course import ch06_attention_variants as ch06
+    from infer_lab.course import ch07_attention_variants as ch07
 
     raw = ("No viable backend for scaled_dot_product_attention was found. This is likely due to turning off "
            "both the math kernel and the fused kernels.")
     backends = [BackendTime(name, n, 4, 32, 1000, name == "math", 0.001 if name == "math" else None,
                             "" if name == "math" else raw)
                 for n in (64, 128) for name in ("math", "efficient", "cudnn")]
-    decode = [ch06.DecodeAttentionTime(1, 64, 1, 1000, 1e-5), ch06.DecodeAttentionTime(4, 64, 1, 4000, 2e-5)]
-    timing = ch06.TimingResult(backends, decode, "CPU", 1e10, 2)
-    table = ch06.backend_table(timing).to_string()
-    text = ch06.timing_text(timing)
+    decode = [ch07.DecodeAttentionTime(1, 64, 1, 1000, 1e-5), ch07.DecodeAttentionTime(4, 64, 1, 4000, 2e-5)]
+    timing = ch07.TimingResult(backends, decode, "CPU", 1e10, 2)
+    table = ch07.backend_table(timing).to_string()
+    text = ch07.timing_text(timing)
     for shown in (table, text):
         assert "viable" not in shown and "fused kernels" not in shown
     assert "efficient, cudnn" in text and text.count("Not run here") == 1
@@ -96,10 +96,10 @@ def test_unavailable_sdpa_backends_are_named_in_words_not_pytorch_errors():
 
 
 def test_the_4bit_baseline_note_stands_once_in_the_chapter_summary():
-    from infer_lab.course import ch05_quantization as ch05
+    from infer_lab.course import ch06_quantization as ch06
 
-    result = ch05.Result(embedded=True)
-    assert ch05.summary(result).count("The baseline is already 4-bit") == 1
+    result = ch06.Result(embedded=True)
+    assert ch06.summary(result).count("The baseline is already 4-bit") == 1
 
 
 # --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run)
@@ -132,8 +132,8 @@ def test_course_figures_survive_a_close_all_from_another_thread():
 
     from infer_lab.course import chapter
 
-    ch04 = chapter("04")
-    figs = ch04.figures(ch04.measure(None, ch04.sizes("cpu", "quick")))
+    ch05 = chapter("05")
+    figs = ch05.figures(ch05.measure(None, ch05.sizes("cpu", "quick")))
     assert figs and not plt.get_fignums()
     closer = threading.Thread(target=plt.close, args=("all",))
     closer.start()

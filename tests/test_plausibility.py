@@ -1,4 +1,4 @@
-"""Impossible fits and ratios are flagged, never printed as findings (analysis.plausibility, chapter 11)."""
+"""Impossible fits and ratios are flagged, never printed as findings (analysis.plausibility, chapter 12)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def test_chapter_11_turns_impossible_numbers_into_cautions():
     from infer_lab.analysis.speculation import VerifyCost
     from infer_lab.course import chapter
 
-    ch11 = chapter("11")
+    ch12 = chapter("12")
     verify = VerifyCost(-0.1526, 0.16584, 0.05, 12, (2, 3, 5))
-    sweep = ch11.SweepResult([], [], verify, 20.0, 0.05, ["p"], 24, 1, "cpu", 1, 30, verify_r2=0.2)
-    flags = ch11.implausible(ch11.Result(size="quick", sweep=sweep))
+    sweep = ch12.SweepResult([], [], verify, 20.0, 0.05, ["p"], 24, 1, "cpu", 1, 30, verify_r2=0.2)
+    flags = ch12.implausible(ch12.Result(size="quick", sweep=sweep))
     assert any("negative fixed cost" in f for f in flags) and any("R² = 0.20" in f for f in flags)

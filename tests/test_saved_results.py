@@ -30,6 +30,6 @@ def test_h200_baseline_against_its_own_roofline():
 def test_the_saved_hf_baseline_is_shown_with_its_caution():
     from infer_lab.course import chapter
 
-    view = chapter("01").saved()
+    view = chapter("02").saved()
     assert view is not None and "noisy" in view.warning and "91" in view.warning  # computed from the file
     assert view.label.startswith("Saved result") and "H200" in view.title

@@ -1,4 +1,4 @@
-"""The deck (infer-lab slides), the opener, the foundations narrative and chapter 14's arithmetic."""
+"""The deck (infer-lab slides), the opener, the foundations narrative and chapter 16's arithmetic."""
 
 from __future__ import annotations
 
@@ -71,36 +71,36 @@ def test_on_chip_memory_reproduces_the_flashattention_a100_figures():
 
 def test_foundations_numbers():
     from infer_lab.analysis.params import param_counts
-    from infer_lab.course import ch02_memory_equation as ch02
-    from infer_lab.course import ch03_prefill_decode_roofline as ch03
+    from infer_lab.course import ch03_memory_equation as ch03
+    from infer_lab.course import ch04_prefill_decode_roofline as ch04
 
-    share = ch02.flop_share("mistral-7b", 4096)
+    share = ch03.flop_share("mistral-7b", 4096)
     assert share.head_flops == 2 * 32768 * 4096 and share.embedding_flops == 0
     assert share.layers_share > 0.95  # "about 95% of compute is in the layers"
     assert share.layer_params == param_counts("mistral-7b").attention + param_counts("mistral-7b").mlp_dense + \
         param_counts("mistral-7b").norms
-    assert [s.stage for s in ch02.loop_stages()][:2] == ["tokenize", "embed"]
-    small = ch02.flop_share("smollm2-135m", 4096)
+    assert [s.stage for s in ch03.loop_stages()][:2] == ["tokenize", "embed"]
+    small = ch03.flop_share("smollm2-135m", 4096)
     assert small.head_params == 0 and small.head_share > share.head_share  # tied, but its matmul still runs
 
-    one = ch03.decode_wait("mistral-7b", "H100-SXM", 1, 4096)
+    one = ch04.decode_wait("mistral-7b", "H100-SXM", 1, 4096)
     assert 0.9 < one.intensity < 1.3 and one.ridge_point > 100  # about 1 FLOP/B in bf16
     assert one.waiting_fraction > 0.99
-    waits = [w.waiting_fraction for w in ch03.decode_wait_curve()]
+    waits = [w.waiting_fraction for w in ch04.decode_wait_curve()]
     assert waits == sorted(waits, reverse=True)
-    rows = ch03.hierarchy_rows()
+    rows = ch04.hierarchy_rows()
     assert {r.gpu for r in rows if r.sram_bytes is None} == {"A10G", "B200", "RTX-Pro-6000-Blackwell"}
-    assert "—" in ch03.hierarchy_table(rows).to_string()
+    assert "—" in ch04.hierarchy_table(rows).to_string()
 
 
 def test_where_next_fetching_beats_recomputing_more_as_the_prefix_grows():
-    from infer_lab.course import ch14_where_next as ch14
+    from infer_lab.course import ch16_where_next as ch16
 
-    t = ch14.tiers("llama-3-70b", "H100-SXM", (1024, 16384, 131072))
+    t = ch16.tiers("llama-3-70b", "H100-SXM", (1024, 16384, 131072))
     ratios = [r.recompute_s / r.fetch_s["CPU memory over PCIe Gen5"] for r in t.rows]
     assert ratios == sorted(ratios) and ratios[-1] > 1
-    assert t.n_gpus == ch14.serving_gpus("llama-3-70b", "H100-SXM", 131072) > 1  # 140 GB of weights
-    rows = ch14.directions(ch14.sizes("cpu", "quick"))
+    assert t.n_gpus == ch16.serving_gpus("llama-3-70b", "H100-SXM", 131072) > 1  # 140 GB of weights
+    rows = ch16.directions(ch16.sizes("cpu", "quick"))
     assert [d.key for d in rows] == ["eviction", "tiers", "disaggregation", "kernels"]
     assert all(d.tools for d in rows)
     assert any("02 ·" in c for c in rows[0].chapters)  # the references name the chapters present
@@ -192,7 +192,7 @@ def test_deck_builds_saved_only_with_every_section(tmp_path):
     assert "Why inference cost matters" in html and "Token volumes exploded" in html
     assert "Saved result, not measured on this machine" in html  # the saved GPU views
     assert "Measured on" not in " ".join(page.captions)  # nothing was measured
-    # every chapter keeps its analytic and simulated parts (issue #23): chapter 16's wafer point and chapter 13's fast mode
+    # every chapter keeps its analytic and simulated parts (issue #23): chapter 15's wafer point and chapter 14's fast mode
     for mod in chapters():
         assert f"{mod.TITLE.split(':')[0]}: what we found" in html, mod.NUMBER
     assert "Cerebras" in html and "Fast mode" in html and "Coding agents" in html
@@ -200,7 +200,7 @@ def test_deck_builds_saved_only_with_every_section(tmp_path):
 
 # Measuring every chapter again here would repeat test_chapters (about 3 CI minutes); two chapters
 # that measure with the model show that measured figures reach the deck with their provenance.
-MEASURED_IN_DECK = ["ch03", "ch07"]
+MEASURED_IN_DECK = ["ch04", "ch08"]
 
 
 @pytest.mark.slow
@@ -228,7 +228,7 @@ def test_deck_navigates_in_chromium(tmp_path):
         pytest.fail(f"CI must run the browser check, but {missing}")
     if missing:
         pytest.skip(missing)
-    rc, _, _ = _build(tmp_path, "--saved-only", "--only", "ch02", "ch14")
+    rc, _, _ = _build(tmp_path, "--saved-only", "--only", "ch03", "ch16")
     assert rc == 0
     with tool.chromium() as context:
         page = context.new_page()

@@ -1,4 +1,4 @@
-"""Chapter 11 (names start test_ch11_ so `-k ch11` selects them): alpha backed out, predicted vs measured, bench spec, generate --speculative."""
+"""Chapter 12 (names start test_ch12_ so `-k ch12` selects them): alpha backed out, predicted vs measured, bench spec, generate --speculative."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def iid_passes(alpha: float, k: int, n: int, seed: int) -> list[tuple[int, int]]
 # Backing alpha out
 
 
-def test_ch11_alpha_mle_is_kept_over_tested_drafts():
+def test_ch12_alpha_mle_is_kept_over_tested_drafts():
     # (proposed, accepted): 4 of 4 kept; 1 of 4 (one rejection); no draft; 0 of 2 (one rejection)
     passes = [(4, 4), (4, 1), (0, 0), (2, 0)]
     assert alpha_mle([a for _, a in passes], [m for m, _ in passes]) == pytest.approx(5 / 7)
@@ -50,7 +50,7 @@ def test_ch11_alpha_mle_is_kept_over_tested_drafts():
 
 
 @pytest.mark.parametrize(("alpha", "k"), [(0.3, 4), (0.6, 2), (0.8, 8)])
-def test_ch11_alpha_is_recovered_from_synthetic_iid_passes(alpha, k):
+def test_ch12_alpha_is_recovered_from_synthetic_iid_passes(alpha, k):
     passes = iid_passes(alpha, k, 4000, seed=11)
     accepted, proposed = [a for _, a in passes], [m for m, _ in passes]
     assert alpha_mle(accepted, proposed) == pytest.approx(alpha, abs=0.02)
@@ -68,7 +68,7 @@ def test_ch11_alpha_is_recovered_from_synthetic_iid_passes(alpha, k):
     assert counts == pytest.approx(accepted_length_pmf(alpha, k), abs=0.03)
 
 
-def test_ch11_correlated_copy_spans_show_rising_position_acceptance():
+def test_ch12_correlated_copy_spans_show_rising_position_acceptance():
     """All-or-nothing passes (in a copy span or not) are far from geometric: acceptance rises."""
     k = 4
     rng = random.Random(5)
@@ -77,7 +77,7 @@ def test_ch11_correlated_copy_spans_show_rising_position_acceptance():
     assert by_position[0] < 0.7 and by_position[-1] > 0.95
 
 
-def test_ch11_pmf_and_acceptance_rate_edge_cases():
+def test_ch12_pmf_and_acceptance_rate_edge_cases():
     assert accepted_length_pmf(1.0, 3) == [0.0, 0.0, 0.0, 1.0]
     assert sum(accepted_length_pmf(0.37, 5)) == pytest.approx(1.0)
     assert expected_acceptance_rate(0.5, 1) == pytest.approx(0.5)  # k = 1: no truncation bias
@@ -88,7 +88,7 @@ def test_ch11_pmf_and_acceptance_rate_edge_cases():
 # Costs
 
 
-def test_ch11_verify_cost_fit_recovers_a_line_next_to_the_plain_step():
+def test_ch12_verify_cost_fit_recovers_a_line_next_to_the_plain_step():
     # plain steps 0.030 s; verification passes 0.032 + 0.004 q (a jump at q = 2: another attention path)
     samples = [(1, 0.030), (1, 0.030)] + [(q, 0.032 + 0.004 * q) for q in (2, 3, 5, 5, 9)]
     cost = fit_verify_cost(samples)
@@ -105,7 +105,7 @@ def test_ch11_verify_cost_fit_recovers_a_line_next_to_the_plain_step():
     assert fit_verify_cost([(3, 0.05)], decode_s=0.025).ratio(3) == pytest.approx(2.0)
 
 
-def test_ch11_roofline_makes_guesses_free_only_while_memory_bound():
+def test_ch12_roofline_makes_guesses_free_only_while_memory_bound():
     from infer_lab.analysis.roofline import gpu_roof
 
     roof = gpu_roof("h200")
@@ -126,7 +126,7 @@ def totals(proposer, k, **kw) -> RunTotals:
     return RunTotals(proposer, k, **base)
 
 
-def test_ch11_spec_row_arithmetic_by_hand():
+def test_ch12_spec_row_arithmetic_by_hand():
     plain = totals("plain", 0)  # 40 decode steps of 0.1 s; 42 tokens in 4.2 s
     # 2 requests, 42 tokens: 2 from prefill, 40 from 12 verification passes (14 passes in all);
     # 48 guesses proposed, 28 kept; proposer took 0.06 s; decode took 1.8 s; wall 2.1 s
@@ -156,23 +156,23 @@ def test_ch11_spec_row_arithmetic_by_hand():
     assert own.alpha == own.alpha_mle and own.alpha_source == "this run (MLE)"
 
 
-def test_ch11_run_totals_add_up():
+def test_ch12_run_totals_add_up():
     a, b = totals("ngram", 2, passes=((2, 1),)), totals("ngram", 2, passes=((2, 2),))
     s = sum_runs([a, b])
     assert s.output_tokens == 84 and s.passes == ((2, 1), (2, 2)) and s.wall_s == pytest.approx(8.4)
     assert totals("plain", 0).tokens_per_pass == 1.0
 
 
-def test_ch11_chapter_best_k_and_formula_text_agree():
-    from infer_lab.course import ch11_speculative_decoding as ch11
+def test_ch12_chapter_best_k_and_formula_text_agree():
+    from infer_lab.course import ch12_speculative_decoding as ch12
 
-    text = ch11.formula_text(0.8, 4, 0.05, 1.0)
+    text = ch12.formula_text(0.8, 4, 0.05, 1.0)
     best = max(range(1, 9), key=lambda k: predicted_speedup_with_verify(0.8, k, 0.05, 1.0))
     assert f"best k here is {best}" in text
     assert f"{expected_tokens_per_pass(0.8, 4):.2f} tokens" in text
 
 
-def test_ch11_proposer_names_and_prompts():
+def test_ch12_proposer_names_and_prompts():
     assert parse_proposer("ngram") == "ngram" and parse_proposer("self:12") == "self:12"
     for bad in ("eagle", "self:", "ngram:x", "self:0"):
         with pytest.raises(ValueError, match="proposer must be"):
@@ -187,7 +187,7 @@ def test_ch11_proposer_names_and_prompts():
 # EAGLE, Medusa, MTP from configs, and the cited figures
 
 
-def test_ch11_mechanism_sizes_from_configs():
+def test_ch12_mechanism_sizes_from_configs():
     by = {m.method.split(" (")[0]: m for m in draft_mechanisms("mistral-7b")}
     h, vocab = 4096, 32768  # mistral-7b v0.3
     assert by["n-gram"].extra_params == 0 and by["n-gram"].cost_ratio == 0
@@ -201,7 +201,7 @@ def test_ch11_mechanism_sizes_from_configs():
     assert mtp.extra_params == pytest.approx(cited("deepseek_v3_mtp_params").low, rel=0.02)
 
 
-def test_ch11_cited_results_carry_their_source():
+def test_ch12_cited_results_carry_their_source():
     results = cited_results()
     assert {r.method for r in results} >= {"Medusa", "EAGLE", "MTP", "draft model"}
     for r in results:
@@ -215,7 +215,7 @@ def test_ch11_cited_results_carry_their_source():
 # The CLI
 
 
-def test_ch11_bench_spec_json_has_every_row_field(capsys):
+def test_ch12_bench_spec_json_has_every_row_field(capsys):
     code = main(["bench", "spec", "--proposer", "ngram", "--k", "1,3", "--workload", "grounded",
                  "--prompts", "1", "--max-new-tokens", "12", "--json"])
     assert code == 0
@@ -233,7 +233,7 @@ def test_ch11_bench_spec_json_has_every_row_field(capsys):
         assert row["alpha_source"] == "measured at k = 1"
 
 
-def test_ch11_bench_spec_rejects_bad_input(capsys):
+def test_ch12_bench_spec_rejects_bad_input(capsys):
     assert main(["bench", "spec", "--k", "0", "--json"]) == 2
     assert main(["bench", "spec", "--k", "two", "--json"]) == 2
     assert main(["bench", "spec", "--proposer", "eagle", "--json"]) == 2
@@ -241,7 +241,7 @@ def test_ch11_bench_spec_rejects_bad_input(capsys):
     assert "--k" in err and "proposer must be" in err and "Traceback" not in err
 
 
-def test_ch11_generate_speculative_json_adds_the_counters_and_keeps_the_tokens(capsys):
+def test_ch12_generate_speculative_json_adds_the_counters_and_keeps_the_tokens(capsys):
     prompt = "Repeat exactly: the red fox ran past the old mill and the red fox ran home."
     base = ["generate", "--json", "--engine", "paged", "--max-new-tokens", "16", prompt]
     assert main(base) == 0
@@ -255,7 +255,7 @@ def test_ch11_generate_speculative_json_adds_the_counters_and_keeps_the_tokens(c
     assert "proposed_tokens" not in plain
 
 
-def test_ch11_generate_speculative_needs_our_engine(capsys):
+def test_ch12_generate_speculative_needs_our_engine(capsys):
     assert main(["generate", "--engine", "hf", "--speculative", "ngram", "x"]) == 2
     assert main(["generate", "--engine", "paged", "--speculative", "medusa", "x"]) == 2
     assert main(["generate", "--engine", "paged", "--speculative", "ngram", "--num-speculative-tokens", "0",

@@ -196,9 +196,9 @@ def test_tp_command_json_and_its_errors(capsys):
 
 
 def test_tp_scaling_is_strictly_sublinear_in_the_chapter_model():
-    from infer_lab.course import ch13_tensor_parallel as ch13
+    from infer_lab.course import ch14_tensor_parallel as ch14
 
-    s = ch13.scaling_result("llama-3-70b", 16, 8192)
+    s = ch14.scaling_result("llama-3-70b", 16, 8192)
     for r in s.rows:
         if r.tp > 1:
             assert r.speedup_vs_tp1 < r.tp and r.allreduce_ms > 0

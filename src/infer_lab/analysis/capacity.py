@@ -2,7 +2,7 @@
 
 It combines the memory equation (what fits) with the roofline (how fast) for every GPU in the
 catalog. Prices come from the catalog (or your own ``price_usd_per_hour``). All predictions are
-roofline bounds: a real engine gets some fraction of them (see notebook 03 for how much).
+roofline bounds: a real engine gets some fraction of them (see notebook 04 for how much).
 
 More than one GPU is a *layout* (:class:`infer_lab.analysis.parallel.Layout`): tensor parallel
 (TP) groups pay two all-reduces per layer on the GPU's interconnect, pipeline stages (PP) pay

@@ -1,4 +1,4 @@
-"""Attention variants and FlashAttention, written to be read (the library under chapter 06).
+"""Attention variants and FlashAttention, written to be read (the library under chapter 07).
 
 * :mod:`.reference`: masks, the textbook formula and the SDPA reference (RoPE is the engine's,
   :mod:`infer_lab.engine.layers`).

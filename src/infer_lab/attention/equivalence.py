@@ -2,7 +2,7 @@
 
 Every attention layer of :mod:`infer_lab.attention` (:class:`~.variants.Attention` and
 :class:`~.mla.MultiHeadLatentAttention`) computes the same function whichever path it takes; these
-two helpers measure how far a path is from the SDPA reference (chapter 06, part 1).
+two helpers measure how far a path is from the SDPA reference (chapter 07, part 1).
 """
 
 from __future__ import annotations

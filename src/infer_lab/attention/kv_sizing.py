@@ -181,7 +181,7 @@ def constant_state_models(
 CITED_QUALITY = {
     "MHA": "reference quality (GQA paper, Ainslie et al. 2023)",
     "GQA": "close to MHA after uptraining 5% of pre-training compute (GQA paper)",
-    "MQA": "small drop after uptraining (GQA paper); large without it (measured on SmolLM2 in chapter 06)",
+    "MQA": "small drop after uptraining (GQA paper); large without it (measured on SmolLM2 in chapter 07)",
     "MLA": "matches or beats MHA in DeepSeek-V2's ablations (DeepSeek-V2 report)",
     "sliding": "local context only; mixed with full layers in Mistral/Gemma/GPT-OSS",
 }

@@ -1,4 +1,4 @@
-"""A long prompt that arrives while other requests decode: the workload of chunked prefill (chapter 10).
+"""A long prompt that arrives while other requests decode: the workload of chunked prefill (chapter 11).
 
 ``decoders`` short requests start at engine step 0; one long prompt arrives at step
 ``arrive_at_step``, when they are all decoding. Without chunked prefill the step that admits it

@@ -1,4 +1,4 @@
-"""Workloads whose prompts share prefixes: what a prefix cache can reuse (chapter 09).
+"""Workloads whose prompts share prefixes: what a prefix cache can reuse (chapter 10).
 
 Each workload is a list of *waves*; a wave is a :class:`~infer_lab.bench.baselines.Workload`
 (prompt token ids, output lengths in tokens) whose requests arrive together once the previous

@@ -1,6 +1,6 @@
 """One engine configuration served over HTTP on this machine, measured by the load generator.
 
-The measurement behind every engine comparison of chapter 12, as one function:
+The measurement behind every engine comparison of chapter 13, as one function:
 :func:`serve_and_load` builds the server (:func:`infer_lab.server.build_app`: our engine with the
 given :class:`~infer_lab.engine.EngineConfig` switches, or the HF baseline), runs it in a thread on
 127.0.0.1, drives it with :mod:`infer_lab.loadgen` at each concurrency (one warm-up request first,

@@ -10,7 +10,7 @@ have AVX-512-bf16 or AMX.
 interleaved over ``rounds`` rounds (median), and checks nothing about tokens: quantized weights
 change them. :func:`quality` scores the same engine models on the shipped evaluation text:
 perplexity over non-overlapping windows, and top-1 agreement with the fp32 model's next-token
-prediction at every scored position (chapter 05's two measures).
+prediction at every scored position (chapter 06's two measures).
 """
 
 from __future__ import annotations

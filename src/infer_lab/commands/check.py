@@ -12,29 +12,29 @@ Every chapter has 2-4 exercises: predict a number, then let the check measure it
 of the mechanisms the course teaches (a block-table lookup, the online-softmax update, the
 admit rule, the speculative acceptance rule...). You work in a file of your own:
 
-  infer-lab check 02 --init            copy the starter to ./exercises/02_memory_equation.py
+  infer-lab check 03 --init            copy the starter to ./exercises/03_memory_equation.py
                                        (never overwrites: your work is safe)
-  infer-lab check 02                   import that file and run chapter 02's checks
-  infer-lab check 02 --file my.py      the same on another file
-  infer-lab check 02 --only max_users  just one exercise
-  infer-lab check 02 --solution        the same checks on the reference solution
-  infer-lab check 07 --json            the report as JSON: per exercise its status, whether it ran
+  infer-lab check 03                   import that file and run chapter 03's checks
+  infer-lab check 03 --file my.py      the same on another file
+  infer-lab check 03 --only max_users  just one exercise
+  infer-lab check 03 --solution        the same checks on the reference solution
+  infer-lab check 08 --json            the report as JSON: per exercise its status, whether it ran
                                        the engine and whether the tokens were identical
-  infer-lab check 02 --show-solution   print the reference solution (try first!)
+  infer-lab check 03 --show-solution   print the reference solution (try first!)
   infer-lab check --list               every chapter's exercises
   infer-lab check capstone             the capstone: serve an engine made of every part you wrote
                                        (./exercises/, or a folder with --file) next to the reference
                                        engine and HF, under the same load, in one table
 
 Two tiers. "predict" and "implement" exercises check numbers and small functions against the
-library. "build" exercises (chapters 07, 08, 11) plug your code into the real engine (the
+library. "build" exercises (chapters 08, 09, 12) plug your code into the real engine (the
 block-table lookup, the scheduler's admission rule, speculative verification and prompt lookup),
 generate on the embedded model and compare every token with transformers' greedy output; a
 failure names the first diverging token with its prompt, or the engine invariant that broke.
 
 Each check says which case failed and by how much: expected and got, their ratio, and the
 mistake when the ratio gives it away (a factor of 2, GiB for GB, a forgotten layer count...).
-The exit code is 0 when every check passes and 1 while any fails, so `infer-lab check 02 &&
+The exit code is 0 when every check passes and 1 while any fails, so `infer-lab check 03 &&
 echo done` works in a script.
 """
 
@@ -73,7 +73,7 @@ def _capstone(args) -> int:
                             f"from {args.file or capstone.DEFAULT_DIR + '/'}") + "):")
     print(capstone.parts_text(parts))
     if not any(p.written for p in parts):
-        print("None of the build exercises is written yet: start with `infer-lab check 07 --init`.")
+        print("None of the build exercises is written yet: start with `infer-lab check 08 --init`.")
         return 1
     print("\nServing your engine, the reference engine and HF in turn, each with the same questions and load...")
     lm = load_model()

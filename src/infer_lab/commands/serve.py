@@ -254,5 +254,5 @@ def _learner_plug(folder: str):
     parts = capstone.learner_parts(folder)
     print(f"[serve] your parts from {folder}/:\n{capstone.parts_text(parts)}", file=sys.stderr)
     if not any(p.written for p in parts):
-        raise ValueError(f"no build exercise is written in {folder}/ yet: start with `infer-lab check 07 --init`")
+        raise ValueError(f"no build exercise is written in {folder}/ yet: start with `infer-lab check 08 --init`")
     return capstone.plug_for(parts)[0]

@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default="tour-report", help="output folder (default: tour-report)")
     add_model_arguments(p, dtype=False)
     p.add_argument("--only", nargs="*",
-                   help="run only the chapters whose module name contains one of these (e.g. ch01 ch02)")
+                   help="run only the chapters whose module name contains one of these (e.g. ch02 ch03)")
 
 
 def run(args) -> int:

@@ -5,7 +5,7 @@ chapter module has the same small surface, and every consumer (the notebook, ``i
 tour``, the tests, the exercises, the slides) calls it and restates nothing:
 
 ==================  ==========================================================================
-``NUMBER``          ``"01"``; ``SLUG`` and ``TITLE`` name the chapter
+``NUMBER``          ``"02"``; ``SLUG`` and ``TITLE`` name the chapter
 ``NEEDS_MODEL``     whether :func:`measure` takes a loaded model (``lm``) or works from configs
 ``PARTS``           ``{key: button label}``: the measurements a learner starts, in order
 ``Sizes``           the sizes of those measurements; ``sizes(device, size)`` picks them
@@ -23,7 +23,7 @@ tour``, the tests, the exercises, the slides) calls it and restates nothing:
 The notebooks call the per-part functions a chapter exposes (``measure_memory(lm, sizes)``
 and friends) behind their run buttons; ``measure`` is the same parts in a row.
 
-Where a chapter has moved to *the page is the experiment* (chapter 08 first), the experiment is
+Where a chapter has moved to *the page is the experiment* (chapter 09 first), the experiment is
 an ``@app.function`` of the notebook that calls the library directly, a visible cell calls it
 with numbers the learner can change, and the chapter module keeps presentation only: its
 ``run_<part>`` executes the notebook's own function for ``measure`` (the tour, the tests, the
@@ -42,7 +42,7 @@ from . import chapter as _chapter_module  # noqa: F401
 
 
 def chapter_names() -> list[str]:
-    """Module names of the chapters in course order (``ch00_setup``, ``ch01_feel_the_pain``, ...)."""
+    """Module names of the chapters in course order (``ch00_setup``, ``ch02_feel_the_pain``, ...)."""
     return sorted(i.name for i in pkgutil.iter_modules(__path__) if i.name[:2] == "ch" and i.name[2:4].isdigit())
 
 
@@ -55,7 +55,7 @@ def chapters(only: list[str] | None = None) -> list[ModuleType]:
 
 
 def chapter(key: str) -> ModuleType:
-    """One chapter by number (``"01"``) or slug (``"feel_the_pain"``); a clear error otherwise."""
+    """One chapter by number (``"02"``) or slug (``"feel_the_pain"``); a clear error otherwise."""
     matches = [n for n in chapter_names() if n[2:4] == key.zfill(2) or key in n]
     if len(matches) != 1:
         known = ", ".join(n[2:] for n in chapter_names())

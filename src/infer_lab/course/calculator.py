@@ -1,4 +1,4 @@
-"""The course's two interactive tools: the KV visualizer (chapter 02) and the capacity calculator (04).
+"""The course's two interactive tools: the KV visualizer (chapter 03) and the capacity calculator (05).
 
 Both front-ends call the same pure functions, so marimo, Jupyter and the tour show the same numbers:
 

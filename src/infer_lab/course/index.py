@@ -21,8 +21,8 @@ CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 
 # What a chapter needs beyond its notebook, when that is more than "the embedded model".
 EXTRA_NEEDS = {
-    "12": "local servers (127.0.0.1)",
-    "13": "two local processes (gloo)",
+    "13": "local servers (127.0.0.1)",
+    "14": "two local processes (gloo)",
 }
 
 

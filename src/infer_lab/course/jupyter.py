@@ -33,11 +33,11 @@ from .notebook_code import notebook_function, notebook_path
 AUTORUN_ENV = "INFER_LAB_AUTORUN"
 # Explorer functions below, in the order of the marimo notebook's control cells they stand in for.
 EXPLORERS = {
-    "02": ("memory_explorer",),
-    "03": ("roofline_explorer",),
-    "04": ("presets_explorer",),
-    "13": ("scaling_explorer",),
-    "14": ("where_next_explorer",),
+    "03": ("memory_explorer",),
+    "04": ("roofline_explorer",),
+    "05": ("presets_explorer",),
+    "14": ("scaling_explorer",),
+    "16": ("where_next_explorer",),
 }
 
 
@@ -217,12 +217,12 @@ def explorer(render: Callable[..., None], controls: dict[str, Any], rows: int = 
 
 
 def memory_explorer() -> Any:
-    """Chapter 02: the memory equation of one model, live (model, KV dtype, context, users, GPU)."""
+    """Chapter 03: the memory equation of one model, live (model, KV dtype, context, users, GPU)."""
     from ..catalog import list_gpus, list_models
-    from . import ch02_memory_equation as ch02
+    from . import ch03_memory_equation as ch03
 
     w = _widgets()
-    s = ch02.sizes()
+    s = ch03.sizes()
     controls = {
         "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
         "kv_dtype": w.Dropdown(options=["bf16", "fp16", "fp8", "int8", "fp32"], value=s.kv_dtype, description="KV dtype"),
@@ -232,20 +232,20 @@ def memory_explorer() -> Any:
     }
 
     def render(model: str, kv_dtype: str, context: int, users: int, gpu: str) -> None:
-        say(ch02.kv_summary_text(ch02.kv_summary(model, kv_dtype, context, users)))
-        show_figure(ch02.kv_growth_figure(model, kv_dtype, gpu=gpu))
-        say(ch02.fit_text(ch02.fit_view(model, gpu, context, users, kv_dtype)))
+        say(ch03.kv_summary_text(ch03.kv_summary(model, kv_dtype, context, users)))
+        show_figure(ch03.kv_growth_figure(model, kv_dtype, gpu=gpu))
+        say(ch03.fit_text(ch03.fit_view(model, gpu, context, users, kv_dtype)))
 
     return explorer(render, controls)
 
 
 def roofline_explorer() -> Any:
-    """Chapter 03: prefill and decode of one model on a datasheet GPU, live."""
+    """Chapter 04: prefill and decode of one model on a datasheet GPU, live."""
     from ..catalog import list_gpus, list_models
-    from . import ch03_prefill_decode_roofline as ch03
+    from . import ch04_prefill_decode_roofline as ch04
 
     w = _widgets()
-    s = ch03.sizes("cpu", "quick")
+    s = ch04.sizes("cpu", "quick")
     controls = {
         "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
         "gpu": w.Dropdown(options=list_gpus(), value=s.gpu, description="GPU"),
@@ -254,44 +254,44 @@ def roofline_explorer() -> Any:
     }
 
     def render(model: str, gpu: str, batch: int, context: int) -> None:
-        view = ch03.datasheet_view(model, gpu, batch, context)
-        say(ch03.datasheet_text(view))
-        show_figure(ch03.datasheet_figure(view))
-        show_table(ch03.ops_table(view.prefill_ops), f"Prefill, one {view.context:,}-token prompt")
-        show_table(ch03.ops_table(view.decode_ops), f"Decode step, batch {view.batch:,}")
+        view = ch04.datasheet_view(model, gpu, batch, context)
+        say(ch04.datasheet_text(view))
+        show_figure(ch04.datasheet_figure(view))
+        show_table(ch04.ops_table(view.prefill_ops), f"Prefill, one {view.context:,}-token prompt")
+        show_table(ch04.ops_table(view.decode_ops), f"Decode step, batch {view.batch:,}")
 
     return explorer(render, controls)
 
 
 def presets_explorer() -> Any:
-    """Chapter 04: the workload presets for one model, and context against users on one GPU, live."""
+    """Chapter 05: the workload presets for one model, and context against users on one GPU, live."""
     from ..catalog import list_gpus
-    from . import ch04_capacity_planner as ch04
+    from . import ch05_capacity_planner as ch05
 
     w = _widgets()
     controls = {
-        "model": w.Dropdown(options=list(ch04.PRESET_MODELS), value=ch04.PRESET_MODELS[0], description="model"),
-        "gpu": w.Dropdown(options=list_gpus(), value=ch04.sizes().tradeoff_gpu, description="GPU"),
+        "model": w.Dropdown(options=list(ch05.PRESET_MODELS), value=ch05.PRESET_MODELS[0], description="model"),
+        "gpu": w.Dropdown(options=list_gpus(), value=ch05.sizes().tradeoff_gpu, description="GPU"),
     }
 
     def render(model: str, gpu: str) -> None:
-        for p in ch04.plan_presets(model):
-            say(ch04.preset_line(p))
-            show_table(ch04.plans_table(p.plans))
-        trade = ch04.tradeoff([model], gpu)
-        show_figure(ch04.tradeoff_figure(trade))
-        say(ch04.tradeoff_text(trade))
+        for p in ch05.plan_presets(model):
+            say(ch05.preset_line(p))
+            show_table(ch05.plans_table(p.plans))
+        trade = ch05.tradeoff([model], gpu)
+        show_figure(ch05.tradeoff_figure(trade))
+        say(ch05.tradeoff_text(trade))
 
     return explorer(render, controls, rows=1)
 
 
 def scaling_explorer() -> Any:
-    """Chapter 13: TP scaling on catalogued GPUs for one model, batch and context, live (the notebook's
-    own ``tp_scaling`` experiment, through ``ch13.scaling_result``)."""
-    from . import ch13_tensor_parallel as ch13
+    """Chapter 14: TP scaling on catalogued GPUs for one model, batch and context, live (the notebook's
+    own ``tp_scaling`` experiment, through ``ch14.scaling_result``)."""
+    from . import ch14_tensor_parallel as ch14
 
     w = _widgets()
-    s = ch13.sizes("cpu", "quick")
+    s = ch14.sizes("cpu", "quick")
     controls = {
         "model": w.Dropdown(options=["llama-3-70b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"], value=s.scaling_model,
                             description="model"),
@@ -300,11 +300,11 @@ def scaling_explorer() -> Any:
     }
 
     def render(model: str, batch: int, context: int) -> None:
-        scaling = ch13.scaling_result(model, batch, context)
-        figs = ch13.scaling_figures(scaling)
+        scaling = ch14.scaling_result(model, batch, context)
+        figs = ch14.scaling_figures(scaling)
         show_figure(figs["tp_scaling"])
-        say(ch13.scaling_text(scaling))
-        for name, frame in ch13.scaling_tables(scaling).items():
+        say(ch14.scaling_text(scaling))
+        for name, frame in ch14.scaling_tables(scaling).items():
             show_table(frame, name)
         show_figure(figs["frontier"])
 
@@ -312,14 +312,14 @@ def scaling_explorer() -> Any:
 
 
 def where_next_explorer() -> Any:
-    """Chapter 14: the four directions and the tiers race for one model, GPU and long request, live."""
+    """Chapter 16: the four directions and the tiers race for one model, GPU and long request, live."""
     from dataclasses import replace
 
     from ..catalog import list_gpus, list_models
-    from . import ch14_where_next as ch14
+    from . import ch16_where_next as ch16
 
     w = _widgets()
-    s = ch14.sizes()
+    s = ch16.sizes()
     controls = {
         "model": w.Dropdown(options=list_models(), value=s.model, description="model"),
         "gpu": w.Dropdown(options=list_gpus(), value=s.gpu, description="GPU"),
@@ -328,16 +328,16 @@ def where_next_explorer() -> Any:
 
     def render(model: str, gpu: str, long_context: int) -> None:
         sizes = replace(s, model=model, gpu=gpu, long_context=long_context)
-        say(ch14.directions_text(ch14.directions(sizes)))
-        tiers = ch14.tiers(model, gpu, sizes.contexts)
-        show_figure(ch14.tiers_figure(tiers))
-        say(ch14.tiers_text(tiers))
+        say(ch16.directions_text(ch16.directions(sizes)))
+        tiers = ch16.tiers(model, gpu, sizes.contexts)
+        show_figure(ch16.tiers_figure(tiers))
+        say(ch16.tiers_text(tiers))
 
     return explorer(render, controls, rows=1)
 
 
 def kv_visualizer() -> Any:
-    """Chapter 02's KV visualizer (:func:`infer_lab.course.calculator.kv_visualizer_ipywidget`)."""
+    """Chapter 03's KV visualizer (:func:`infer_lab.course.calculator.kv_visualizer_ipywidget`)."""
     from . import calculator
 
     box = calculator.kv_visualizer_ipywidget()
@@ -347,7 +347,7 @@ def kv_visualizer() -> Any:
 
 
 def capacity_calculator() -> Any:
-    """Chapter 04's capacity calculator (:func:`infer_lab.course.calculator.capacity_calculator_ipywidget`)."""
+    """Chapter 05's capacity calculator (:func:`infer_lab.course.calculator.capacity_calculator_ipywidget`)."""
     from . import calculator
 
     box = calculator.capacity_calculator_ipywidget()

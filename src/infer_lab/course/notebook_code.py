@@ -1,6 +1,6 @@
 """Each experiment exists once: in its notebook, where the learner reads and changes it.
 
-The pattern, for every chapter (notebook 08 is the first to follow it):
+The pattern, for every chapter (notebook 09 is the first to follow it):
 
 1. The experiment is a top-level function of the marimo notebook, ``@app.function``, about 15
    lines that call the library directly (``EngineConfig``, ``Engine.from_loaded``, the engine's
@@ -37,7 +37,7 @@ def notebooks_dir() -> Path:
 
 
 def notebook_path(number: str) -> Path:
-    """The marimo notebook ``NN_<slug>.py`` of chapter ``number`` (``"08"``)."""
+    """The marimo notebook ``NN_<slug>.py`` of chapter ``number`` (``"09"``)."""
     found = sorted(notebooks_dir().glob(f"{number}_*.py"))
     if len(found) != 1:
         raise FileNotFoundError(

@@ -4,7 +4,7 @@ Each rank keeps the K and V of *its own* KV heads (the split of :mod:`.shard`), 
 split across ranks exactly like attention is: on 2 ranks of SmolLM2-135M, rank 0 stores 2 KV
 heads per token and rank 1 stores 1. Sequence ``s`` owns slots ``s * max_len`` to
 ``(s + 1) * max_len - 1`` of a flat ``(slots, kv_heads, head_dim)`` store per layer, the layout
-:func:`infer_lab.engine.layers.decode_attention` reads (the paged cache of chapter 07 would work
+:func:`infer_lab.engine.layers.decode_attention` reads (the paged cache of chapter 08 would work
 the same way; a region per sequence keeps this chapter about the split, not the paging).
 """
 

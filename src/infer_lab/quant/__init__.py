@@ -1,4 +1,4 @@
-"""Quantization, from scratch and through production libraries (the library under chapter 05).
+"""Quantization, from scratch and through production libraries (the library under chapter 06).
 
 * :mod:`.formats`: int8 absmax per output channel, group-wise int4 (zero-point or symmetric) with
   real two-per-byte packing, NF4, GGUF's Q4_1, fp8 e4m3, error statistics.

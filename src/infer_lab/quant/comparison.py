@@ -1,6 +1,6 @@
 """Measure quantization methods on the same axes: exact weight bytes, decode speed, quality.
 
-Used by ``infer-lab quantize``, chapter 05 and the GPU checks. Quality is perplexity on the
+Used by ``infer-lab quantize``, chapter 06 and the GPU checks. Quality is perplexity on the
 shipped evaluation text and top-1 next-token agreement with the unquantized model.
 """
 

@@ -246,7 +246,7 @@ def opener_slides(ctx: BuildContext) -> list[Slide]:
         Slide("What a month of that volume costs", body=opener.cost_text(r),
               tables=tuple(table(k, v, ctx.analytic_caption()) for k, v in list(tabs.items())[1:2]),
               notes=("Roofline bounds at the catalog's on-demand prices: the best case. Say which GPU the planner "
-                     "picked and why an expensive GPU can still be the cheapest per token (chapter 04)."),
+                     "picked and why an expensive GPU can still be the cheapest per token (chapter 05)."),
               kind="table"),
         Slide("The cost per token falls as volume rises", body=opener.batch_text(r),
               images=(image("cost vs batch", figs["cost_vs_batch"], ctx.analytic_caption()),),
@@ -258,43 +258,43 @@ def opener_slides(ctx: BuildContext) -> list[Slide]:
 
 
 def foundations_slides(number: str, ctx: BuildContext) -> list[Slide]:
-    """The foundations narrative that belongs before chapter 02 (loop, FLOPs) and 03 (hierarchy, decode)."""
+    """The foundations narrative that belongs before chapter 03 (loop, FLOPs) and 03 (hierarchy, decode)."""
     from ..course import chapter
 
-    if number == "02":
-        ch02 = chapter("02")
-        model = ch02.sizes("cpu", "quick").model
-        rows = ch02.flop_share_rows()
+    if number == "03":
+        ch03 = chapter("03")
+        model = ch03.sizes("cpu", "quick").model
+        rows = ch03.flop_share_rows()
         return [
             Slide("The autoregressive loop", body=f"One token at a time, for **{model}**:",
-                  tables=(table(f"The loop, for {model}", ch02.loop_table(model), ctx.analytic_caption()),),
+                  tables=(table(f"The loop, for {model}", ch03.loop_table(model), ctx.analytic_caption()),),
                   notes=("Walk the loop once with the audience: the prompt goes through in one pass (prefill), then "
                          "every new token is a full pass over every layer (decode) and is fed back. The KV cache is "
                          "what each layer keeps for every token so it never recomputes the past."),
                   kind="table"),
-            Slide("Where the FLOPs are", body=ch02.loop_text(model),
-                  images=(image("flop share", ch02.flop_share_figure(rows), ctx.analytic_caption()),),
+            Slide("Where the FLOPs are", body=ch03.loop_text(model),
+                  images=(image("flop share", ch03.flop_share_figure(rows), ctx.analytic_caption()),),
                   notes=("The layers hold almost all the compute of a big model; a small model with a big "
                          "vocabulary spends a visible share in its LM head. The embedding is a lookup."),
                   kind="figure"),
         ]
-    if number == "03":
-        ch03 = chapter("03")
-        s = ch03.sizes("cpu", "quick")
-        rows = ch03.hierarchy_rows()
+    if number == "04":
+        ch04 = chapter("04")
+        s = ch04.sizes("cpu", "quick")
+        rows = ch04.hierarchy_rows()
         gpus = [g for g in ("H100-SXM", "A100-80GB", "L4") if any(r.gpu == g for r in rows)]
-        curves = {g: ch03.decode_wait_curve(s.model, g, s.context) for g in gpus}
+        curves = {g: ch04.decode_wait_curve(s.model, g, s.context) for g in gpus}
         return [
-            Slide("The memory hierarchy: HBM and SRAM", body=ch03.hierarchy_text(rows, s.gpu),
-                  images=(image("memory hierarchy", ch03.hierarchy_figure(rows),
+            Slide("The memory hierarchy: HBM and SRAM", body=ch04.hierarchy_text(rows, s.gpu),
+                  images=(image("memory hierarchy", ch04.hierarchy_figure(rows),
                                 "Catalog data: vendor whitepapers and datasheets (src/infer_lab/data/gpus.json, "
                                 f"_memory_hierarchy); SRAM bandwidth derived · computed {ctx.built}"),),
                   notes=("HBM is where weights and KV live; SRAM is where the math happens. Every byte a step "
-                         "needs crosses from one to the other. FlashAttention (chapter 06) is the art of keeping a "
+                         "needs crosses from one to the other. FlashAttention (chapter 07) is the art of keeping a "
                          "tile in SRAM long enough to reuse it."),
                   kind="figure"),
-            Slide("Why decode waits on memory", body=ch03.decode_wait_text(s.model, s.gpu, s.context),
-                  images=(image("decode waits", ch03.decode_wait_figure(curves), ctx.analytic_caption()),),
+            Slide("Why decode waits on memory", body=ch04.decode_wait_text(s.model, s.gpu, s.context),
+                  images=(image("decode waits", ch04.decode_wait_figure(curves), ctx.analytic_caption()),),
                   notes=("Arithmetic intensity is FLOPs per byte moved. At batch 1 a decode step does about one FLOP "
                          "per byte; the GPU needs hundreds. Batching raises the intensity because the weights are "
                          "shared; the KV reads are not, so at long contexts decode stays memory-bound."),

@@ -8,11 +8,11 @@ learner's numbers with the library the chapter runs on (the memory equation, the
 the engine's scheduler, block tables and caches, the quantizers, the tiled attention), so a
 check restates nothing: it measures.
 
-    infer-lab check 02 --init       copy the starter to ./exercises/02_memory_equation.py
-    infer-lab check 02              check that file, case by case (exit 1 while any fails)
-    infer-lab check 02 --solution   the same checks on the reference solution
+    infer-lab check 03 --init       copy the starter to ./exercises/03_memory_equation.py
+    infer-lab check 03              check that file, case by case (exit 1 while any fails)
+    infer-lab check 03 --solution   the same checks on the reference solution
 
-In a notebook cell: ``check("02", kv_bytes_per_token=my_function)`` returns the same report.
+In a notebook cell: ``check("03", kv_bytes_per_token=my_function)`` returns the same report.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _module_names() -> dict[str, str]:
 
 
 def numbers() -> list[str]:
-    """Chapter numbers that have exercises, in course order (``["00", "01", ...]``)."""
+    """Chapter numbers that have exercises, in course order (``["00", "02", ...]``)."""
     return list(_module_names())
 
 
@@ -185,7 +185,7 @@ def chapter_title(number: str | int) -> str:
 
 
 def file_name(number: str | int) -> str:
-    """``02_memory_equation.py``: the starter's, the solution's and the learner's file name."""
+    """``03_memory_equation.py``: the starter's, the solution's and the learner's file name."""
     mod = exercise_module(number)
     return f"{mod.NUMBER}_{mod.SLUG}.py"
 
@@ -322,7 +322,7 @@ def check_solution(number: str | int, only: list[str] | None = None) -> ChapterR
 
 
 def check(number: str | int, **functions: Callable[..., Any]) -> ChapterReport:
-    """Check functions defined in a notebook cell: ``check("02", kv_bytes_per_token=f)``.
+    """Check functions defined in a notebook cell: ``check("03", kv_bytes_per_token=f)``.
 
     Only the exercises whose functions are all given are run.
     """

@@ -1,0 +1,657 @@
+"""Chapter 07, "Attention variants and FlashAttention": cache less per token, and what it costs.
+
+Measured (behind buttons):
+
+1. Every variant (MHA, GQA, MQA, sliding window, MLA naive and absorbed) and the tiled
+   online-softmax attention equal torch SDPA, in prefill and in token-by-token cached decode.
+2. The quality price on real weights: SmolLM2's GQA mean-pooled to MQA, a sliding window, and
+   (at full size) int8/fp8 KV caches, by perplexity on the shipped text.
+3. This machine's SDPA backends across lengths, and decode attention time vs KV heads.
+
+Analytic (live): KV bytes per token and max users per variant on real shapes, the MLA ratio
+against each baseline, the scorecard, constant-state architectures, FlashAttention's HBM
+bytes and the roofline decode time vs KV heads. The layers are library code in
+:mod:`infer_lab.attention`; the timing is :mod:`infer_lab.bench.attention`.
+
+The measured parts are the notebook's own code: ``@app.function`` definitions in
+``notebooks/07_attention_variants.py`` (``against_sdpa``, ``attention_quality``,
+``attention_times``) that call the library directly. This module sizes them, shows what they
+return, and runs the very same functions for the tour, the tests and the Jupyter edition
+(``run_*``, through :mod:`infer_lab.course.notebook_code`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..attention import (
+    naive_attention_hbm_bytes,
+    online_softmax_tile,
+    score_matrix_bytes,
+    tiled_attention_hbm_bytes,
+)
+from ..attention.kv_sizing import (
+    MLARatio,
+    PredictedDecode,
+    ScorecardRow,
+    StateSize,
+    VariantMemory,
+    constant_state_models,
+    decode_time_vs_kv_heads,
+    mla_ratio_explained,
+    scorecard,
+    variant_memory_table,
+)
+from ..attention.quality import VariantQuality
+from ..bench.attention import BackendTime, DecodeAttentionTime
+from ..figures import finish
+from ..hardware import device_label
+from ..units import fmt_bytes, human
+from .ch06_quantization import baseline_note, code_block
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .notebook_code import notebook_function
+from .saved import SavedView, load_saved
+from .tables import Column, people_table
+
+NUMBER = "07"
+SLUG = "attention_variants"
+TITLE = "07 · Attention variants and FlashAttention"
+NEEDS_MODEL = True
+PARTS = {
+    "equivalence": "Check every variant against SDPA",
+    "quality": "Measure the quality price on real weights",
+    "timing": "Time SDPA backends and decode attention here",
+}
+DEFAULT_GPU = "H100-SXM"
+DEFAULT_CONTEXT = 32768
+EQUIVALENCE_TOL = 1e-5  # fp32, max |difference| from SDPA
+FLASH_LENGTHS = (1024, 4096, 16384, 32768, 65536)
+FLASH_SHAPE = (32, 128)  # heads, head dim: a 7B-class layer
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Evaluation tokens for the quality part and the timing shapes."""
+
+    size: str
+    eval_tokens: int
+    eval_window: int
+    quality_include: tuple[str, ...]  # "mqa", "window", "kv"
+    sdpa_lengths: tuple[int, ...]
+    heads: int
+    head_dim: int
+    decode_context: int
+    decode_kv_heads: tuple[int, ...]
+    repeats: int
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """``quick``: 128 tokens and two variants, tiny timing shapes; ``full``: more text, KV caches, longer shapes."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if on_gpu:
+        return Sizes(size, eval_tokens=1024, eval_window=256, quality_include=("mqa", "window", "kv"),
+                     sdpa_lengths=(1024, 4096, 16384), heads=32, head_dim=128, decode_context=32768,
+                     decode_kv_heads=(1, 2, 4, 8, 16, 32), repeats=5)
+    if size == "quick":
+        return Sizes(size, eval_tokens=128, eval_window=128, quality_include=("mqa", "window"),
+                     sdpa_lengths=(256, 512), heads=8, head_dim=64, decode_context=16384,
+                     decode_kv_heads=(1, 2, 8), repeats=3)
+    return Sizes(size, eval_tokens=1024, eval_window=256, quality_include=("mqa", "window", "kv"),
+                 sdpa_lengths=(512, 2048), heads=8, head_dim=64, decode_context=32768,
+                 decode_kv_heads=(1, 2, 4, 8), repeats=5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed results
+
+
+@dataclass(frozen=True)
+class EquivalenceRow:
+    """Max |output - SDPA output| of one variant and path, prefill and token-by-token cached decode."""
+
+    variant: str
+    path: str
+    prefill_max_abs_diff: float
+    decode_max_abs_diff: float
+
+    @property
+    def equal(self) -> bool:
+        return max(self.prefill_max_abs_diff, self.decode_max_abs_diff) <= EQUIVALENCE_TOL
+
+
+@dataclass(frozen=True)
+class QualityResult:
+    rows: list[VariantQuality]
+    eval_tokens: int
+    model: str  # lm.describe(): model, weights, hardware
+    model_name: str
+    embedded: bool
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    backends: list[BackendTime]
+    decode: list[DecodeAttentionTime]
+    device: str
+    bandwidth_Bps: float  # measured copy bandwidth, the decode prediction's denominator
+    threads: int
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 07's measurements; a part not run is ``None``."""
+
+    model: str = ""
+    equivalence: list[EquivalenceRow] | None = None
+    quality: QualityResult | None = None
+    timing: TimingResult | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the notebook's experiments (the code is in notebooks/07_attention_variants.py)
+
+EQUIVALENCE_TOKENS = 12  # the notebook's equivalence cell starts at the same numbers
+EQUIVALENCE_KV_HEADS = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
+EQUIVALENCE_WINDOW = 4
+QUALITY_WINDOW = 32  # tokens each query sees in the sliding-window row
+
+
+def equivalence_rows(rows: list[tuple[str, str, float, float]]) -> list[EquivalenceRow]:
+    """The notebook's ``against_sdpa`` rows ``(variant, path, prefill diff, decode diff)`` as typed rows."""
+    return [EquivalenceRow(*row) for row in rows]
+
+
+def run_equivalence(lm: Any = None, sizes: Sizes | None = None) -> list[EquivalenceRow]:
+    """Run the notebook's own ``against_sdpa`` at the cell's numbers (no model: a small random layer)."""
+    against_sdpa = notebook_function(NUMBER, "against_sdpa")
+    return equivalence_rows(against_sdpa(EQUIVALENCE_TOKENS, EQUIVALENCE_KV_HEADS, window=EQUIVALENCE_WINDOW))
+
+
+def flash_tile_code() -> str:
+    """FlashAttention's inner step, the library's real code, as the page shows it."""
+    return code_block(online_softmax_tile)
+
+
+def quality_result(lm: Any, rows: list[VariantQuality], eval_tokens: int) -> QualityResult:
+    """The notebook's ``attention_quality`` rows as a result (random weights: why nothing was measured)."""
+    embedded = lm.source == "embedded"
+    if not rows:
+        return QualityResult([], 0, lm.describe(), lm.name, embedded,
+                             skipped=f"{lm.name} has random weights: there is no text quality to measure")
+    return QualityResult(rows, eval_tokens, lm.describe(), lm.name, embedded)
+
+
+def run_quality(lm: Any, sizes: Sizes) -> QualityResult:
+    """Run the notebook's own ``attention_quality`` at this size."""
+    attention_quality = notebook_function(NUMBER, "attention_quality")
+    rows = attention_quality(lm, sizes.eval_tokens, QUALITY_WINDOW, sizes.quality_include)
+    return quality_result(lm, rows, sizes.eval_tokens)
+
+
+def timing_result(device: torch.device, measured: tuple[list[BackendTime], list[DecodeAttentionTime], float]
+                  ) -> TimingResult:
+    """The notebook's ``attention_times`` (backends, decode steps, copy bandwidth) as a result."""
+    backends, decode, bandwidth = measured
+    return TimingResult(backends, decode, device_label(device), bandwidth, torch.get_num_threads())
+
+
+def run_timing(lm: Any, sizes: Sizes) -> TimingResult:
+    """Run the notebook's own ``attention_times`` at this size."""
+    device = lm.device if lm is not None else torch.device("cpu")
+    attention_times = notebook_function(NUMBER, "attention_times")
+    return timing_result(device, attention_times(device, sizes.sdpa_lengths, sizes.heads, sizes.head_dim,
+                                                 sizes.decode_context, sizes.decode_kv_heads, sizes.repeats))
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
+    return run_parts(result, parts, PARTS, {
+        "equivalence": lambda: run_equivalence(lm, sizes),
+        "quality": lambda: run_quality(lm, sizes),
+        "timing": lambda: run_timing(lm, sizes),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytic parts (no model, no button)
+
+
+def memory_rows(gpu: str = DEFAULT_GPU, context: int = DEFAULT_CONTEXT) -> list[VariantMemory]:
+    return variant_memory_table(gpu=gpu, context=context)
+
+
+@dataclass(frozen=True)
+class HBMRow:
+    """Attention HBM traffic of one prefill layer, naive vs tiled, and the naive path's score matrix."""
+
+    seq_len: int
+    naive_bytes: int
+    tiled_bytes: int
+    score_matrix_bytes: int
+
+    @property
+    def naive_over_tiled(self) -> float:
+        return self.naive_bytes / self.tiled_bytes
+
+
+def flash_rows(lengths: tuple[int, ...] = FLASH_LENGTHS, heads: int = FLASH_SHAPE[0],
+               head_dim: int = FLASH_SHAPE[1]) -> list[HBMRow]:
+    """Analytic bytes of one layer's attention (bf16), naive and tiled, per sequence length."""
+    return [HBMRow(n, naive_attention_hbm_bytes(n, head_dim, heads=heads),
+                   tiled_attention_hbm_bytes(n, head_dim, heads=heads), score_matrix_bytes(n, heads=heads))
+            for n in lengths]
+
+
+def quality_notes(quality: QualityResult | None) -> dict[str, str]:
+    """Scorecard notes from measured rows ('MQA', 'sliding'), saying which model and setting they measured."""
+    if quality is None:
+        return {}
+    return {row.family: f"measured on {quality.model_name}, {row.variant}: {perplexity_change_text(row)}"
+            for row in quality.rows if row.family in ("MQA", "sliding")}
+
+
+def perplexity_change_text(row: VariantQuality) -> str:
+    """'perplexity +1.5%' for small changes, 'perplexity ×884' (or ×3.46) for large ones."""
+    ratio = 1 + row.perplexity_change
+    if ratio >= 10:
+        return f"perplexity ×{ratio:,.0f}"
+    if ratio >= 2:
+        return f"perplexity ×{ratio:.2f}"
+    return f"perplexity {100 * row.perplexity_change:+.1f}%"
+
+
+def scorecard_rows(gpu: str = DEFAULT_GPU, context: int = DEFAULT_CONTEXT,
+                   quality: QualityResult | None = None) -> list[ScorecardRow]:
+    measured = quality_notes(quality)
+    return scorecard("mistral-7b", gpu, context, measured_quality=measured) + scorecard("deepseek-v3", gpu, context)
+
+
+def decode_prediction(gpu: str = "H200", context: int = DEFAULT_CONTEXT) -> list[PredictedDecode]:
+    return decode_time_vs_kv_heads("mistral-7b", gpu, context=context)
+
+
+# ---------------------------------------------------------------------------------------------
+# Words
+
+
+def threads_text(n: int) -> str:
+    return f"{n} torch thread" + ("s" if n != 1 else "")
+
+
+def equivalence_text(rows: list[EquivalenceRow]) -> str:
+    worst = max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in rows)
+    equal = sum(r.equal for r in rows)
+    return (f"**{equal} of {len(rows)}** variant/path pairs equal SDPA within {EQUIVALENCE_TOL:g} (fp32) in prefill "
+            f"and in cached decode; the largest difference is {human(worst, 2)}.")
+
+
+def memory_text(rows: list[VariantMemory]) -> str:
+    by = {(r.model, r.variant): r for r in rows}
+    mistral = [r for r in rows if r.model == "mistral-7b"]
+    mha, own = mistral[0], next(r for r in mistral if r.variant.startswith("GQA"))
+    mla = by.get(("deepseek-v3", "MLA"))
+    text = (f"Mistral-7B's GQA ({own.variant}) caches {own.mha_over_variant:.0f}× less than its MHA shape: "
+            f"{fmt_bytes(own.kv_bytes_per_user)} instead of {fmt_bytes(mha.kv_bytes_per_user)} per user at "
+            f"{own.context:,} tokens, so {own.max_users:,} users fit on {own.n_gpus} {own.gpu} instead of "
+            f"{mha.max_users:,}.")
+    if mla:
+        k192 = mla_ratio_explained()["same_shape_k192"]
+        text += (f" DeepSeek-V3's MLA caches {mla.mha_over_variant:.0f}× less than its MHA row, which gives K the "
+                 f"value head dim ({k192.v_head_dim}); with its real K of {k192.k_head_dim} the MHA would cache "
+                 f"{(k192.k_head_dim + k192.v_head_dim) / (2 * k192.v_head_dim):.2f}× more, and the ratio is "
+                 f"{k192.ratio:.0f}×.")
+    return text
+
+
+def mla_text(ratios: dict[str, MLARatio] | None = None) -> str:
+    r = ratios or mla_ratio_explained()
+    a, b, c, d = r["same_shape_k128"], r["same_shape_k192"], r["7b_layer"], r["one_layer_mistake"]
+    return (
+        f"Against an MHA of DeepSeek-V3's own shape, MLA caches **{a.ratio:.0f}× less** if that MHA's K had the "
+        f"value head dim ({a.k_head_dim}), and **{b.ratio:.0f}× less** with DeepSeek's real K head of "
+        f"{b.k_head_dim} (the MHA DeepSeek would have had to cache). Against one MHA layer of a 7B-class model it "
+        f"is **{c.ratio:.1f}×**. A whole MHA model against one MLA layer gives {d.ratio:,.0f}×: the layer count, "
+        "not the attention, makes that number.\n\n"
+        "**About the talk's correction.** The talk first gave the like-for-like ratio (it said 56×), then corrected "
+        f"itself to about {c.ratio:.0f}×, saying the first figure had forgotten to multiply the layers. It is an easy "
+        f"slip to make and an easy one to check: the {a.ratio:.0f}× computed here counts every layer on both sides (the same model, MHA against "
+        f"MLA), so it is the fair like-for-like figure, and the {c.ratio:.0f}× is right too, for another question "
+        "(one MLA layer against one layer of a different, 7B-class model). Neither forgot anything; they name "
+        "different baselines. Always say which one you mean."
+    )
+
+
+def quality_text(quality: QualityResult) -> str:
+    if quality.skipped:
+        return quality.skipped
+    base = quality.rows[0]
+    parts = []
+    for r in quality.rows[1:]:
+        saving = r.note or f"{base.kv_bytes_per_token / r.kv_bytes_per_token:.2f}× less KV per token"
+        parts.append(f"{r.variant}: {perplexity_change_text(r)} ({r.perplexity:,.1f} vs {base.perplexity:.1f}), {saving}")
+    text = "; ".join(parts) + f". Over {quality.eval_tokens} tokens of the shipped evaluation text."
+    text += (" Without uptraining, pooling K/V heads is far from free: that is why GQA and MQA models are "
+             "trained (or uptrained) that way.")
+    note = baseline_note(quality.embedded)
+    return text + ("\n\n" + note if note else "")
+
+
+def timing_text(timing: TimingResult) -> str:
+    ok = [b for b in timing.backends if b.available]
+    longest = max(b.seq_len for b in ok)
+    fastest = min((b for b in ok if b.seq_len == longest), key=lambda b: b.time_s_p50)
+    few, many = timing.decode[0], timing.decode[-1]
+    text = (f"On {timing.device} ({threads_text(timing.threads)}): at {longest:,} tokens the fastest available SDPA "
+            f"backend is **{fastest.backend}** ({fastest.time_s_p50 * 1e3:.2f} ms); "
+            f"{len(timing.backends) - len(ok)} of {len(timing.backends)} backend/length pairs cannot run here. "
+            + (unavailable_text(timing) + " " if len(ok) < len(timing.backends) else "") +
+            f"Decode attention over {few.context:,} tokens takes {few.time_s_p50 * 1e6:.0f} µs with {few.kv_heads} KV "
+            f"head(s) and {many.time_s_p50 * 1e6:.0f} µs with {many.kv_heads}: {many.kv_bytes / few.kv_bytes:.0f}× "
+            f"the bytes for {many.time_s_p50 / few.time_s_p50:.1f}× the time, against "
+            f"{timing.bandwidth_Bps / 1e9:.1f} GB/s of measured copy bandwidth.")
+    return text
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result`` or the analytic model."""
+    lines = [f"Model: {result.model}; {threads_text(result.threads)}."]
+    if result.equivalence:
+        lines.append(equivalence_text(result.equivalence))
+    lines.append(memory_text(memory_rows()))
+    lines.append(mla_text())
+    if result.quality:
+        lines.append(quality_text(result.quality))
+    if result.timing:
+        lines.append(timing_text(result.timing))
+    return "\n\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+EQUIVALENCE_COLUMNS = [
+    Column("variant", "variant", "text"), Column("path", "path", "text"),
+    Column("prefill_max_abs_diff", "prefill max |Δ| vs SDPA"), Column("decode_max_abs_diff", "cached decode max |Δ|"),
+    Column("equal", f"within {EQUIVALENCE_TOL:g}", "bool"),
+]
+MEMORY_COLUMNS = [
+    Column("model", "model", "text"), Column("variant", "variant", "text"),
+    Column("kv_bytes_per_token", "KV per token, all layers", "bytes"),
+    Column("kv_bytes_per_user", "KV per user", "bytes"), Column("mha_over_variant", "MHA / variant", "ratio"),
+    Column("n_gpus", "GPUs (hold the weights)", "int"), Column("max_users", "max users", "int"),
+]
+MLA_COLUMNS = [
+    Column("comparison", "comparison", "text"), Column("k_head_dim", "MHA K head dim", "int"),
+    Column("mha_bytes_per_token", "MHA KV per token", "bytes"),
+    Column("mla_bytes_per_token", "MLA KV per token", "bytes"),
+    Column("ratio", "MHA / MLA", "ratio"), Column("fair", "fair", "bool"),
+]
+QUALITY_COLUMNS = [
+    Column("variant", "attention", "text"), Column("perplexity", "perplexity"),
+    Column("perplexity_change", "perplexity change", "pct"), Column("perplexity_ratio", "× as trained", "ratio"),
+    Column("kv_bytes_per_token", "KV per token (B), measured", "int"), Column("note", "note", "text"),
+]
+SCORECARD_COLUMNS = [
+    Column("model", "model", "text"), Column("variant", "variant", "text"), Column("quality", "quality", "text"),
+    Column("kv_bytes_per_token", "KV per token", "bytes"), Column("n_gpus", "GPUs", "int"),
+    Column("max_users", "max users", "int"),
+    Column("decode_tok_s_batch1", "decode tok/s, batch 1 (roofline)"),
+    Column("decode_tok_s_at_max_users", "decode tok/s at max users (roofline)"),
+]
+STATE_COLUMNS = [
+    Column("architecture", "architecture", "text"), Column("state_bytes_per_user", "state per user", "bytes"),
+    Column("grows_with_context", "grows with context", "bool"),
+    Column("bytes_read_per_step", "read per step", "bytes", missing="— (all of it)"),
+]
+FLASH_COLUMNS = [
+    Column("seq_len", "sequence (tokens)", "int"), Column("naive_bytes", "naive HBM traffic", "bytes"),
+    Column("tiled_bytes", "tiled HBM traffic", "bytes"), Column("naive_over_tiled", "naive / tiled", "ratio"),
+    Column("score_matrix_bytes", "naive score matrix, one layer", "bytes"),
+]
+PREDICTED_COLUMNS = [
+    Column("kv_heads", "KV heads", "int"), Column("context", "context (tokens)", "int"),
+    Column("kv_read_bytes", "KV read per step", "bytes"), Column("bytes", "all bytes per step", "bytes"),
+    Column("step_s", "step (ms)", scale=1e3), Column("tokens_per_s", "tokens/s"),
+]
+BACKEND_COLUMNS = [
+    Column("backend", "SDPA backend", "text"), Column("seq_len", "sequence (tokens)", "int"),
+    Column("time_s_p50", "time p50 (ms)", scale=1e3, missing="— (not available here)"),
+    Column("score_matrix_bytes", "score matrix (math backend)", "bytes"),
+]
+DECODE_COLUMNS = [
+    Column("kv_heads", "KV heads", "int"), Column("context", "context (tokens)", "int"),
+    Column("kv_bytes", "KV read", "bytes"), Column("time_s_p50", "measured p50 (µs)", scale=1e6),
+    Column("predicted_s", "KV bytes / copy bandwidth (µs)", scale=1e6, missing="— (no bandwidth measured)"),
+    Column("measured_over_predicted", "measured / predicted", "ratio", missing="—"),
+]
+
+
+def equivalence_table(rows: list[EquivalenceRow]):
+    return people_table(rows, EQUIVALENCE_COLUMNS)
+
+
+def memory_table(rows: list[VariantMemory]):
+    return people_table(rows, MEMORY_COLUMNS)
+
+
+def mla_table(ratios: dict[str, MLARatio] | None = None):
+    return people_table(list((ratios or mla_ratio_explained()).values()), MLA_COLUMNS)
+
+
+def quality_table(quality: QualityResult):
+    return people_table(quality.rows, QUALITY_COLUMNS)
+
+
+def scorecard_table(rows: list[ScorecardRow]):
+    return people_table(rows, SCORECARD_COLUMNS)
+
+
+def state_table(rows: list[StateSize] | None = None, context: int = DEFAULT_CONTEXT):
+    return people_table(rows if rows is not None else constant_state_models(context=context), STATE_COLUMNS)
+
+
+def flash_table(rows: list[HBMRow] | None = None):
+    return people_table(rows if rows is not None else flash_rows(), FLASH_COLUMNS)
+
+
+def prediction_table(rows: list[PredictedDecode]):
+    return people_table(rows, PREDICTED_COLUMNS)
+
+
+def backend_table(timing: TimingResult):
+    """The backends that ran here (those that cannot are named in :func:`unavailable_text`)."""
+    return people_table([b for b in timing.backends if b.available], BACKEND_COLUMNS)
+
+
+def plain_reason(reason: str) -> str:
+    """PyTorch's refusal of a backend in words for the page (its raw message never reaches it)."""
+    lowered = reason.lower()
+    if "no viable backend" in lowered or "not compiled" in lowered or "cuda" in lowered:
+        return "no kernel for this device and dtype in this PyTorch build (it is a GPU kernel)"
+    if "out of memory" in lowered:
+        return "out of memory at this length"
+    return "refused by PyTorch on this device"
+
+
+def unavailable_text(timing: TimingResult) -> str:
+    """The backends that could not run, grouped by reason, in one sentence ('' when all ran)."""
+    groups: dict[str, list[str]] = {}
+    for b in timing.backends:
+        if not b.available:
+            names = groups.setdefault(plain_reason(b.reason), [])
+            if b.backend not in names:
+                names.append(b.backend)
+    return " ".join(f"Not run here: **{', '.join(names)}**: {why}." for why, names in groups.items())
+
+
+def decode_table(timing: TimingResult):
+    return people_table(timing.decode, DECODE_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if result.equivalence:
+        out["Every variant against SDPA"] = equivalence_table(result.equivalence)
+    out[f"KV memory per variant on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic)"] = memory_table(memory_rows())
+    out["The MLA ratio against each baseline (analytic)"] = mla_table()
+    if result.quality and result.quality.rows:
+        out["Quality on real weights"] = quality_table(result.quality)
+    out[f"Scorecard on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic memory, roofline speed)"] = (
+        scorecard_table(scorecard_rows(quality=result.quality)))
+    out["Architectures without a growing KV cache (analytic)"] = state_table()
+    out["Attention HBM traffic, naive vs tiled (analytic)"] = flash_table()
+    if result.timing:
+        out["SDPA backends on this machine"] = backend_table(result.timing)
+        out["Decode attention vs KV heads on this machine"] = decode_table(result.timing)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def kv_figure(rows: list[VariantMemory], title: str):
+    """Horizontal bars of KV bytes per token (all layers, log scale) per model and variant."""
+    from ..figures import subplots
+
+    labels = [f"{r.model} · {r.variant}" for r in rows]
+    fig, ax = subplots(figsize=(7, 0.3 * len(rows) + 1.2))
+    ax.barh(labels, [r.kv_bytes_per_token for r in rows], color="#55a868")
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("KV bytes per token, all layers, bf16 (log)")
+    if any(r.variant == "MLA" for r in rows):
+        k = next(iter(mla_ratio_explained().values()))
+        ax.set_xlabel(ax.get_xlabel() + f"\nMLA models' MHA and MQA rows give K the value head dim ({k.v_head_dim})")
+    ax.set_title(title, fontsize=9)
+    finish(fig)
+    return fig
+
+
+def hbm_figure(rows: list[HBMRow], title: str):
+    """Naive vs tiled attention HBM traffic against sequence length (log-log)."""
+    from ..figures import subplots
+
+    fig, ax = subplots(figsize=(6, 3.4))
+    x = [r.seq_len for r in rows]
+    ax.loglog(x, [r.naive_bytes for r in rows], "o-", label="naive (writes and re-reads S and P)")
+    ax.loglog(x, [r.tiled_bytes for r in rows], "s-", label="tiled / flash (re-reads K, V per query tile)")
+    ax.set(xlabel="sequence length (tokens)", ylabel="HBM bytes, one layer (log)")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    finish(fig)
+    return fig
+
+
+def scorecard_figure(rows: list[ScorecardRow], title: str):
+    """Two panels per variant: KV bytes per token (memory) and predicted decode tokens/s at max users."""
+    from ..figures import subplots
+
+    names = [f"{r.model} · {r.variant}" for r in rows]
+    fig, (left, right) = subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
+    left.barh(names, [r.kv_bytes_per_token for r in rows], color="#55a868")
+    left.set_xscale("log")
+    left.set_xlabel("KV bytes per token, all layers (log)")
+    right.barh(names, [r.decode_tok_s_at_max_users for r in rows], color="#c44e52")
+    right.set_xlabel("decode tok/s at max users (roofline)")
+    right.set_xlim(0, None)
+    left.invert_yaxis()
+    fig.suptitle(title, fontsize=9)
+    finish(fig)
+    return fig
+
+
+def quality_figure(quality: QualityResult, source: str):
+    """Perplexity of each variant relative to the model as trained (log axis: MQA without uptraining is far off)."""
+    from ..figures import subplots
+
+    rows = quality.rows
+    fig, ax = subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    ratios = [r.perplexity_ratio for r in rows]
+    ax.barh([r.variant for r in rows], [x - 1 for x in ratios], left=1, color="#8172b3")  # bars start at 1×
+    ax.set_xscale("log")
+    ax.set_xlim(min(0.9, 0.9 * min(ratios)), 1.5 * max(ratios))
+    ax.axvline(1, color="k", lw=0.8)
+    ax.invert_yaxis()
+    ax.set_xlabel("perplexity / perplexity as trained (log; 1 = no change)")
+    ax.set_title(f"The quality price of cheaper attention\n{source}", fontsize=9)
+    finish(fig)
+    return fig
+
+
+def timing_figure(timing: TimingResult):
+    """SDPA backend time vs length, and decode attention time vs KV heads with its bandwidth prediction."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    from ..figures import subplots
+
+    plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
+    fig, (left, right) = subplots(1, 2, figsize=(10, 3.6))
+    for name in dict.fromkeys(b.backend for b in timing.backends):
+        ok = [b for b in timing.backends if b.backend == name and b.available]
+        if ok:
+            left.plot([b.seq_len for b in ok], [b.time_s_p50 * 1e3 for b in ok], "o-", label=name)
+    lengths = sorted({b.seq_len for b in timing.backends})
+    left.set(xscale="log", yscale="log", xlabel="sequence length (tokens)", ylabel="prefill attention p50 (ms, log)",
+             xticks=lengths)
+    left.xaxis.set_major_formatter(plain)  # the lengths measured, and no minor labels between them
+    left.xaxis.set_minor_formatter(NullFormatter())  # (the y axis gets plain log labels from finish)
+    left.legend(fontsize=8)
+    kv = [d.kv_heads for d in timing.decode]
+    right.plot(kv, [d.time_s_p50 * 1e6 for d in timing.decode], "o-", label="measured p50")
+    if all(d.predicted_s for d in timing.decode):
+        right.plot(kv, [d.predicted_s * 1e6 for d in timing.decode], "k--", label="KV bytes / copy bandwidth")
+    right.set_xscale("log", base=2)
+    right.set(xlabel="KV heads", ylabel="decode attention step (µs)", ylim=(0, None), xticks=kv)
+    right.xaxis.set_major_formatter(plain)
+    right.xaxis.set_minor_formatter(NullFormatter())
+    right.legend(fontsize=8)
+    fig.suptitle(f"Attention measured on {timing.device}", fontsize=10)
+    finish(fig)
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    out = {
+        "kv": kv_figure(memory_rows(), "KV bytes per token per variant, all layers (analytic)"),
+        "hbm": hbm_figure(flash_rows(), f"Attention HBM traffic, {FLASH_SHAPE[0]} heads × {FLASH_SHAPE[1]}, bf16 (analytic)"),
+        "scorecard": scorecard_figure(scorecard_rows(quality=result.quality),
+                                      f"Attention variants on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens: "
+                                      "analytic memory, roofline speed"),
+    }
+    if result.quality and result.quality.rows:
+        out["quality"] = quality_figure(result.quality, result.quality.model)
+    if result.timing:
+        out["timing"] = timing_figure(result.timing)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved GPU results
+
+
+def saved() -> SavedView | None:
+    """``scripts/gpu_checks.py --only attention`` results saved from a GPU, when there are any."""
+    found = [s for s in load_saved("attention-*-cuda-*.json") if s.data.get("sdpa_backends")]
+    if not found:
+        return None
+    src = found[0]
+    backends = [BackendTime(**{k: v for k, v in r.items() if k in BackendTime.__dataclass_fields__})
+                for r in src.data["sdpa_backends"]]
+    decode = [DecodeAttentionTime(**{k: v for k, v in r.items() if k in DecodeAttentionTime.__dataclass_fields__})
+              for r in src.data.get("decode_vs_kv_heads", [])]
+    return SavedView(
+        title=f"Attention timed on {src.device}",
+        source=src,
+        tables={"SDPA backends": people_table(backends, BACKEND_COLUMNS),
+                "Decode attention vs KV heads": people_table(decode, DECODE_COLUMNS)},
+        notes=[f"Measured by: {src.command}"],
+    )
+

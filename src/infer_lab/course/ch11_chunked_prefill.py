@@ -1,0 +1,406 @@
+"""Chapter 11, "Chunked prefill": a long prompt arrives while other requests decode.
+
+Without chunking, the step that admits the long prompt runs its whole prefill, and every
+decoding request waits for that step: a spike in their inter-token latency (ITL). With chunked
+prefill, each step has a token budget; the long prefill is split into chunks spread over
+several steps, each mixed with the running decodes. The decoders see many slightly slower
+steps instead of one very slow one; the long request pays with a later first token (TTFT).
+
+The experiment is the notebook's own code: ``serve`` in ``notebooks/11_chunked_prefill.py``
+builds ``EngineConfig(chunked_prefill=..., max_num_batched_tokens=...)``, serves the workload of
+:func:`infer_lab.bench.long_prompt.long_prompt_among_decoders` and keeps the engine's step
+records. This module sizes it, predicts, draws and describes what it returns, and runs the
+same function for the tour, the tests and the Jupyter edition (:func:`run_chunking`, through
+:mod:`infer_lab.course.notebook_code`). Every time is a measured engine step.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from ..bench.baselines import Workload
+from ..bench.long_prompt import long_prompt_among_decoders
+from ..engine.scheduler import Scheduler
+from ..figures import finish
+from ..progress import progress
+from ..timing import MachineLoad, compare_spreads, summarize
+from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .notebook_code import notebook_function
+from .saved import SavedView
+from .tables import Column, people_table
+
+NUMBER = "11"
+SLUG = "chunked_prefill"
+TITLE = "11 · Chunked prefill: a long prompt among running decodes"
+NEEDS_MODEL = True
+PARTS = {"chunking": "Run with and without chunking"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The scenario: who decodes, how long the late prompt is, and the per-step token budget."""
+
+    size: str
+    long_prompt: int  # tokens of the prompt that arrives late
+    decoders: int  # requests already decoding when it arrives
+    decode_tokens: int  # tokens each decoder generates
+    chunk_tokens: int  # token budget of one step with chunked prefill
+    arrive_at_step: int  # engine step at which the long prompt arrives
+    decoder_prompt: int = 16  # prompt tokens of each decoder
+    long_output: int = 4  # tokens the long request generates
+
+
+def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
+    """``quick``: a 256-token prompt among 3 decoders (seconds on 2 cores); ``full``: longer, and a
+    7B-sized scenario on a GPU."""
+    size = choose_size(device, size)
+    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    if size == "quick":
+        return Sizes(size, long_prompt=256, decoders=3, decode_tokens=16, chunk_tokens=32, arrive_at_step=4)
+    if on_gpu:
+        return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, chunk_tokens=512, arrive_at_step=8)
+    return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, chunk_tokens=64, arrive_at_step=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed results
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """One engine step of one run: its time (seconds) and what it computed (tokens)."""
+
+    chunking: bool
+    step: int
+    step_s: float
+    prefill_tokens: int
+    decode_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run: the decoders' ITL and the long request's TTFT (seconds), from the engine's timings."""
+
+    chunking: bool
+    chunk_tokens: int | None  # the step budget (None: the whole prompt in one step)
+    steps: int
+    max_step_tokens: int
+    long_prefill_steps: int  # steps that ran part of the long prompt
+    decoder_itl_p50_s: float
+    decoder_itl_max_s: float
+    long_ttft_s: float  # from the long request's arrival to its first token
+
+    @property
+    def label(self) -> str:
+        return f"chunked ({self.chunk_tokens} tokens/step)" if self.chunking else "whole prompt in one step"
+
+
+@dataclass(frozen=True)
+class ChunkingResult:
+    sizes: Sizes
+    steps: list[StepPoint]
+    runs: list[RunSummary]  # without chunking, then with
+    machine: MachineLoad | None = field(default=None, compare=False)  # the busier check, before or after
+
+    def decode_step_spread_s(self) -> float:
+        """Timing noise: the widest range (max - min, seconds) of decode-only step times in one run."""
+        spreads = []
+        for chunking in (False, True):
+            times = [p.step_s for p in self.steps_of(chunking) if p.prefill_tokens == 0]
+            if len(times) > 1:
+                spreads.append(max(times) - min(times))
+        return max(spreads, default=0.0)
+
+    def outcome(self) -> str:
+        """Whether chunking lowered the decoders' worst gap by more than the decode-step noise."""
+        return compare_spreads([self.run(True).decoder_itl_max_s], [self.run(False).decoder_itl_max_s],
+                               margin=self.decode_step_spread_s())
+
+    def run(self, chunking: bool) -> RunSummary:
+        return next(r for r in self.runs if r.chunking == chunking)
+
+    def steps_of(self, chunking: bool) -> list[StepPoint]:
+        return [s for s in self.steps if s.chunking == chunking]
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 11's measurement; ``None`` when not run."""
+
+    model: str = ""
+    chunking: ChunkingResult | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment (the notebook's `serve`), its prediction and the scheduler's code
+
+
+def run_summary(chunking: bool, chunk_tokens: int, arrive_at_step: int, step_log: Sequence[Any],
+                outputs: Sequence[Any]) -> tuple[list[StepPoint], RunSummary]:
+    """One run of ``serve`` tidied: every step, the decoders' ITL (all requests but the last) and the
+    long request's TTFT (the last one, timed from its arrival)."""
+    steps = [StepPoint(chunking, r.step, r.duration_s, r.prefill_tokens, r.decode_tokens) for r in step_log]
+    itl = [x for o in outputs[:-1] for x in o.itl_s]
+    long_steps = sum(1 for p in steps if p.step >= arrive_at_step and p.prefill_tokens > 0)
+    return steps, RunSummary(chunking, chunk_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
+                             long_steps, summarize(itl).p50, max(itl), outputs[-1].ttft_s)
+
+
+def chunking_result(sizes: Sizes, workload: Workload, chunk_tokens: int,
+                    runs: dict[bool, tuple[Sequence[Any], Sequence[Any]]],
+                    machine: MachineLoad | None = None) -> ChunkingResult:
+    """The experiment cell's ``{chunked: serve(...)}`` as a :class:`ChunkingResult`; its sizes are the
+    numbers the cell ran (the long prompt, the budget, the decoders, the arrival step)."""
+    ran = replace(sizes, long_prompt=len(workload.prompts[-1]), decoders=len(workload.prompts) - 1,
+                  chunk_tokens=chunk_tokens, arrive_at_step=(workload.arrival_steps or [0])[-1])
+    steps, summaries = [], []
+    for chunked in (False, True):
+        run_steps, summary = run_summary(chunked, chunk_tokens, ran.arrive_at_step, *runs[chunked])
+        steps += run_steps
+        summaries.append(summary)
+    return ChunkingResult(ran, steps, summaries, machine)
+
+
+def run_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
+    """Run the notebook's own experiment (``serve`` of ``notebooks/11_chunked_prefill.py``) as its cell
+    does: the same workload without and with chunked prefill, the machine's load checked around it."""
+    serve = notebook_function(NUMBER, "serve")
+    workload = long_prompt_among_decoders(lm, sizes.decoders, sizes.long_prompt, sizes.arrive_at_step,
+                                          sizes.decoder_prompt, sizes.decode_tokens, sizes.long_output)
+    before = check_machine()
+    runs = {chunked: serve(lm, workload, sizes.chunk_tokens if chunked else None)
+            for chunked in progress((False, True), desc="without and with chunking")}
+    return chunking_result(sizes, workload, sizes.chunk_tokens, runs, before.worst(check_machine()))
+
+
+def predicted_step_tokens(long_prompt: int, decoders: int, chunk_tokens: int) -> dict[bool, int]:
+    """The prediction: the most tokens one step computes while the long prompt is prefilled. Whole, the
+    admitting step computes the prompt and one token per decoder; chunked, never more than the budget."""
+    return {False: long_prompt + decoders, True: min(chunk_tokens, long_prompt + decoders)}
+
+
+def prediction_text(sizes: Sizes) -> str:
+    """The prediction, on the page before the run (markdown)."""
+    p = predicted_step_tokens(sizes.long_prompt, sizes.decoders, sizes.chunk_tokens)
+    return (f"**Predict first:** without chunking, the step that admits the long prompt computes "
+            f"{sizes.long_prompt:,} + {sizes.decoders} = **{p[False]:,} tokens**, and each decoder's next token "
+            f"waits for all of it. With a {sizes.chunk_tokens}-token budget no step computes more than "
+            f"**{p[True]} tokens**, and the prompt needs at least "
+            f"{-(-sizes.long_prompt // max(1, sizes.chunk_tokens - sizes.decoders))} steps (the decoders take "
+            f"{sizes.decoders} tokens of every budget first). A step's time grows with its tokens plus a fixed cost "
+            f"per forward pass, so the decoders' worst gap should shrink by at most {p[False] / p[True]:.1f}× "
+            "(the token ratio), and less, by that fixed cost; the long request's first token should come later.")
+
+
+def schedule_code() -> str:
+    """The scheduler's step, the library's real code (its docstring left out: the words around it
+    on the page say the same), as a markdown code block."""
+    lines = textwrap.dedent(inspect.getsource(Scheduler.schedule)).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
+    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
+    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's experiment (``parts`` picks from :data:`PARTS`), the notebook's own code."""
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
+    return run_parts(result, parts, PARTS, {"chunking": lambda: run_chunking(lm, sizes)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Words, tables and figures
+
+
+def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
+    """The verdict (does chunking lower the worst gap beyond the noise?), then the spike, its
+    flattening and the TTFT price, every number from ``c``, the prediction beside the measurement."""
+    whole, chunked = c.run(False), c.run(True)
+    spike = max(c.steps_of(False), key=lambda p: p.step_s)
+    machine = machine or c.machine or check_machine()
+    verdict = finding(c.outcome(), "chunking lowers the decoding requests' worst gap between two tokens", machine,
+                      f"by more than the {c.decode_step_spread_s() * 1e3:,.1f} ms that decode-only steps varied")
+    predicted = predicted_step_tokens(c.sizes.long_prompt, c.sizes.decoders, c.sizes.chunk_tokens)
+    return verdict + " " + (
+        f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step of "
+        f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**; the {c.sizes.decoders} decoding "
+        f"requests' worst gap between two tokens was **{whole.decoder_itl_max_s * 1e3:,.0f} ms** "
+        f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.chunk_tokens}-token budget the long "
+        f"prefill was spread over {chunked.long_prefill_steps} steps of at most {chunked.max_step_tokens} tokens; "
+        f"the worst gap was **{chunked.decoder_itl_max_s * 1e3:,.0f} ms** (p50 "
+        f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). Largest step, predicted vs measured: {predicted[False]:,} vs "
+        f"{whole.max_step_tokens:,} tokens whole, {predicted[True]} vs {chunked.max_step_tokens} chunked. The worst "
+        f"gap shrank {whole.decoder_itl_max_s / chunked.decoder_itl_max_s:.1f}×, against at most "
+        f"{predicted[False] / predicted[True]:.1f}× predicted from the tokens (each step also pays a fixed cost). "
+        f"The long request's TTFT went from {whole.long_ttft_s * 1e3:,.0f} ms to {chunked.long_ttft_s * 1e3:,.0f} ms: "
+        "each extra step pays the fixed cost of a forward pass, the price of a smoother stream for everyone else. "
+        "A smaller budget flattens the spike further but spreads the prefill over more steps (every step is in "
+        "the second table)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Coding agents: one huge prompt among decoding users, on a catalog GPU (analytic)
+
+AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
+AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
+AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
+
+
+@dataclass(frozen=True)
+class AgentPromptRow:
+    """One long prompt arriving among ``decoders`` users on ``n_gpus`` x ``gpu`` (roofline bounds, seconds)."""
+
+    gpu: str
+    n_gpus: int
+    prompt_tokens: int
+    prefill_s: float  # the whole prompt in one go: every decoder's stall without chunking
+    decode_step_s: float  # the decoders' step without the prompt
+    steps_missed: float  # prefill_s / decode_step_s
+    chunked_step_s: float  # a decode step with one chunk of the prompt in it (on average)
+    chunk_tokens: int
+
+
+def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
+                      decoders: int = AGENT_DECODERS, decoder_context: int = AGENT_DECODER_CONTEXT,
+                      chunk: int = AGENT_CHUNK) -> list[AgentPromptRow]:
+    """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
+    chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
+    the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
+    from ..analysis import memory, roofline
+    from ..catalog import get_gpu
+
+    spec = get_gpu(gpu)
+    rows = []
+    for prompt in prompts:
+        if prompt > memory.context_limit(model):
+            raise ValueError(f"{model} reads at most {memory.context_limit(model):,} positions, not {prompt:,}")
+        need = memory.kv_bytes(model, prompt) + memory.kv_bytes(model, decoder_context, decoders)
+        n = next((k for k in (1, 2, 4, 8) if memory.fit(model, spec.memory_bytes, prompt, n_gpus=k).kv_budget_bytes
+                  >= need), None)
+        if n is None:
+            continue
+        roof = roofline.gpu_roof(gpu, n_gpus=n)
+        prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
+        step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
+        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step,
+                                   step + prefill * chunk / prompt, chunk))
+    return rows
+
+
+def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS) -> str:
+    """Coding agents' prompts in words, every number from ``rows``."""
+    if not rows:
+        return "No configuration of up to 8 of these GPUs holds such a prompt beside its users."
+    parts = []
+    for r in rows:
+        parts.append(
+            f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
+            f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
+            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
+            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms instead "
+            f"while the prompt lasts")
+    return ("**Coding agents.** An agent that puts a repository into its prompt sends 200k to 1M tokens "
+            f"({AGENT_MODEL}, which reads that many positions; roofline bounds with dense attention, so real "
+            "engines take longer and sparse-attention models less): " + "; ".join(parts) + ". That is why "
+            "engines chunk prefill, and why such prompts move to their own prefill pool (chapter 15).")
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    if result.chunking:
+        lines.append(chunking_text(result.chunking))
+    lines.append(agent_prompt_text(agent_prompt_rows()))
+    return "\n\n".join(lines)
+
+
+RUN_COLUMNS = [
+    Column("label", "prefill", "text"), Column("steps", "engine steps", "int"),
+    Column("max_step_tokens", "largest step (tokens)", "int"),
+    Column("long_prefill_steps", "steps of the long prefill", "int"),
+    Column("decoder_itl_p50_s", "decoders' ITL p50 (ms)", scale=1e3),
+    Column("decoder_itl_max_s", "decoders' ITL max (ms)", scale=1e3),
+    Column("long_ttft_s", "long request's TTFT (ms)", scale=1e3),
+]
+STEP_COLUMNS = [
+    Column("chunking", "chunked", "bool"), Column("step", "step", "int"),
+    Column("step_s", "step time (ms)", scale=1e3), Column("prefill_tokens", "prefill (tokens)", "int"),
+    Column("decode_tokens", "decode (tokens)", "int"),
+]
+
+
+def runs_table(c: ChunkingResult):
+    return people_table(c.runs, RUN_COLUMNS)
+
+
+def steps_table(c: ChunkingResult):
+    return people_table(c.steps, STEP_COLUMNS)
+
+
+def tables(result: Result) -> dict[str, Any]:
+    if not result.chunking:
+        return {}
+    return {"Decoders' ITL and the long request's TTFT": runs_table(result.chunking),
+            "Every engine step": steps_table(result.chunking)}
+
+
+def chunking_figure(c: ChunkingResult, source: str):
+    """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
+    from ..figures import subplots
+
+    fig, (left, right) = subplots(1, 2, figsize=(12, 3.8))
+    for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
+        steps, label = c.steps_of(chunking), c.run(chunking).label
+        left.plot([p.step for p in steps], [p.step_s * 1e3 for p in steps], ".-", color=colour, label=label)
+        right.step([p.step for p in steps], [p.tokens for p in steps], where="mid", color=colour, label=label)
+    last = max(p.step for p in c.steps)
+    for ax in (left, right):
+        ax.axvline(c.sizes.arrive_at_step, color="gray", ls=":", label="long prompt arrives")
+        ax.set(xlabel="engine step", xlim=(-0.5, last + 0.5))
+        ax.grid(alpha=0.3)
+    right.axhline(c.sizes.chunk_tokens, color="tab:blue", ls="--", lw=1, label="token budget per step")
+    left.set(ylabel="step time = ITL of running requests (ms)", ylim=(0, None))
+    right.set(ylabel="tokens computed in the step (log scale)", yscale="log",
+              ylim=(0.8, 2 * max(p.tokens for p in c.steps)))
+    left.legend(fontsize=8)
+    right.legend(fontsize=8)
+    fig.suptitle(f"A {c.sizes.long_prompt:,}-token prompt arrives while {c.sizes.decoders} requests decode\n{source}",
+                 fontsize=10)
+    finish(fig)
+    return fig
+
+
+def figures(result: Result) -> dict[str, Any]:
+    return {"chunking": chunking_figure(result.chunking, result.model)} if result.chunking else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved GPU results
+
+
+def saved() -> SavedView | None:
+    """No GPU run of this chapter is saved yet: ``None`` (see :func:`gpu_note`)."""
+    return None
+
+
+def gpu_note() -> str:
+    """What this chapter measures on a GPU, for a machine without one (markdown)."""
+    full = sizes("cuda", "full")
+    return (
+        "**No saved GPU run of this chapter exists yet**: the numbers above are from this machine. "
+        f"On a GPU the full scenario is a {full.long_prompt:,}-token prompt arriving among {full.decoders} "
+        f"decoding requests, with a {full.chunk_tokens}-token budget per step: press the button there to see "
+        "the spike and its chunks at a real model's scale."
+    )

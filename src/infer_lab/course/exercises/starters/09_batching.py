@@ -1,0 +1,45 @@
+"""Chapter 09 · Batching: exercises.
+
+Fill in each function, then run `infer-lab check 09`.
+"""
+
+
+def admit_count(waiting_prompt_lens: list[int], num_running: int, free_blocks: int, block_size: int,
+                max_num_seqs: int, policy: str) -> int:
+    """How many waiting requests the scheduler admits into the next step.
+
+    The running requests already have room for their next token. A waiting request needs
+    enough free KV blocks of ``block_size`` tokens for its whole prompt, and a batch slot:
+    at most ``max_num_seqs`` requests run at once. The queue is first come, first served.
+    ``policy`` is ``"continuous"`` (admit every step) or ``"static"`` (admit only into an
+    empty batch).
+    """
+    raise NotImplementedError
+
+
+def batching_steps(output_lens: list[int], max_num_seqs: int, policy: str) -> int:
+    """Predict how many engine steps it takes to finish all requests.
+
+    All requests arrive at once, in order, with short prompts and plenty of KV memory. Each
+    step, every running request gets one new token (its first step computes the prompt and
+    yields the first token); a request leaves when it has its ``output_lens[i]`` tokens. At
+    most ``max_num_seqs`` run at once. ``"static"``: a new batch starts only when the whole
+    previous batch is done. ``"continuous"``: a free slot is refilled at the next step.
+    """
+    raise NotImplementedError
+
+
+def admit_tokens(tokens_to_compute: int, token_budget: int | None, fits) -> int:
+    """How many tokens of the request at the head of the waiting queue the engine schedules now.
+
+    Build it: the engine's scheduler calls this for the head of the queue while a batch slot is
+    free. ``tokens_to_compute`` is what the request still has to compute (its prompt, less any
+    prefix-cache hit). ``token_budget`` is what is left of this step's token budget, or ``None``
+    when chunked prefill is off (no budget: the whole prompt at once). ``fits(n)`` says whether
+    the KV cache has the free blocks for ``n`` more tokens of this request.
+
+    Returns:
+        the number of tokens to schedule (a chunk cut to the budget), or 0 when the request must
+        wait (then everyone behind it waits too: first come, first served).
+    """
+    raise NotImplementedError
