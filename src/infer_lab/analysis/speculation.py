@@ -19,7 +19,7 @@ three ways this module measures instead of assuming:
 A verification pass over ``k + 1`` tokens is not free either: :func:`fit_verify_cost` fits the
 measured target time of a verification pass as ``t(q) = t0 + t1 q`` over ``q`` tokens, next to a
 plain one-token step, and
-:func:`roofline_verify_ratio` predicts ``t(k+1) / t(1)`` from the roofline of module 03.
+:func:`roofline_verify_ratio` predicts ``t(k+1) / t(1)`` from the roofline of chapter 04.
 
 The second half computes what EAGLE, Medusa and multi-token prediction (MTP) add to a model, from
 its config (:func:`draft_mechanisms`), and reads the figures their papers report
@@ -168,7 +168,7 @@ def roofline_verify_ratio(
     model: ModelLike, roof: Any, batch: int, k: int, context: int, dtype: str = "bf16"
 ) -> float:
     """Predicted time of a verification step (``batch`` sequences x ``k + 1`` tokens) over a
-    plain decode step (``batch`` x 1 token), on the roofline of module 03.
+    plain decode step (``batch`` x 1 token), on the roofline of chapter 04.
 
     While the step is memory-bound both read the same weights once and the ratio stays near 1:
     the extra FLOPs are free. Once ``batch x (k + 1)`` tokens push the step past the ridge

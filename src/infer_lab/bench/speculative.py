@@ -10,7 +10,7 @@ load in between hits both sides; totals are summed over every prompt and round.
 What one run records (:class:`RunTotals`) is counted by the engine itself: target passes,
 proposed and accepted guesses (``RequestOutput``), the proposer's seconds and each step's size
 and time (``Engine.step_log``). :func:`spec_row` turns a speculative run and its plain twin into
-the numbers of module 11: acceptance, tokens per pass, speedup, and the prediction beside them.
+the numbers of chapter 12: acceptance, tokens per pass, speedup, and the prediction beside them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ DESCRIPTION = """\
 Three benchmarks: `bench engine` (below first), `bench spec` (speculative decoding) and
 `bench gemm` (the GEMMs of one step, plain against prepacked weights, at the end).
 
-bench engine: run N random-prompt requests (EOS ignored, exact lengths) through the engine of modules 07-10
+bench engine: run N random-prompt requests (EOS ignored, exact lengths) through the engine of chapters 08-11
 and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
 Every optimization is a switch, so its effect can be measured:
 
@@ -23,7 +23,7 @@ Every optimization is a switch, so its effect can be measured:
   infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
   infer-lab bench engine --decode-path per-sequence                      attention one sequence at a time
 
-The H200 targets of module 08 (Mistral-7B shape, random bf16 weights, built on the GPU):
+The H200 targets of chapter 09 (Mistral-7B shape, random bf16 weights, built on the GPU):
 
   infer-lab bench engine --model mistral-7b --weights random --requests 256 --concurrency 256 --prompt-len 512 --output-len 128
   infer-lab bench engine --model mistral-7b --weights random --requests 1 --concurrency 1 --prompt-len 512 --output-len 256 --compile
@@ -54,7 +54,7 @@ a busy 2-core machine one thread is often faster than two.
 
 --json prints one JSON object on stdout (progress goes to stderr).
 
-bench spec: speculative decoding (module 11) against plain decoding of the same engine on the
+bench spec: speculative decoding (chapter 12) against plain decoding of the same engine on the
 same prompts, greedy, for one proposer at several k. A proposer guesses k tokens; the target
 checks all of them in ONE forward pass, keeps the longest prefix it agrees with and adds its own
 next token, so one pass yields 1..k+1 tokens and the output is token-identical to plain decoding.

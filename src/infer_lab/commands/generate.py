@@ -22,7 +22,7 @@ TTFT (time to first token: the prefill) and ITL (each decode step after it).
   infer-lab generate --engine paged "Hello"          our from-scratch engine instead of transformers
   infer-lab generate --engine paged --speculative ngram --num-speculative-tokens 4 "Repeat: a b c"
 
---speculative (module 11) lets a proposer guess up to K tokens that the target verifies in one
+--speculative (chapter 12) lets a proposer guess up to K tokens that the target verifies in one
 forward pass: ngram (prompt lookup: what followed the last n <= 3 tokens earlier in the text;
 ngram:N for n <= N) or self:L (the target's own first L layers). Greedy output is token-identical
 to plain decoding; --json then adds proposed_tokens, accepted_tokens and target_passes.
@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt-len", type=int, default=32, help="random-weights prompt length in tokens")
     p.add_argument("--engine", default="hf", choices=["hf", "nocache", "contiguous", "paged"],
-                   help="hf: transformers with its DynamicCache; the others: our engine (module 07)")
+                   help="hf: transformers with its DynamicCache; the others: our engine (chapter 08)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
     p.add_argument("--ignore-eos", action="store_true",
                    help="generate exactly --max-new-tokens, past the end-of-sequence token (for timing)")

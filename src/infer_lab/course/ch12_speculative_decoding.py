@@ -10,7 +10,7 @@
    (k+1)-token verification) measured on this machine.
 2. **Workloads.** The same proposer on grounded prompts (copy, edit, quote) and on open-ended
    chat: where speculation pays and where it costs.
-3. **Batch size.** Speedup vs concurrent requests, and the roofline of module 03 that says where
+3. **Batch size.** Speedup vs concurrent requests, and the roofline of chapter 04 that says where
    the gain vanishes: once a step is compute-bound, the guesses' FLOPs are no longer free.
 4. **EAGLE, Medusa, MTP.** What each drafts from and adds to a model, computed from catalog
    configs, next to the speedups their papers report (cited, not measured here).

@@ -608,7 +608,7 @@ DECISION_CHART: tuple[EngineChoice, ...] = (
         "laptop / edge, CPU or Apple silicon",
         "llama.cpp",
         "quantized GGUF weights, no GPU required",
-        "module 05 memory per precision; loadgen at concurrency 1 on the laptop",
+        "chapter 06 memory per precision; loadgen at concurrency 1 on the laptop",
     ),
     EngineChoice(
         "simplest possible, one user",
