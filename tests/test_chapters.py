@@ -102,7 +102,7 @@ def test_parts_can_be_run_one_at_a_time(embedded):
 
 def test_chapters_in_course_order():
     numbers = [m.NUMBER for m in chapters()]
-    assert numbers == sorted(numbers) and numbers[:2] == ["00", "02"]
+    assert numbers == sorted(numbers) and numbers[:2] == ["00", "01"]
 
 
 def test_the_engine_package_imports_no_plotting_or_notebook_library():

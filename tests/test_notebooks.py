@@ -22,7 +22,7 @@ LONGEST_FIRST = [p.name for key in ("12", "09", "02", "14", "06", "13", "10") fo
 
 def test_notebooks_exist_in_order():
     numbers = [p.name[:2] for p in NOTEBOOKS]
-    assert numbers[:2] == ["00", "02"] and numbers == sorted(numbers)
+    assert numbers[:2] == ["00", "01"] and numbers == sorted(numbers)
 
 
 def _run(path: Path) -> subprocess.CompletedProcess:
