@@ -37,7 +37,7 @@ from ..cluster.hetero import PhaseFitness
 from ..cluster.report import SLO, ClusterReport, summarize
 from ..figures import finish
 from ..units import human
-from .ch14_tensor_parallel import LAYOUT_COLUMNS, LayoutRow
+from .ch14_tensor_parallel import LAYOUT_COLUMNS, TP_QUESTIONS, LayoutRow
 from .chapter import ChapterResult, choose_size, run_parts
 from .notebook_code import notebook_function
 from .tables import Column, people_table
@@ -61,16 +61,7 @@ CHECK_SLOTS = 3  # the notebook's experiment cell (``slots = 3``)
 HETERO_GPUS = ("H100-SXM", "H200")
 HETERO_SPLIT = (1, 3)  # prefill GPUs, decode GPUs
 AFD_MODEL, AFD_GPU, AFD_GPUS, AFD_CONTEXT = "deepseek-v3", "H100-SXM", 16, 8192
-CHECK_QUESTIONS = (
-    "What is the capital of France?",
-    "Explain a KV cache in one sentence.",
-    "Give me three prime numbers.",
-    "Why is the sky blue? Answer briefly.",
-    "Write a haiku about the sea.",
-    "How do I boil an egg?",
-    "What does a CPU do?",
-    "Name a famous painting.",
-)
+CHECK_QUESTIONS = TP_QUESTIONS  # the same chat questions as chapter 14's TP run
 
 
 @dataclass(frozen=True)
