@@ -21,10 +21,7 @@ very same functions for the tour, the tests and the Jupyter edition (``run_*``, 
 
 from __future__ import annotations
 
-import ast
 import importlib.util
-import inspect
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +36,7 @@ from ..quant.formats import quantize_q4_1
 from ..quant.kv_formats import KV_DTYPES
 from ..units import MB, fmt_bytes, human
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -269,14 +267,6 @@ def run_kv(lm: Any, sizes: Sizes) -> KVResult:
     """Run the notebook's own ``kv_cache_quality`` at this size."""
     rows = notebook_function(NUMBER, "kv_cache_quality")(lm, sizes.kv_eval_tokens, KV_DTYPES)
     return kv_result(lm, rows, sizes.kv_eval_tokens)
-
-
-def code_block(function: Any) -> str:
-    """A library function's real source, its docstring left out, as a markdown code block."""
-    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 
 def group_quantize_code() -> str:

@@ -50,8 +50,9 @@ from ..bench.attention import BackendTime, DecodeAttentionTime
 from ..figures import finish
 from ..hardware import device_label
 from ..units import fmt_bytes, human
-from .ch06_quantization import baseline_note, code_block
+from .ch06_quantization import baseline_note
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table

@@ -24,8 +24,6 @@ the model's K/V bytes per token.
 
 from __future__ import annotations
 
-import ast
-import inspect
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +38,7 @@ from ..harness import progress
 from ..shape import ModelShape, model_shape
 from ..units import GB, GiB
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .library_code import source_without_docstring
 from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
@@ -334,24 +333,16 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     })
 
 
-def _without_docstring(obj: Any) -> list[str]:
-    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
-    body = ast.parse("\n".join(lines)).body[0].body
-    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-        return lines[: body[0].lineno - 1] + lines[body[0].end_lineno:]
-    return lines
-
-
 def paging_code() -> str:
     """The engine's real paging code, docstrings left out, as a markdown code block: the slot
     lookup through a block table (``PagedKVCache.slot_lookup``), the count of new blocks a
     request needs, and the block pool handing one out."""
     from ..engine.kv_cache import BlockPool, paged_blocks_needed, paged_slots
 
-    code = ["# PagedKVCache.slot_lookup: position -> slot through the block table", *_without_docstring(paged_slots),
+    code = ["# PagedKVCache.slot_lookup: position -> slot through the block table", source_without_docstring(paged_slots),
             "", "# PagedKVCache.block_count: new blocks for num_new_tokens more tokens",
-            *_without_docstring(paged_blocks_needed), "", "# BlockPool.allocate: one free block",
-            *_without_docstring(BlockPool.allocate)]
+            source_without_docstring(paged_blocks_needed), "", "# BlockPool.allocate: one free block",
+            source_without_docstring(BlockPool.allocate)]
     return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 # ---------------------------------------------------------------------------------------------

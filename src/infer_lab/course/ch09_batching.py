@@ -28,9 +28,7 @@ and the HF eager step), labelled as saved.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import random
 import textwrap
 from collections.abc import Sequence
@@ -46,6 +44,7 @@ from ..figures import finish, subplots
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedResult, SavedView, load_saved
 from .tables import Column, people_table
@@ -165,10 +164,7 @@ def admission_code() -> str:
     around it on the page say the same), as a markdown code block."""
     from ..engine.scheduler import Scheduler
 
-    lines = textwrap.dedent(inspect.getsource(Scheduler.admit)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+    return code_block(Scheduler.admit)
 
 
 def steps_text(runs: dict[str, list[Any]], slots: int) -> str:

@@ -20,10 +20,7 @@ run does exactly the work asked for.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +33,7 @@ from ..engine.prefix_cache import RadixPrefixCache
 from ..progress import progress
 from ..timing import summarize
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
@@ -208,14 +206,7 @@ def run_granularity(lm: Any, sizes: Sizes, block_size: int | None = None, shared
 def radix_match_code() -> str:
     """The radix tree's lookup, the library's real code (its docstring left out: the words around
     it on the page say the same), as a markdown code block."""
-    return _code_block(RadixPrefixCache.match)
-
-
-def _code_block(fn: Callable[..., Any]) -> str:
-    lines = textwrap.dedent(inspect.getsource(fn)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+    return code_block(RadixPrefixCache.match)
 
 
 # ---------------------------------------------------------------------------------------------

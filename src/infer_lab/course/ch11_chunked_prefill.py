@@ -16,9 +16,6 @@ same function for the tour, the tests and the Jupyter edition (:func:`run_chunki
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +29,7 @@ from ..figures import finish
 from ..progress import progress
 from ..timing import MachineLoad, compare_spreads, summarize
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView
 from .tables import Column, people_table
@@ -207,10 +205,7 @@ def prediction_text(sizes: Sizes) -> str:
 def schedule_code() -> str:
     """The scheduler's step, the library's real code (its docstring left out: the words around it
     on the page say the same), as a markdown code block."""
-    lines = textwrap.dedent(inspect.getsource(Scheduler.schedule)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+    return code_block(Scheduler.schedule)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:

@@ -27,9 +27,6 @@ this module shapes what they return for people.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +64,7 @@ from ..engine.acceptance import (
 )
 from ..figures import finish
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -508,17 +506,10 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     })
 
 
-def _without_docstring(function: Any) -> list[str]:
-    lines = textwrap.dedent(inspect.getsource(function)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    return lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-
-
 def acceptance_code() -> str:
     """The engine's acceptance rules, greedy and sampling, its real code (docstrings left out: the
     words on the page say the same), as a markdown code block."""
-    code = _without_docstring(verify_greedy) + [""] + _without_docstring(verify_sampling)
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+    return code_block(verify_greedy, verify_sampling)
 
 
 # ---------------------------------------------------------------------------------------------

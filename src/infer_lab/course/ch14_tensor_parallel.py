@@ -23,10 +23,7 @@ does not pretend to be a distributed engine: part 1 is the mechanism, small enou
 
 from __future__ import annotations
 
-import ast
-import inspect
 import os
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +35,7 @@ from ..analysis.plausibility import caution, line_fit_flags
 from ..figures import finish
 from ..parallel.bench import AllReduceSweep, default_sizes
 from .chapter import ChapterResult, choose_size, run_parts
+from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -282,10 +280,7 @@ def layer_code() -> str:
     words around it on the page say the same), as a markdown code block."""
     from ..parallel.layers import tp_decoder_layer
 
-    lines = textwrap.dedent(inspect.getsource(tp_decoder_layer)).splitlines()
-    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring: source lines doc.lineno..doc.end_lineno
-    code = lines[: doc.lineno - 1] + lines[doc.end_lineno:]
-    return "```python\n" + "\n".join(code).rstrip() + "\n```"
+    return code_block(tp_decoder_layer)
 
 
 def model_shape_of(model: Any) -> Any:
