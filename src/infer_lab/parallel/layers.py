@@ -63,7 +63,14 @@ def tp_decoder_layer(
 
 
 class TPModel:
-    """The decoder on one rank: replicated embedding and LM head, split layers, local KV cache."""
+    """The decoder on one rank: replicated embedding and LM head, split layers, local KV cache.
+
+    :attr:`layer_fn` is the layer every step runs, :func:`tp_decoder_layer` by default. It is a
+    plug point: chapter 14's build exercise sets it on a rank's model (``model.layer_fn = f``,
+    through ``TPGroup(layer=f)``) to run a learner's layer in the worker processes.
+    """
+
+    layer_fn = staticmethod(tp_decoder_layer)
 
     def __init__(self, shard: ModelShard, comm: Communicator):
         if comm.world_size != shard.share.world_size or comm.rank != shard.share.rank:
@@ -86,7 +93,7 @@ class TPModel:
         h = self.shard.embed[ids]
         cos, sin = self._rope(positions)
         for index, w in enumerate(self.shard.layers):
-            h = tp_decoder_layer(h, w, attend_for(index), cos, sin, self.shard, self.comm)
+            h = self.layer_fn(h, w, attend_for(index), cos, sin, self.shard, self.comm)
         return h
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:

@@ -254,7 +254,7 @@ def _init_group(rank: int, world_size: int, init_method: str, backend: str, time
 
 
 def _worker(rank: int, world_size: int, init_method: str, backend: str, shard: ModelShard, threads: int,
-            commands, results, timeout_s: float) -> None:
+            commands, results, timeout_s: float, layer=None) -> None:
     """One rank: join the group, then serve commands until "stop". Every answer is (rank, kind, payload)."""
     import torch.distributed as dist
 
@@ -269,6 +269,8 @@ def _worker(rank: int, world_size: int, init_method: str, backend: str, shard: M
         _init_group(rank, world_size, init_method, backend, timeout_s)
         comm = Communicator(rank, world_size, device=device)
         model = TPModel(shard, comm)
+        if layer is not None:
+            model.layer_fn = layer
         results.put((rank, "ready", None))
         while True:
             cmd, kwargs = commands.get()
@@ -331,6 +333,11 @@ class TPGroup:
     torch threads divided by the ranks (at least 1), so the group uses the same cores as a
     world-size-1 run here.
 
+    Two plug points (chapter 14's build exercise): ``split`` cuts each layer for each rank in
+    this process (:func:`~infer_lab.parallel.shard.shard_model`'s ``split``); ``layer`` replaces
+    :attr:`TPModel.layer_fn` in every worker, so it must pickle (spawned workers import it: a
+    module-level function, or a picklable callable). ``None``: the library's own.
+
     >>> with TPGroup(EngineModel.from_hf(lm.model), world_size=2) as group:  # doctest: +SKIP
     ...     run = group.generate(prompts, max_new_tokens=8)
     """
@@ -340,6 +347,8 @@ class TPGroup:
     backend: str | None = None
     threads_per_rank: int | None = None
     timeout_s: float = 300.0
+    split: Any = None
+    layer: Any = None
     _procs: list = field(default_factory=list, repr=False)
     _commands: list = field(default_factory=list, repr=False)
     _results: Any = field(default=None, repr=False)
@@ -354,7 +363,8 @@ class TPGroup:
             raise ValueError(f"nccl needs one GPU per rank: {self.world_size} ranks, "
                              f"{torch.cuda.device_count()} GPUs here (use backend='gloo')")
         self.threads_per_rank = self.threads_per_rank or max(1, torch.get_num_threads() // self.world_size)
-        self.shards = shard_model(self.engine_model, self.world_size)  # checks the split first
+        split = {"split": self.split} if self.split is not None else {}
+        self.shards = shard_model(self.engine_model, self.world_size, **split)  # checks the split first
 
     @property
     def plan(self):
@@ -373,7 +383,7 @@ class TPGroup:
             for rank, shard in enumerate(self.shards):
                 p = ctx.Process(target=_worker, daemon=True, name=f"tp-rank-{rank}",
                                 args=(rank, self.world_size, init, self.backend, shard, self.threads_per_rank,
-                                      self._commands[rank], self._results, self.timeout_s))
+                                      self._commands[rank], self._results, self.timeout_s, self.layer))
                 p.start()
                 self._procs.append(p)
         try:

@@ -28,6 +28,7 @@ ranks: 768 + 768).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -223,11 +224,16 @@ class ModelShard:
         return split, replicated
 
 
-def shard_model(model, world_size: int) -> list[ModelShard]:
-    """The ``world_size`` shards of an :class:`infer_lab.engine.EngineModel` (same weights, split)."""
+def shard_model(model, world_size: int, split: Callable[[LayerWeights, ShardPlan, RankShare], LayerWeights]
+                = shard_layer) -> list[ModelShard]:
+    """The ``world_size`` shards of an :class:`infer_lab.engine.EngineModel` (same weights, split).
+
+    ``split(w, plan, share)`` cuts one layer for one rank: :func:`shard_layer` by default (a plug
+    point: chapter 14's build exercise passes a learner's own).
+    """
     plan = plan_shards(model.shape, world_size)
     return [
-        ModelShard(model.shape, plan, share, model.embed, [shard_layer(w, plan, share) for w in model.layers],
+        ModelShard(model.shape, plan, share, model.embed, [split(w, plan, share) for w in model.layers],
                    model.final_norm, model.lm_head, model.inv_freq)
         for share in plan.shares
     ]
