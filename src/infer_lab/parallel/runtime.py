@@ -426,14 +426,15 @@ class TPGroup:
             raise
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, ignore_eos: bool = False,
-                 warmup: bool = True) -> TPRun:
-        """Greedy tokens of every prompt on every rank; an error if the ranks disagree."""
+                 warmup: bool = True, require_agreement: bool = True) -> TPRun:
+        """Greedy tokens of every prompt on every rank; an error if the ranks disagree (unless
+        ``require_agreement`` is False: then every rank's tokens come back, for the caller to compare)."""
         t0 = time.perf_counter()
         ranks = self._ask("generate", prompts=[list(map(int, p)) for p in prompts],
                           max_new_tokens=max_new_tokens, eos_token_id=self.engine_model.shape.eos_token_id,
                           ignore_eos=ignore_eos, warmup=warmup)
         wall = time.perf_counter() - t0
-        for r in ranks[1:]:
+        for r in ranks[1:] if require_agreement else ():
             if r.token_ids != ranks[0].token_ids:
                 raise RuntimeError(f"rank {r.rank} picked different tokens than rank 0: the ranks diverged")
         return TPRun(self.world_size, ranks, wall)
