@@ -418,14 +418,25 @@ BUILD_NEAR_MISSES = [
      "while accepted < len(drafts):", "was kept although the target's argmax"),
     ("12", "spec_engine", "return tokens[start + n:start + n + k]", "return tokens[start:start + k]",
      "kept less often"),
+    ("14", "tp_engine", "return h + comm.all_reduce(F.linear(F.silu(gate) * up, w.down_proj))",
+     "return h + F.linear(F.silu(gate) * up, w.down_proj)", "the one missing is after down"),
+    ("14", "tp_engine", "h = h + comm.all_reduce(F.linear(attn, w.o_proj))",
+     "h = comm.all_reduce(h + F.linear(attn, w.o_proj))", "the residual h is counted 2 times"),
+    ("14", "tp_engine", "o_proj=w.o_proj[:, q0 * d:q1 * d]", "o_proj=w.o_proj[q0 * d:q1 * d]",
+     "your o_proj is (384, 576), expected (576, 384)"),
+    ("14", "tp_engine", "attn = attend(q, k, v).flatten(1)",
+     "attn = attend(*(comm.all_reduce(t.contiguous()) for t in (q, k, v))).flatten(1)", "not partial sums"),
+    ("14", "tp_engine", "t[k_start + kv0 * d:k_start + kv1 * d]", "t[kv0 * d:kv1 * d]", "other numbers in its k rows"),
+    ("14", "tp_engine", "x = rms_norm(h, w.post_attention_norm, eps)",
+     "x = rms_norm(comm.all_reduce(h), w.post_attention_norm, eps)", "an all-reduce too many"),
 ]
 
 
 def test_every_build_chapter_of_the_issue_has_a_build_exercise():
-    assert {n for n, _ in BUILD} >= {"07", "08", "09", "12"}
+    assert {n for n, _ in BUILD} >= {"07", "08", "09", "12", "14"}
     for n, name in BUILD:
         ex = next(e for e in exercises.exercises(n) if e.name == name)
-        assert ex.symbol.startswith("src/infer_lab/engine/") and "::" in ex.symbol
+        assert ex.symbol.startswith(("src/infer_lab/engine/", "src/infer_lab/parallel/")) and "::" in ex.symbol
         assert sum(1 for c in BUILD_NEAR_MISSES if c[:2] == (n, name)) >= 3, name
 
 
@@ -463,6 +474,48 @@ def test_the_plug_points_default_to_the_engines_own_code():
     from infer_lab.engine.acceptance import verify_greedy
     from infer_lab.engine.kv_cache import paged_blocks_needed, paged_slots
     from infer_lab.engine.scheduler import admit_tokens
+    from infer_lab.parallel.layers import TPModel, tp_decoder_layer
+    from infer_lab.parallel.runtime import TPGroup
+    from infer_lab.parallel.shard import shard_layer, shard_model
 
     assert PagedKVCache.slot_lookup is paged_slots and PagedKVCache.block_count is paged_blocks_needed
     assert Scheduler.admit_rule is admit_tokens and Engine.verify_greedy is verify_greedy
+    assert TPModel.layer_fn is tp_decoder_layer
+    assert inspect.signature(shard_model).parameters["split"].default is shard_layer
+    assert TPGroup.split is None and TPGroup.layer is None  # the workers run the library's own
+
+
+@pytest.mark.slow
+def test_a_tp_layer_that_breaks_only_in_decode_is_caught_on_2_processes(tmp_path):
+    """Past the in-process checks of layer 0 (a prefill), the 2-process run itself names the count per step,
+    the first different token and where the ranks part."""
+    old = "    return h + comm.all_reduce(F.linear(F.silu(gate) * up, w.down_proj))"
+    new = ("    down = F.linear(F.silu(gate) * up, w.down_proj)\n"
+           "    return h + (comm.all_reduce(down) if len(h) > 4 else down)")  # decode steps have 1-2 tokens
+    source = exercises.solution_source("14")
+    assert source.count(old) == 1
+    path = tmp_path / exercises.file_name("14")
+    path.write_text(source.replace(old, new))
+    result = exercises.check_file("14", path, only=["tp_engine"]).results[0]
+    assert result.ran_engine and result.tokens_identical is False
+    details = " | ".join(o.detail for o in result.outcomes if not o.passed)
+    assert "first different token" in details and "(decode): 30 all-reduces per step (1 per layer)" in details
+    assert "parted from rank 0" in details
+
+
+def test_the_tp_checks_before_the_processes_accept_a_right_answer_written_differently(tmp_path):
+    """Views instead of copies, index_select, dataclasses.replace; an in-place all-reduce whose result is unused."""
+    from infer_lab.course.exercises import ex14_tensor_parallel as ex14
+
+    source = exercises.solution_source("14").replace(
+        "o_proj=w.o_proj[:, q0 * d:q1 * d],", "o_proj=w.o_proj.index_select(1, torch.arange(q0 * d, q1 * d)),"
+    ).replace("    return LayerWeights(\n        input_norm=w.input_norm,", "    return dataclasses.replace(\n        w,").replace(
+        "    h = h + comm.all_reduce(F.linear(attn, w.o_proj))", "    o = F.linear(attn, w.o_proj)\n    comm.all_reduce(o)\n"
+        "    h = h + o").replace("import torch\n", "import dataclasses\n\nimport torch\n", 1)
+    path = tmp_path / "mine.py"
+    path.write_text(source)
+    mine = load_file(path)
+    model = ex14._engine_model()
+    assert ex14._split_problem(mine, model, ex14.plan_shards(model.shape, 2)) is None
+    problem, seen = ex14._layer_problem(mine)
+    assert problem is None and "2 all-reduces" in seen

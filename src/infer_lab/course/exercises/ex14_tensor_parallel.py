@@ -3,14 +3,18 @@ the column/row-parallel split of a layer and its all-reduces, run on 2 processes
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import math
 import pickle
+import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -21,7 +25,14 @@ from ...catalog import get_interconnect
 from ...engine.layers import LayerWeights, causal_attention, rope_cos_sin
 from ...parallel.layers import tp_decoder_layer
 from ...parallel.runtime import TPGroup, tp_engine_model
-from ...parallel.shard import RankShare, ShardPlan, plan_shards, shard_layer, shard_model, split_evenly
+from ...parallel.shard import (
+    RankShare,
+    ShardPlan,
+    plan_shards,
+    shard_layer,
+    shard_model,
+    split_evenly,
+)
 from ...shape import model_shape
 from ...units import human
 from . import Exercise, build
@@ -167,8 +178,62 @@ class FileFunction:
 _LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
+def _names(code: Any) -> set[str]:
+    """The global names a code object (and the functions and comprehensions inside it) may read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+@dataclass(frozen=True)
+class SourceFunction:
+    """A function defined in a notebook cell, sent as its source (decorators left out) with the globals
+    it reads: modules by name, other objects by pickle. A spawned TP worker rebuilds it from these."""
+
+    source: str
+    name: str
+    modules: tuple[tuple[str, str], ...]  # (global name, module name)
+    values: bytes  # the other globals it reads, pickled
+
+    @classmethod
+    def of(cls, fn: Any) -> SourceFunction | None:
+        """``fn`` as source and globals, or None when it cannot travel that way (a closure, no source)."""
+        try:
+            if fn.__closure__:
+                return None
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            node = tree.body[0]
+            if not isinstance(node, ast.FunctionDef):
+                return None
+            node.decorator_list = []
+            modules, values = [], {}
+            for name in sorted(_names(fn.__code__)):
+                if name not in fn.__globals__:
+                    continue  # a builtin, or an attribute name
+                value = fn.__globals__[name]
+                if isinstance(value, ModuleType):
+                    modules.append((name, value.__name__))
+                else:
+                    values[name] = value
+            return cls(ast.unparse(tree), node.name, tuple(modules), pickle.dumps(values))
+        except Exception:
+            return None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = (self.source, self.name)
+        if key not in _LOADED:
+            namespace: dict[str, Any] = {"__name__": "infer_lab_cell"}
+            namespace.update({name: importlib.import_module(module) for name, module in self.modules})
+            namespace.update(pickle.loads(self.values))
+            exec(compile(self.source, f"<your {self.name}>", "exec"), namespace)
+            _LOADED[key] = namespace[self.name]
+        return _LOADED[key](*args, **kwargs)
+
+
 def _layer_for_workers(fns: Any) -> Any:
-    """Your tp_decoder_layer() in a form the worker processes can import, or None."""
+    """Your tp_decoder_layer() in a form the worker processes can load, or None."""
     path = getattr(fns, "__file__", None)
     if path and Path(path).is_file():
         return FileFunction(str(Path(path).resolve()), "tp_decoder_layer")
@@ -178,7 +243,7 @@ def _layer_for_workers(fns: Any) -> Any:
             return fn
     except Exception:
         pass
-    return None
+    return SourceFunction.of(fn)
 
 
 def _as_layer_weights(out: Any) -> LayerWeights:
@@ -544,8 +609,9 @@ def check_tp_engine(fns, r) -> None:
     worker_layer = _layer_for_workers(fns)
     if worker_layer is None:
         r.record(f"tensor parallelism on {TP_RANKS} processes", False,
-                 "your tp_decoder_layer() runs in worker processes, which import it from a file; one defined in a "
-                 "notebook cell cannot travel there: put it in a file and run `infer-lab check 14 --only tp_engine`")
+                 "your tp_decoder_layer() runs in worker processes, which rebuild it from its source and the "
+                 "globals it reads; this one cannot travel so (a closure, or a global that does not pickle): put "
+                 "it in a file and run `infer-lab check 14 --only tp_engine`")
         return
     prompts = build.chat_prompts()[:2]
     case = (f"tensor parallelism on {TP_RANKS} processes (gloo) with your split and your layer: {len(prompts)} chat "

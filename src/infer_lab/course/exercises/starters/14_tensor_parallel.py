@@ -8,10 +8,10 @@ run inside the chapter's tensor-parallel runtime, on 2 processes (`infer-lab che
 tp_engine`). You may use the imports below.
 """
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: F401  (for shard_layer)
+import torch.nn.functional as F  # noqa: F401  (for tp_decoder_layer)
 
-from infer_lab.engine.layers import LayerWeights, attention_inputs, rms_norm
+from infer_lab.engine.layers import LayerWeights, attention_inputs, rms_norm  # noqa: F401
 
 
 def ring_allreduce_s(n_ranks: int, message_bytes: int, bus_bandwidth_Bps: float, hop_latency_s: float,
