@@ -519,3 +519,23 @@ def test_the_tp_checks_before_the_processes_accept_a_right_answer_written_differ
     assert ex14._split_problem(mine, model, ex14.plan_shards(model.shape, 2)) is None
     problem, seen = ex14._layer_problem(mine)
     assert problem is None and "2 all-reduces" in seen
+
+
+def test_a_layer_from_a_notebook_cell_travels_to_the_tp_workers_as_its_source(tmp_path):
+    """A cell's function pickles as its source plus the globals it reads, and is rebuilt the same."""
+    import pickle
+
+    import torch
+
+    from infer_lab.course.exercises.ex14_tensor_parallel import SourceFunction
+
+    cell = tmp_path / "cell.py"
+    cell.write_text("import torch.nn.functional as F\n\nSHIFT = 2.0\n\n\n@some_decorator\n"
+                    "def layer(x):\n    return F.relu(x) + SHIFT\n")
+    namespace = {"__name__": "__main__", "some_decorator": lambda f: f}
+    exec(compile(cell.read_text(), str(cell), "exec"), namespace)
+    sent = pickle.loads(pickle.dumps(SourceFunction.of(namespace["layer"])))
+    x = torch.tensor([-1.0, 3.0])
+    assert torch.equal(sent(x), namespace["layer"](x))
+    n = 3
+    assert SourceFunction.of(lambda x: x + n) is None  # a closure cannot travel so
