@@ -18,11 +18,12 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ...analysis.memory import kv_bytes_per_element
 from ...analysis.parallel import allreduce_cost, kv_replication, tp_allreduces
 from ...catalog import get_interconnect
-from ...engine.layers import LayerWeights, causal_attention, rope_cos_sin
+from ...engine.layers import LayerWeights, causal_attention, rms_norm, rope_cos_sin
 from ...parallel.layers import tp_decoder_layer
 from ...parallel.runtime import TPGroup, tp_engine_model
 from ...parallel.shard import (
@@ -445,6 +446,14 @@ def _attend(scale: float):
     return attend
 
 
+def _mlp(full: Any, h: torch.Tensor) -> torch.Tensor:
+    """The unsplit layer 0's MLP (post-attention norm, SiLU-gated, down) on ``h``."""
+    w, eps = full.layers[0], full.shape.rms_norm_eps
+    with torch.inference_mode():
+        gate, up = F.linear(rms_norm(h, w.post_attention_norm, eps), w.gate_up_proj).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w.down_proj)
+
+
 def _count_text(per_step: int, layers: int) -> str:
     """What a step's count of all-reduces means, for a message."""
     per_layer = per_step / layers
@@ -540,6 +549,9 @@ def _layer_problem(fns: Any) -> tuple[str | None, str]:
             return (f"all-reduce no. {i + 1} summed h + the partial sum on every rank, after {what}: the residual h "
                     f"is counted {TP_RANKS} times (once per rank, the world size). Layer 0's output differs from the "
                     f"unsplit layer's by {human(_rel(outs[0], ref_out) * 100)}%", "")
+        elif j == 1 and _rel(s, _mlp(full, ref_sums[0])) < TP_TOL:
+            return ("all-reduce no. 1 sums the right partial sums, but the MLP then ran on that sum alone: the "
+                    "residual h was not added to it (the unsplit layer's h + o(attention))", "")
         elif bad is None:
             bad = i
     if n != 2:
@@ -552,9 +564,11 @@ def _layer_problem(fns: Any) -> tuple[str | None, str]:
         return text + f". Layer 0's output differs from the unsplit layer's by {human(_rel(outs[0], ref_out) * 100)}%", ""
     if bad is not None:
         want = "o (attention)" if j == 0 else "down (the MLP)"
-        return (f"all-reduce no. {bad + 1} sums a {tuple(sums[bad].shape)} tensor that is not the full layer's "
-                f"{want} output (off by {human(_rel(sums[bad], ref_sums[j]) * 100)}%): all-reduce the row-parallel "
-                "matmul's output itself", "")
+        got, ref = tuple(sums[bad].shape), tuple(ref_sums[j].shape)
+        off = (f"a {got} tensor; the partial sums to add are the {ref} output of {want}, a row-parallel matmul"
+               if got != ref else f"a {got} tensor that is not the full layer's {want} output (off by "
+               f"{human(_rel(sums[bad], ref_sums[j]) * 100)}%): all-reduce the row-parallel matmul's output itself")
+        return f"all-reduce no. {bad + 1} sums {off}", ""
     if _rel(outs[1], outs[0]) > 0:
         return ("the two ranks end the layer with different h: every rank must continue from the same full h "
                 "(the all-reduced sums, not its own partial ones)", "")
