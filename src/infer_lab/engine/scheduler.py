@@ -175,10 +175,8 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """The work of the next step. KV memory for it is allocated before this returns."""
-        cfg = self.config
-        out = SchedulerOutput()
-        chunked = cfg.chunked_prefill
-        budget = cfg.max_num_batched_tokens if chunked else None
+        cfg, out = self.config, SchedulerOutput()
+        budget = cfg.max_num_batched_tokens if cfg.chunked_prefill else None
 
         # 1. Requests already running, oldest first, each its share of the budget (split_budget);
         #    the newest are preempted if memory runs out.
@@ -187,19 +185,13 @@ class Scheduler:
         for seq, n in zip(running, split, strict=True):
             if n <= 0 or seq not in self.running:
                 continue  # nothing to compute, or preempted a moment ago to make room for an older request
-            while not self.kv.can_allocate(seq, n):
-                victim = self.running[-1]
-                self._preempt(victim, out)
-                if victim is seq:
-                    break
+            while seq in self.running and not self.kv.can_allocate(seq, n):
+                self._preempt(self.running[-1], out)  # the newest gives its blocks back (perhaps seq itself)
             if seq not in self.running:
                 continue
             self.kv.allocate(seq, n)
-            out.scheduled.append(
-                ScheduledSequence(seq, 0 if not self.kv.stores_kv else seq.num_computed, n)
-            )
-            if budget is not None:
-                budget -= n
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed if self.kv.stores_kv else 0, n))
+            budget = None if budget is None else budget - n
 
         # 2. Admit waiting requests.
         self.admit(out, budget)

@@ -82,6 +82,7 @@ EXERCISES = [
 
 SPLIT_BUDGET = 16  # tokens per step: the long prompt's chunks are what the decodes leave of it
 SHORT_PROMPTS = (3, 4, 5)  # tokens: three requests that decode while the long prompt is prefilled
+SPLIT_NEW_TOKENS = 5  # per request: the short ones decode through all of the long prompt's chunks
 
 
 def _split_config():
@@ -123,12 +124,8 @@ def split_mistake(tokens: list[int], budget: int | None, got: Any) -> tuple[str,
         return None
     if sum(got) <= budget:
         return None
-    spent = 0
-    for i, n in enumerate(got):
-        left = budget - spent
-        if n > left:
-            break
-        spent += n
+    i = next(k for k in range(len(got)) if sum(got[:k + 1]) > budget)  # the first request past the budget
+    n, left = got[i], budget - sum(got[:i])
     if n == left + 1:
         hint = f"request {i} got {n} tokens with {left} left of the budget: one too many"
     elif n == tokens[i] and n > 1:
@@ -173,9 +170,9 @@ def check_split_engine(fns, r) -> None:
         sched.split_rule = split
 
     case = (f"chunked prefill with your split_budget(): a {len(long_prompt)}-token prompt behind "
-            f"{len(prompts) - 1} short requests that decode, {build.NEW_TOKENS} greedy tokens each, a budget of "
+            f"{len(prompts) - 1} short requests that decode, {SPLIT_NEW_TOKENS} greedy tokens each, a budget of "
             f"{SPLIT_BUDGET} tokens per step")
-    run = build.run_engine(_split_config(), prompts, plug)
+    run = build.run_engine(_split_config(), prompts, plug, new_tokens=SPLIT_NEW_TOKENS)
     stalled = [k for k, (_, t, g) in enumerate(calls) if isinstance(g, list) and sum(t) > 0 and not any(
         isinstance(n, int) and n > 0 for n in g)]
     if broken or over:
@@ -186,7 +183,7 @@ def check_split_engine(fns, r) -> None:
                 f"compute, budget {SPLIT_BUDGET}): nobody computes, so nothing moves")
     else:
         hint = ""
-    build.compare(r, case, run, hint=hint)
+    build.compare(r, case, run, build.reference(prompts, SPLIT_NEW_TOKENS), hint=hint)
     r.record("invariant: one count per running request, none below zero or over what the request has",
              not broken, broken[0] if broken else f"held in all {len(calls)} steps")
     if not run.finished:
