@@ -86,9 +86,11 @@ def _(ch11, mo, nb, sizes):
     prompt in one step and once with chunked prefill under a {sizes.chunk_tokens}-token budget.
 
     Which tokens go into a step is the scheduler's decision, the engine's real code
-    (`Scheduler.schedule` in `src/infer_lab/engine/scheduler.py`): the running requests first (a
-    decode is one token; a prompt being prefilled takes at most what is left of the budget), then
-    the waiting requests join in what remains (`admit`, chapter 09).
+    (`Scheduler.schedule` in `src/infer_lab/engine/scheduler.py`): the running requests first,
+    oldest first, share the budget (`split_budget`: a decode is one token; a prompt being
+    prefilled takes at most what is left of the budget), then the waiting requests join in what
+    remains (`admit`, chapter 09). `split_budget` is the part you write in this chapter's build
+    exercise.
     """),
         mo.md(ch11.schedule_code()),
         mo.md(ch11.prediction_text(sizes)),

@@ -65,7 +65,7 @@ def test_the_learners_parts_run_inside_the_engine_token_for_token(embedded, prom
     finally:
         undo()
     assert [list(o.token_ids) for o in out] == [list(r) for r in reference[:4]]
-    for name in ("slots", "blocks_needed", "admit_tokens", "verify_greedy", "online_softmax_update", "radix_match"):
+    for name in ("slots", "blocks_needed", "admit_tokens", "split_budget", "verify_greedy", "online_softmax_update", "radix_match"):
         assert calls.get(name, 0) > 0, f"{name} never ran inside the engine"
     assert engine.blocks_in_use_by_requests() == 0
 

@@ -14,7 +14,7 @@ import pytest
 
 from infer_lab.course import ch11_chunked_prefill as ch11
 from infer_lab.course.notebook_code import notebook_function, notebook_path
-from infer_lab.engine.scheduler import Scheduler
+from infer_lab.engine.scheduler import Scheduler, split_budget
 
 BUDGET = "    budget = sizes.chunk_tokens  # chunked prefill's token budget per step"
 
@@ -35,6 +35,8 @@ def test_the_experiment_runs_from_the_notebook_file():
 def test_the_page_shows_the_schedulers_real_step():
     shown = ch11.schedule_code()
     assert inspect.getsource(Scheduler.schedule).strip().splitlines()[0] in shown
+    # the split the build exercise replaces is shown, and the step calls it through its plug point
+    assert inspect.getsource(split_budget).splitlines()[0] in shown and "self.split_rule(" in shown
     assert "n = min(n, budget)" in shown and "self.admit(out, budget)" in shown
     assert '"""' not in shown and len(shown.splitlines()) <= 36
 

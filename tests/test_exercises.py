@@ -319,6 +319,11 @@ DIFFERENT_BUT_RIGHT = [
      "             min(len(child.tokens), len(token_ids)))\n"
      "    if n < len(child.tokens):\n        return tuple(child.slots[:n])\n"
      "    return (*child.slots, *radix_match(child, token_ids[n:]))"),
+    ("11", "split_engine", "    split = []\n    for n in tokens_to_compute:\n        n = min(n, budget)\n        split.append(n)\n"
+     "        budget -= n\n    return split\n",
+     "    import numpy as np\n    ends = np.minimum(np.cumsum(np.asarray(tokens_to_compute, dtype=np.int64)), budget)\n"
+     "    return tuple(np.diff(ends, prepend=0))\n"),
+    ("11", "split_engine", "n = min(n, budget)", "n = min(n, budget - 1) if n > 1 else min(n, budget)"),
     ("08", "slots", "return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]",
      "import numpy as np\n    table = np.asarray(block_table)\n    p = np.arange(start, start + count)\n"
      "    return table[p // block_size] * block_size + p % block_size"),
@@ -410,6 +415,12 @@ BUILD_NEAR_MISSES = [
      "        if n < len(child.tokens):\n            break\n        slots += child.slots[:n]\n        i += n\n",
      "a partly matching edge still gives"),
     ("10", "radix_engine", "        node = child\n", "", "you returned only"),
+    ("11", "split_engine", "        budget -= n\n", "", "take each request's tokens off the budget"),
+    ("11", "split_engine", "n = min(n, budget)", "n = min(n, budget + 1)", "one too many"),
+    ("11", "split_engine", "        n = min(n, budget)\n", "", "got its whole remainder"),
+    ("11", "split_engine", "split.append(n)", "split.append(0)", "nobody computes"),
+    ("11", "split_engine", "    if budget is None:\n        return list(tokens_to_compute)\n", "",
+     "None means chunked prefill is off"),
     ("12", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
      "return drafts[:accepted], accepted", "the bonus token"),
     ("12", "spec_engine", "return drafts[:accepted] + [target_argmax[accepted]], accepted",
@@ -433,7 +444,7 @@ BUILD_NEAR_MISSES = [
 
 
 def test_every_build_chapter_of_the_issue_has_a_build_exercise():
-    assert {n for n, _ in BUILD} >= {"07", "08", "09", "12", "14"}
+    assert {n for n, _ in BUILD} >= {"07", "08", "09", "11", "12", "14"}
     for n, name in BUILD:
         ex = next(e for e in exercises.exercises(n) if e.name == name)
         assert ex.symbol.startswith(("src/infer_lab/engine/", "src/infer_lab/parallel/")) and "::" in ex.symbol
@@ -473,13 +484,14 @@ def test_the_plug_points_default_to_the_engines_own_code():
     from infer_lab.engine import Engine, PagedKVCache, Scheduler
     from infer_lab.engine.acceptance import verify_greedy
     from infer_lab.engine.kv_cache import paged_blocks_needed, paged_slots
-    from infer_lab.engine.scheduler import admit_tokens
+    from infer_lab.engine.scheduler import admit_tokens, split_budget
     from infer_lab.parallel.layers import TPModel, tp_decoder_layer
     from infer_lab.parallel.runtime import TPGroup
     from infer_lab.parallel.shard import shard_layer, shard_model
 
     assert PagedKVCache.slot_lookup is paged_slots and PagedKVCache.block_count is paged_blocks_needed
     assert Scheduler.admit_rule is admit_tokens and Engine.verify_greedy is verify_greedy
+    assert Scheduler.split_rule is split_budget
     assert TPModel.layer_fn is tp_decoder_layer
     assert inspect.signature(shard_model).parameters["split"].default is shard_layer
     assert TPGroup.split is None and TPGroup.layer is None  # the workers run the library's own

@@ -24,7 +24,7 @@ import torch
 
 from ..bench.baselines import Workload
 from ..bench.long_prompt import long_prompt_among_decoders
-from ..engine.scheduler import Scheduler
+from ..engine.scheduler import Scheduler, split_budget
 from ..figures import finish
 from ..progress import progress
 from ..timing import MachineLoad, compare_spreads, summarize
@@ -203,9 +203,10 @@ def prediction_text(sizes: Sizes) -> str:
 
 
 def schedule_code() -> str:
-    """The scheduler's step, the library's real code (its docstring left out: the words around it
-    on the page say the same), as a markdown code block."""
-    return code_block(Scheduler.schedule)
+    """The scheduler's step and its split of the token budget among the running requests
+    (``split_budget``, the function chapter 11's build exercise replaces), the library's real code
+    (docstrings left out: the words around it on the page say the same), as a markdown code block."""
+    return code_block(split_budget, Scheduler.schedule)
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:

@@ -98,12 +98,42 @@ def admit_tokens(tokens_to_compute: int, token_budget: int | None, fits: Callabl
     return n if n > 0 and fits(n) else 0
 
 
+def split_budget(tokens_to_compute: list[int], budget: int | None) -> list[int]:
+    """How many tokens each running request computes this step: chunked prefill's split.
+
+    ``tokens_to_compute`` holds, for every running request, oldest first, what it still has to
+    compute: 1 for a request that decodes, more for a prompt still being prefilled. ``budget`` is
+    the step's token budget (``None`` when chunked prefill is off: every request computes all it
+    has, however long). In order, each request takes what it has, cut to what is left of the
+    budget, and the budget shrinks by that much; once it is spent, the rest compute nothing this
+    step. A prompt is thus cut into chunks, one per step, that fit beside the decodes::
+
+        split_budget([1, 1, 40], 16)    -> [1, 1, 14]   two decodes, then a 14-token chunk
+        split_budget([1, 1, 26], 16)    -> [1, 1, 14]   next step: 26 left, 14 more
+        split_budget([1, 1, 12], 16)    -> [1, 1, 12]   the last chunk; 2 tokens left for admissions
+        split_budget([30, 1], 16)       -> [16, 0]      an older prompt first: the decode waits a step
+        split_budget([1, 1, 40], None)  -> [1, 1, 40]   no chunking: the whole prompt in one step
+
+    The engine's own rule, and the default of the plug point :attr:`Scheduler.split_rule`.
+    """
+    if budget is None:
+        return list(tokens_to_compute)
+    split = []
+    for n in tokens_to_compute:
+        n = min(n, budget)
+        split.append(n)
+        budget -= n
+    return split
+
+
 class Scheduler:
     """Waiting queue + running list, over a KV cache (``kv``) and an optional prefix cache."""
 
-    # Plug point (the course's build exercises swap in a learner's rule on one instance): the
-    # admission of the request at the head of the queue; the default is the engine's own.
+    # Plug points (the course's build exercises swap in a learner's rule on one instance), each
+    # defaulting to the engine's own: the admission of the request at the head of the queue, and
+    # the split of the step's token budget among the running requests (chunked prefill).
     admit_rule: Callable[[int, int | None, Callable[[int], bool]], int] = staticmethod(admit_tokens)
+    split_rule: Callable[[list[int], int | None], list[int]] = staticmethod(split_budget)
 
     def __init__(self, config: SchedulerConfig, kv: Any, prefix_cache: Any = None):
         config.validate()
@@ -145,33 +175,23 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """The work of the next step. KV memory for it is allocated before this returns."""
-        cfg = self.config
-        out = SchedulerOutput()
-        chunked = cfg.chunked_prefill
-        budget = cfg.max_num_batched_tokens if chunked else None
+        cfg, out = self.config, SchedulerOutput()
+        budget = cfg.max_num_batched_tokens if cfg.chunked_prefill else None
 
-        # 1. Requests already running, oldest first; the newest are preempted if memory runs out.
-        for seq in list(self.running):
-            if seq not in self.running:
-                continue  # preempted a moment ago to make room for an older request
-            n = self._tokens_to_compute(seq)
-            if budget is not None:
-                n = min(n, budget)
-            if n <= 0:
-                continue
-            while not self.kv.can_allocate(seq, n):
-                victim = self.running[-1]
-                self._preempt(victim, out)
-                if victim is seq:
-                    break
+        # 1. Requests already running, oldest first, each its share of the budget (split_budget);
+        #    the newest are preempted if memory runs out.
+        running = list(self.running)
+        split = self.split_rule([self._tokens_to_compute(seq) for seq in running], budget)
+        for seq, n in zip(running, split, strict=True):
+            if n <= 0 or seq not in self.running:
+                continue  # nothing to compute, or preempted a moment ago to make room for an older request
+            while seq in self.running and not self.kv.can_allocate(seq, n):
+                self._preempt(self.running[-1], out)  # the newest gives its blocks back (perhaps seq itself)
             if seq not in self.running:
                 continue
             self.kv.allocate(seq, n)
-            out.scheduled.append(
-                ScheduledSequence(seq, 0 if not self.kv.stores_kv else seq.num_computed, n)
-            )
-            if budget is not None:
-                budget -= n
+            out.scheduled.append(ScheduledSequence(seq, seq.num_computed if self.kv.stores_kv else 0, n))
+            budget = None if budget is None else budget - n
 
         # 2. Admit waiting requests.
         self.admit(out, budget)

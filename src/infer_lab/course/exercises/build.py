@@ -2,7 +2,7 @@
 
 A build check swaps the learner's function into one of the engine's documented plug points
 (:attr:`infer_lab.engine.PagedKVCache.slot_lookup`, :attr:`~infer_lab.engine.Engine.verify_greedy`,
-:attr:`infer_lab.engine.Scheduler.admit_rule`, :meth:`infer_lab.engine.proposers.NgramProposer.lookup`,
+:attr:`infer_lab.engine.Scheduler.admit_rule`, :attr:`~infer_lab.engine.Scheduler.split_rule`, :meth:`infer_lab.engine.proposers.NgramProposer.lookup`,
 :meth:`infer_lab.engine.RadixPrefixCache.match` (set on the instance);
 each defaults to the engine's own implementation), generates greedily from a few short prompts on
 the embedded SmolLM2-135M (fp32, CPU) and compares every token with transformers' greedy
