@@ -418,11 +418,15 @@ BUILD_NEAR_MISSES = [
      "while accepted < len(drafts):", "was kept although the target's argmax"),
     ("12", "spec_engine", "return tokens[start + n:start + n + k]", "return tokens[start:start + k]",
      "kept less often"),
+    ("06", "int8_engine", "amax(dim=1, keepdim=True)", "amax(dim=0, keepdim=True)", "one scale per COLUMN"),
+    ("06", "int8_engine", ".clamp(-127, 127).to(torch.int8)", ".clamp(-127, 127)", "codes should be int8"),
+    ("06", "int8_engine", "torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))", "absmax / 127",
+     "an all-zero row needs a positive scale"),
 ]
 
 
 def test_every_build_chapter_of_the_issue_has_a_build_exercise():
-    assert {n for n, _ in BUILD} >= {"07", "08", "09", "12"}
+    assert {n for n, _ in BUILD} >= {"06", "07", "08", "09", "12"}
     for n, name in BUILD:
         ex = next(e for e in exercises.exercises(n) if e.name == name)
         assert ex.symbol.startswith("src/infer_lab/engine/") and "::" in ex.symbol
@@ -466,3 +470,81 @@ def test_the_plug_points_default_to_the_engines_own_code():
 
     assert PagedKVCache.slot_lookup is paged_slots and PagedKVCache.block_count is paged_blocks_needed
     assert Scheduler.admit_rule is admit_tokens and Engine.verify_greedy is verify_greedy
+    from infer_lab.engine import EngineModel
+    from infer_lab.quant.formats import quantize_int8_absmax
+
+    assert inspect.signature(EngineModel.quantized).parameters["int8_quantizer"].default is quantize_int8_absmax
+
+
+# Chapter 06: the learner's int8 quantizer makes the engine's int8 weights
+
+def test_the_int8_build_names_the_mistake_made():
+    """The invariants' diagnoses, on a small weight (no engine): each wrong quantizer or dequantizer gets its hint."""
+    import torch
+
+    from infer_lab.course.exercises import ex06_quantization as ex06
+    from infer_lab.quant.formats import quantize_int8_absmax
+
+    w = torch.randn(6, 40, generator=torch.Generator().manual_seed(3))
+    absmax = w.abs().amax(dim=1, keepdim=True)
+    q, s = quantize_int8_absmax(w)
+    assert ex06._scale_problem(w, s, "w") is None and ex06._roundtrip_problem(w, q, s, q.float() * s, "w") is None
+    assert ex06._scale_problem(w, s.double() * (1 + 1e-7), "w") is None  # absmax / 127 computed another way
+
+    def roundtrip(codes, scale, deq=None):
+        return ex06._roundtrip_problem(w, codes, scale, codes.float() * scale if deq is None else deq, "w")
+
+    assert "truncated toward zero" in roundtrip((w / s).trunc().to(torch.int8), s)
+    assert "rounded down (floor)" in roundtrip((w / s).floor().to(torch.int8), s)
+    assert "divides by the scale" in roundtrip(q, s, q.float() / s)
+    assert "each row times its own scale" in roundtrip(q, s, q.float() * s[0])
+    small = absmax / 128
+    assert "absmax / 128" in ex06._scale_problem(w, small, "w")
+    assert "beyond the largest code" in roundtrip(torch.round(w / small).clamp(-127, 127).to(torch.int8), small)
+    assert "wraps to -128" in roundtrip(torch.round(w / small).to(torch.int32).to(torch.int8), small)
+    whole = (w.abs().amax() / 127).expand(6, 1)
+    assert "every row has the same scale" in ex06._scale_problem(w, whole, "w")
+    assert "divide it by 127" in ex06._scale_problem(w, absmax, "w")
+    with pytest.raises(ex06._Unusable, match="one scale for the whole tensor"):
+        ex06._codes_and_scales((q, s.max()), w, "w")
+    with pytest.raises(ex06._Unusable, match="codes should be int8"):
+        ex06._codes_and_scales((q.float(), s), w, "w")
+    codes, scales = ex06._codes_and_scales((q.numpy(), s.reshape(-1).double().numpy()), w, "w")  # numpy, (out,), f64
+    assert codes.dtype == torch.int8 and scales.shape == (6, 1) and scales.dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_a_rounding_that_breaks_ties_another_way_passes_the_int8_engine(tmp_path):
+    """Half away from zero instead of torch.round's half to even: codes differ at exact ties only (common in
+    weights stored in bf16), a greedy token may flip, and the check accepts it within the quality bounds."""
+    source = exercises.solution_source("06")
+    old = "torch.round(w / scale)"
+    assert source.count(old) == 1
+    path = tmp_path / exercises.file_name("06")
+    path.write_text(source.replace(old, "(torch.floor((w / scale).abs() + 0.5) * torch.sign(w))"))
+    result = exercises.check_file("06", path, only=["int8_engine"]).results[0]
+    assert result.passed, [o for o in result.outcomes if not o.passed]
+    assert result.ran_engine
+    engine_case = next(o for o in result.outcomes if o.case.startswith("the int8 engine"))
+    assert "exact ties" in engine_case.detail
+
+
+def test_the_int8_part_installs_only_into_an_int8_engine():
+    """The capstone: the learner's quantizer makes a serving int8 engine's weights; an fp32 engine is left alone,
+    and the library's cached int8 model stays the library's."""
+    from infer_lab.course.exercises import build
+    from infer_lab.course.exercises import ex06_quantization as ex06
+    from infer_lab.engine import Engine, EngineModel
+
+    solution = load_file(exercises.solution_path("06"))
+    fp32 = Engine.from_loaded(build.loaded(), build.engine_config())
+    before = fp32.model
+    assert ex06.install_int8(fp32, solution) is None and fp32.model is before
+    engine = Engine.from_loaded(build.loaded(), build.engine_config(weight_quant="int8"))
+    own = engine.model
+    source = EngineModel.from_hf(build.loaded().model)
+    assert source.quantized("int8") is own and own.unquantized is source
+    ex06.install_int8(engine, solution)
+    assert engine.model is not own and engine.model.quant_method == "int8"
+    assert all(bool((a.codes == b.codes).all()) for a, b in zip(engine.model.gemm_weights(), own.gemm_weights(), strict=True))
+    assert source.quantized("int8") is own  # the learner's model was kept nowhere

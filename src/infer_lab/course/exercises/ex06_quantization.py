@@ -18,7 +18,7 @@ from ...quant.formats import dequantize_int8, error_stats, quantize_int4, quanti
 from ...quant.kernels import Int8KernelWeight
 from ...units import human
 from . import Exercise, build
-from .checking import Mistake
+from .checking import Mistake, short_repr
 
 NUMBER = "06"
 SLUG = "quantization"
@@ -156,7 +156,9 @@ EXERCISES = [
 
 EVAL_TOKENS = 128  # teacher-forced tokens of the evaluation text for perplexity and top-1 agreement
 PPL_SLACK = 1.02  # your perplexity at most 2 % above the engine's own int8
-TOP1_SLACK = 0.02  # your top-1 agreement at most 2 points below it
+# and your top-1 agreement at most 3 points below it: on 128 tokens one token is 0.8 points, and
+# breaking the model's ties half away from zero instead of to even moved it by 1.6 points
+TOP1_SLACK = 0.03
 TIE = 1e-3  # |w / scale| this close to k + 1/2 is a tie another rounding rule may break the other way
 SCALE_TOL = 1e-3  # a scale within 0.1 % of absmax / 127 is absmax / 127 computed another way
 PRUNED = (0, 5)  # the probe: layer 0's o_proj with output row 5 zeroed (a pruned channel)
@@ -251,9 +253,9 @@ def _scale_problem(w: torch.Tensor, s: torch.Tensor, where: str) -> str | None:
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
         if float(absmax[row]) == 0:
-            return (f"{where}, row {row} is all zeros and got scale {float(s[row]):.6g}: an all-zero row needs a "
+            return (f"{where}, row {row} is all zeros and got scale {human(float(s[row]), 6)}: an all-zero row needs a "
                     "positive scale (e.g. 1), or w / scale is 0 / 0")
-        return f"{where}, row {row}: scale {float(s[row]):.6g}; a scale must be positive and finite"
+        return f"{where}, row {row}: scale {human(float(s[row]), 6)}; a scale must be positive and finite"
     rows = absmax[:, 0] > 0
     ratio = (s[:, 0] * 127 / absmax[:, 0].clamp_min(1e-30))[rows].double()
     off = (ratio - 1).abs() > SCALE_TOL
@@ -261,8 +263,8 @@ def _scale_problem(w: torch.Tensor, s: torch.Tensor, where: str) -> str | None:
         return None
     row = int(rows.nonzero()[int(off.nonzero()[0, 0]), 0])
     a, got = float(absmax[row]), float(s[row])
-    detail = (f"{where}, row {row}: absmax {a:.6g}, scale {got:.6g}, expected absmax / 127 = {a / 127:.6g} "
-              f"(got/expected = {got * 127 / a:.4g})")
+    detail = (f"{where}, row {row}: absmax {human(a, 6)}, scale {human(got, 6)}, expected absmax / 127 = {human(a / 127, 6)} "
+              f"(got/expected = {human(got * 127 / a, 4)})")
     common = {127 / 128: "scale = absmax / 128: codes stop at 127, so the scale is absmax / 127",
               127 / 255: "scale = absmax / 255: symmetric int8 codes run from -127 to 127, so absmax maps to 127",
               127.0: "scale = absmax: divide it by 127, the largest code"}
@@ -287,31 +289,31 @@ def _roundtrip_problem(w: torch.Tensor, codes: torch.Tensor, s: torch.Tensor, de
         return f"{where}: dequantize_int8 returned {deq.dtype}; it should return floats, codes × scale"
     deq = deq.float()
     err = (w - deq).abs()
-    bound = 0.5 * s + 1e-6 * w.abs().amax(dim=1, keepdim=True)
+    bound = (0.5 + 1e-4) * s  # codes × scale in fp32 is within a few ulp of w: far below 1e-4 of a step
     bad = ~(err <= bound)  # NaN counts as bad
     if not bool(bad.any()):
         return None
     r, c = (int(i) for i in bad.nonzero()[0])
     x, q, sc, d = float(w[r, c]), int(codes[r, c]), float(s[r]), float(deq[r, c])
-    head = (f"{where}, row {r}, column {c}: w = {x:.6g}, code {q}, scale {sc:.6g}, dequantized {d:.6g}: off by "
-            f"{abs(x - d) / sc:.3g} steps (at most 0.5)")
+    head = (f"{where}, row {r}, column {c}: w = {human(x, 6)}, code {q}, scale {human(sc, 6)}, dequantized {human(d, 6)}: off by "
+            f"{human(abs(x - d) / sc)} steps (at most 0.5)")
     if abs(d - q * sc) > 1e-5 * max(abs(q * sc), sc):
         if abs(d - q / sc) <= 1e-5 * max(abs(q / sc), 1.0):
             return f"{head}; dequantize_int8 divides by the scale: multiply, w ≈ codes × scale"
-        return (f"{head}; code × scale is {q * sc:.6g}: dequantize_int8 should return codes × scale, each row "
+        return (f"{head}; code × scale is {human(q * sc, 6)}: dequantize_int8 should return codes × scale, each row "
                 "times its own scale")
     ratio = x / sc
     if q == -128 and ratio > 0:
-        return f"{head}; w / scale = {ratio:.4g} overflowed int8 (128 wraps to -128): clamp to [-127, 127] before casting"
+        return f"{head}; w / scale = {human(ratio, 4)} overflowed int8 (128 wraps to -128): clamp to [-127, 127] before casting"
     if abs(ratio) > 127.5:
-        return f"{head}; w / scale = {ratio:.4g} is beyond the largest code, 127: the scale is too small"
-    if q == math.trunc(ratio) and q != round(ratio):
-        return f"{head}; w / scale = {ratio:.4g} became {q}: the codes are truncated toward zero, round to the nearest"
-    if q == math.floor(ratio):
-        return f"{head}; w / scale = {ratio:.4g} became {q}: rounded down (floor), round to the nearest"
-    if q == math.ceil(ratio):
-        return f"{head}; w / scale = {ratio:.4g} became {q}: rounded up (ceil), round to the nearest"
-    return f"{head}; the code should be w / scale = {ratio:.4g} rounded to the nearest integer"
+        return f"{head}; w / scale = {human(ratio, 4)} is beyond the largest code, 127: the scale is too small"
+    ratios = w / s
+    rules = (("trunc", "the codes are truncated toward zero"), ("floor", "rounded down (floor)"),
+             ("ceil", "rounded up (ceil)"))
+    for rule, what in rules:  # the rule that gives every code
+        if bool((getattr(ratios, rule)().clamp(-128, 127) == codes.float()).all()):
+            return f"{head}; w / scale = {human(ratio, 4)} became {q}: {what}, round to the nearest"
+    return f"{head}; the code should be w / scale = {human(ratio, 4)} rounded to the nearest integer"
 
 
 class _Scan:
@@ -344,7 +346,7 @@ class _Scan:
         self.other_diffs += int(others.sum())
         if not self.first_other and bool(others.any()):
             r, c = (int(i) for i in others.nonzero()[0])
-            self.first_other = (f"{where}, row {r}, column {c}: w / scale = {float(ratio[r, c]):.6g}, your code "
+            self.first_other = (f"{where}, row {r}, column {c}: w / scale = {human(float(ratio[r, c]), 6)}, your code "
                                 f"{int(codes[r, c])}, the library's {int(ref[r, c])}")
 
 
@@ -403,13 +405,20 @@ def check_int8_engine(fns, r) -> None:
     got = r.call(fns.quantize_int8_absmax, pruned.clone(), case=case)
     try:
         codes, s = _codes_and_scales(got, pruned, probe)
-        problem = _scale_problem(pruned, s, probe)
-        if problem is None:
-            deq = r.call(fns.dequantize_int8, got[0], got[1], case=case)
-            problem = _roundtrip_problem(pruned, codes, s, deq, probe)
-        if problem is None and bool((codes[row] != 0).any()):
-            problem = f"{probe}: row {row}'s codes should all be 0"
-        r.record(case, problem is None, problem or f"scale {float(s[row]):.6g}, codes and dequantized row all 0")
+        zero = float(s[row])
+        if not (math.isfinite(zero) and zero > 0):
+            problem = (f"row {row} is all zeros and got scale {'NaN' if math.isnan(zero) else human(zero, 6)}: an "
+                       "all-zero row needs a positive scale "
+                       "(e.g. 1), or w / scale is 0 / 0")
+        elif bool((codes[row] != 0).any()):
+            problem = f"row {row} is all zeros but got codes {short_repr(codes[row].tolist(), 50)}: they should be 0"
+        else:
+            deq = torch.as_tensor(r.call(fns.dequantize_int8, got[0], got[1], case=case))
+            back = deq[row] if deq.dim() == 2 and deq.shape[0] > row else None
+            problem = (None if back is not None and bool((back == 0).all()) else
+                       f"dequantize_int8 gave row {row} back as {short_repr(back.tolist() if back is not None else deq, 50)}"
+                       ", not zeros")
+        r.record(case, problem is None, problem or f"scale {human(zero, 6)}, codes and dequantized row all 0")
     except _Unusable as exc:
         r.record(case, False, str(exc))
 
@@ -437,8 +446,8 @@ def check_int8_engine(fns, r) -> None:
         r.engine_runs.append(False)
         r.record(case, True, f"{_first_difference(run.outputs, expected)}, but your codes differ from the "
                              f"library's only at {human(scan.tie_diffs)} exact ties (w / scale = k + 1/2), by one "
-                             "step: your rounding breaks ties another way than torch.round (half to even). Not a "
-                             "mistake: the quality bounds below decide")
+                             "step: your rounding (or your arithmetic for w / scale) breaks ties another way than "
+                             "torch.round, which rounds half to even. Not a mistake: the quality bounds below decide")
     else:
         if scan.problems:
             hint = next(iter(scan.problems.values()))
