@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import types
 from pathlib import Path
 
 import pytest
@@ -420,8 +421,7 @@ BUILD_NEAR_MISSES = [
      "kept less often"),
     ("06", "int8_engine", "amax(dim=1, keepdim=True)", "amax(dim=0, keepdim=True)", "one scale per COLUMN"),
     ("06", "int8_engine", ".clamp(-127, 127).to(torch.int8)", ".clamp(-127, 127)", "codes should be int8"),
-    ("06", "int8_engine", "torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))", "absmax / 127",
-     "an all-zero row needs a positive scale"),
+    ("06", "int8_engine", "w.abs().amax(dim=1, keepdim=True)", "w.abs().amax()", "one scale for the whole tensor"),
 ]
 
 
@@ -511,6 +511,18 @@ def test_the_int8_build_names_the_mistake_made():
         ex06._codes_and_scales((q.float(), s), w, "w")
     codes, scales = ex06._codes_and_scales((q.numpy(), s.reshape(-1).double().numpy()), w, "w")  # numpy, (out,), f64
     assert codes.dtype == torch.int8 and scales.shape == (6, 1) and scales.dtype == torch.float32
+
+    from infer_lab.course.exercises.checking import Report
+
+    source = exercises.solution_source("06")
+    for old, new, phrase in (("torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))", "absmax / 127",
+                              "an all-zero row needs a positive scale"), (None, None, None)):
+        learner = types.ModuleType("learner")
+        exec(source if old is None else source.replace(old, new), learner.__dict__)
+        report = Report()
+        ex06._check_pruned_row(learner, report, w, 2, "a pruned row")
+        assert report.outcomes[0].passed is (phrase is None), report.outcomes
+        assert phrase is None or phrase in report.outcomes[0].detail
 
 
 @pytest.mark.slow
