@@ -249,7 +249,8 @@ def _codes_and_scales(got: Any, w: torch.Tensor, where: str) -> tuple[torch.Tens
 
 def _scale_problem(w: torch.Tensor, s: torch.Tensor, where: str) -> str | None:
     """Scales must be positive and finite, and each non-zero row's absmax / 127 (its largest weight at ±127)."""
-    absmax = w.abs().amax(dim=1, keepdim=True)
+    low, high = torch.aminmax(w, dim=1, keepdim=True)  # one pass over the weight
+    absmax = torch.maximum(-low, high)
     bad = ~(torch.isfinite(s) & (s > 0))
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
@@ -289,11 +290,10 @@ def _roundtrip_problem(w: torch.Tensor, codes: torch.Tensor, s: torch.Tensor, de
     if not deq.is_floating_point():
         return f"{where}: dequantize_int8 returned {deq.dtype}; it should return floats, codes × scale"
     deq = deq.float()
-    err = (w - deq).abs()
     bound = (0.5 + 1e-4) * s  # codes × scale in fp32 is within a few ulp of w: far below 1e-4 of a step
-    bad = ~(err <= bound)  # NaN counts as bad
-    if not bool(bad.any()):
+    if bool(((w - deq).abs_() <= bound).all()):  # NaN is never within the bound
         return None
+    bad = ~((w - deq).abs() <= bound)
     r, c = (int(i) for i in bad.nonzero()[0])
     x, q, sc, d = float(w[r, c]), int(codes[r, c]), float(s[r]), float(deq[r, c])
     head = (f"{where}, row {r}, column {c}: w = {human(x, 6)}, code {q}, scale {human(sc, 6)}, dequantized {human(d, 6)}: off by "
@@ -336,9 +336,9 @@ class _Scan:
 
     def compare_codes(self, w: torch.Tensor, codes: torch.Tensor, ref: torch.Tensor, where: str) -> None:
         """Count where ``codes`` differ from the library's ``ref``: by one step at a tie, or otherwise."""
-        diff = codes != ref
-        if not bool(diff.any()):
+        if torch.equal(codes, ref):
             return
+        diff = codes != ref
         absmax = w.abs().amax(dim=1, keepdim=True)
         ratio = w / torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))  # the library's w / scale
         tie = ((ratio.abs() - ratio.abs().floor() - 0.5).abs() < TIE) & ((codes.int() - ref.int()).abs() == 1)
