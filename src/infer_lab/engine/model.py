@@ -21,11 +21,13 @@ Attention has two paths inside :meth:`EngineModel.forward`:
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
+from ..quant.formats import quantize_int8_absmax
 from ..shape import ModelShape
 from . import prepack
 from .kv_cache import AttentionMetadata, block_table_slots
@@ -147,6 +149,7 @@ class EngineModel:
         self.plain: EngineModel = self  # the same model with plain weights (itself unless prepacked)
         self._packed: tuple[tuple[int, ...], EngineModel] | None = None
         self.quant_method: str | None = None  # "int8", "int4"...: GEMM weights for a fused kernel
+        self.unquantized: EngineModel | None = None  # a quantized model: the float model it was made from
         self._quantized: dict[str, tuple[Any, EngineModel]] = {}
 
     @classmethod
@@ -255,7 +258,11 @@ class EngineModel:
         source._quantized[str(dtype)] = (key, model)
         return model
 
-    def quantized(self, method: str) -> EngineModel:
+    def quantized(
+        self,
+        method: str,
+        int8_quantizer: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = quantize_int8_absmax,
+    ) -> EngineModel:
         """The same model with its GEMM weights (LM head included) quantized for a fused CPU kernel.
 
         ``method``: ``int8`` (per output row) or ``int4`` / ``int4-gN`` (groups of N inputs,
@@ -263,6 +270,12 @@ class EngineModel:
         (:mod:`infer_lab.quant.kernels`).
         Made once per method and kept while the float weights are unchanged; norms, embeddings
         and RoPE stay shared, in the model's dtype.
+
+        ``int8_quantizer`` (a plug point: chapter 06's build exercise passes a learner's) makes
+        every int8 weight's codes and per-row scales, ``weight (out, in) -> (int8 codes, scales
+        (out, 1))``; the default is the library's :func:`~infer_lab.quant.formats.quantize_int8_absmax`.
+        Only the default's models are kept: another quantizer's model is made anew on every call
+        and kept nowhere, so it never stands in for the library's.
         """
         from ..quant import kernels
 
@@ -273,22 +286,25 @@ class EngineModel:
             raise ValueError(f"quantized weights use PyTorch's CPU kernels; this model is on {self.device}"
                              + ("" if kernels.available() else " and this torch lacks them"))
         kernels.parse_method(method)  # refuse a bad name before any work
+        own = int8_quantizer is quantize_int8_absmax
         key = (method, tuple(t._version for t in source.gemm_weights()))
         cached = source._quantized.get(method)
-        if cached is not None and cached[0] == key:
+        if own and cached is not None and cached[0] == key:
             return cached[1]
 
         def q(t: torch.Tensor) -> Any:
-            return kernels.quantize_weight(t, method)
+            return kernels.quantize_weight(t, method, int8_quantizer)
 
         layers = [replace(w, qkv_proj=q(w.qkv_proj), o_proj=q(w.o_proj), gate_up_proj=q(w.gate_up_proj),
                           down_proj=q(w.down_proj)) for w in source.layers]
         # The LM head maps onto the whole vocabulary, where a coarse 4-bit step flips the top
         # token far more often than inside a layer: 4-bit methods keep it at int8.
-        head = kernels.quantize_weight(source.lm_head, "int8" if method.startswith("int4") else method)
+        head = kernels.quantize_weight(source.lm_head, "int8" if method.startswith("int4") else method,
+                                       int8_quantizer)
         model = EngineModel(source.shape, source.embed, layers, source.final_norm, head, inv_freq=source.inv_freq)
-        model.quant_method = method
-        source._quantized[method] = (key, model)
+        model.quant_method, model.unquantized = method, source
+        if own:
+            source._quantized[method] = (key, model)
         return model
 
     def gemm_weight_bytes_stored(self) -> int:

@@ -24,7 +24,7 @@ arithmetic, measured by the quality checks like any other quantization error.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,11 +92,13 @@ class Int4KernelWeight:
 
 
 KernelWeight = Int8KernelWeight | Int4KernelWeight
+# weight (out, in) -> (int8 codes (out, in), one scale per output row, (out, 1) or (out,))
+Int8Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def int8_weight(weight: torch.Tensor) -> Int8KernelWeight:
-    """Quantize a float ``(out, in)`` weight to int8 per output row (the reference's codes)."""
-    codes, scale = quantize_int8_absmax(weight)
+def int8_weight(weight: torch.Tensor, quantizer: Int8Quantizer = quantize_int8_absmax) -> Int8KernelWeight:
+    """Quantize a float ``(out, in)`` weight to int8 per output row (the reference's codes by default)."""
+    codes, scale = quantizer(weight)
     return int8_from_codes(codes, scale)
 
 
@@ -146,10 +148,14 @@ def parse_method(method: str) -> tuple[str, int]:
     raise ValueError(f"weight quantization must be int8, int4 or int4-gN (N in {INT4_GROUPS}); got {method!r}")
 
 
-def quantize_weight(weight: torch.Tensor, method: str) -> KernelWeight:
-    """One float weight quantized for its kernel by ``method`` (see :func:`parse_method`)."""
+def quantize_weight(weight: torch.Tensor, method: str,
+                    int8_quantizer: Int8Quantizer = quantize_int8_absmax) -> KernelWeight:
+    """One float weight quantized for its kernel by ``method`` (see :func:`parse_method`).
+
+    ``int8_quantizer`` makes the codes and per-row scales of an int8 weight.
+    """
     scheme, group = parse_method(method)
-    return int8_weight(weight) if scheme == "int8" else int4_weight(weight, group)
+    return int8_weight(weight, int8_quantizer) if scheme == "int8" else int4_weight(weight, group)
 
 
 def from_dequant_linear(layer: Any) -> KernelWeight | None:

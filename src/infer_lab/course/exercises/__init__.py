@@ -81,7 +81,8 @@ class ExerciseResult:
 
     @property
     def tokens_identical(self) -> bool | None:
-        """Every engine run token-identical to transformers greedy (None: no engine run)."""
+        """Every engine run token-identical to transformers greedy, or to the reference its check names
+        (chapter 06: the engine with the library's own int8 weights); None: no engine run."""
         return all(self.engine_runs) if self.engine_runs else None
 
     def as_dict(self) -> dict[str, Any]:

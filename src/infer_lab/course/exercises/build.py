@@ -144,8 +144,9 @@ def run_engine(config: Any, prompts: Sequence[Sequence[int]], plug: Callable[[An
 
 
 def compare(r: Any, case: str, run: EngineRun, expected: Sequence[Sequence[int]] | None = None,
-            hint: str = "") -> bool:
-    """Record whether every request finished with transformers' greedy tokens; name the first difference."""
+            hint: str = "", against: str = "transformers greedy") -> bool:
+    """Record whether every request finished with transformers' greedy tokens (or ``expected``, the
+    tokens of what ``against`` names); name the first difference."""
     expected = reference(run.prompts) if expected is None else expected
     tail = f". Hint: {hint}" if hint else ""
     if run.crash:
@@ -172,7 +173,7 @@ def compare(r: Any, case: str, run: EngineRun, expected: Sequence[Sequence[int]]
                                          f"at output position {j} (the {j} before it agree): {what}{tail}")
     r.engine_runs.append(True)
     n = sum(len(o) for o in run.outputs)
-    return r.record(case, True, f"{len(run.outputs)} requests, {n} tokens identical to transformers greedy "
+    return r.record(case, True, f"{len(run.outputs)} requests, {n} tokens identical to {against} "
                                 f"({run.steps} engine steps)")
 
 

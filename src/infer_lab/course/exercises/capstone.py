@@ -11,7 +11,10 @@ have written goes in at once::
     infer-lab check capstone --solution        the same with the reference solutions as your parts
 
 A part counts as written when its function no longer raises the starter's
-``NotImplementedError``; the parts you have not written yet stay the library's.
+``NotImplementedError``; the parts you have not written yet stay the library's. Chapter 06's int8
+quantizer goes in only where the served engine quantizes its weights
+(``infer-lab serve --my-parts --engine-option weight_quant=int8``): the table below serves fp32
+weights, whose answers must be HF's fp32 greedy ones, so there it changes nothing.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ def quantize_int8_absmax(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return codes, scale
 
 
+def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Each code times its row's scale (the (out, 1) scales broadcast along the row), in fp32."""
+    return codes.float() * scale
+
+
 def int4_stored_bytes(out_features: int, in_features: int, group_size: int, symmetric: bool) -> int:
     """Half a byte per code, 2 bytes per fp16 scale, 1 byte per zero point when asymmetric."""
     groups = out_features * math.ceil(in_features / group_size)

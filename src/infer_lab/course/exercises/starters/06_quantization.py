@@ -19,6 +19,23 @@ def quantize_int8_absmax(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     raise NotImplementedError
 
 
+def dequantize_int8(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``quantize_int8_absmax``: float weights back from int8 codes and per-row scales.
+
+    Build exercise: your ``quantize_int8_absmax`` makes the engine's int8 weights (every linear
+    layer and the LM head, ``EngineModel.quantized``'s ``int8_quantizer``), and every weight must
+    come back within half a step: ``|w - dequantize_int8(*quantize_int8_absmax(w))| <= scale / 2``.
+
+    Args:
+        codes: int8, shaped ``(out, in)``.
+        scale: fp32, one per row, shaped ``(out, 1)``.
+
+    Returns:
+        fp32 weights shaped like ``codes``.
+    """
+    raise NotImplementedError
+
+
 def int4_stored_bytes(out_features: int, in_features: int, group_size: int, symmetric: bool) -> int:
     """Predict the stored bytes of a group-wise int4 weight.
 
