@@ -485,20 +485,18 @@ def test_a_diverging_build_names_the_prompt_and_the_first_token(tmp_path):
 
 
 def test_the_plug_points_default_to_the_engines_own_code():
-    from infer_lab.engine import Engine, PagedKVCache, Scheduler
+    from infer_lab.engine import Engine, EngineModel, PagedKVCache, Scheduler
     from infer_lab.engine.acceptance import verify_greedy
     from infer_lab.engine.kv_cache import paged_blocks_needed, paged_slots
     from infer_lab.engine.scheduler import admit_tokens, split_budget
     from infer_lab.parallel.layers import TPModel, tp_decoder_layer
     from infer_lab.parallel.runtime import TPGroup
     from infer_lab.parallel.shard import shard_layer, shard_model
+    from infer_lab.quant.formats import quantize_int8_absmax
 
     assert PagedKVCache.slot_lookup is paged_slots and PagedKVCache.block_count is paged_blocks_needed
     assert Scheduler.admit_rule is admit_tokens and Engine.verify_greedy is verify_greedy
     assert Scheduler.split_rule is split_budget
-    from infer_lab.engine import EngineModel
-    from infer_lab.quant.formats import quantize_int8_absmax
-
     assert inspect.signature(EngineModel.quantized).parameters["int8_quantizer"].default is quantize_int8_absmax
     assert TPModel.layer_fn is tp_decoder_layer
     assert inspect.signature(shard_model).parameters["split"].default is shard_layer
