@@ -117,7 +117,7 @@ def render() -> str:
                  f"{e.task} Check: `infer-lab check {n} --only {e.name}`."
                  for e, i in tiers if e.kind == "build"]
         if build:
-            items += ["", "Build tier (your code runs inside the engine, token for token against transformers):",
+            items += ["", "Build tier (your code runs inside the engine, checked token for token, as each task says):",
                       "", *build]
         sections.append("\n".join([
             f"### {title}", "", where, "", *items, "",
