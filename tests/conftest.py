@@ -34,3 +34,56 @@ def reference(embedded, prompts) -> list[list[int]]:
     from engine_helpers import greedy_reference
 
     return greedy_reference(embedded, prompts)
+
+
+# The chapters as the tour runs them (quick sizes), once per test session: tests/test_chapters.py
+# checks every run, and the page tests (tests/test_chNN_page.py) read their parts' results from the
+# same runs instead of running the same experiments again.
+TOUR_TEST = "test_chapter_runs_on_the_cpu_at_quick_sizes"
+LONGEST_FIRST = ("ch12", "ch09", "ch02", "ch14", "ch13", "ch10", "ch06", "ch15")  # so two workers end together
+
+
+class TourRuns:
+    """Chapter name -> its :class:`infer_lab.tour.ChapterRun`, run on first use.
+
+    The first use runs every chapter that test_chapters.py selected (and the one asked for) in two
+    worker processes of one torch thread each (on CI's 2 cores that is faster than one process of
+    two threads); a chapter asked for later runs alone.
+    """
+
+    def __init__(self, session: pytest.Session, out_dir) -> None:
+        self.session, self.out_dir, self.runs = session, out_dir, {}
+
+    def _run(self, names: list[str]) -> None:
+        import multiprocessing
+        import sys
+        from concurrent.futures import ProcessPoolExecutor
+
+        import chapter_runner
+
+        order = sorted(names, key=lambda n: (LONGEST_FIRST.index(n[:4]) if n[:4] in LONGEST_FIRST
+                                             else len(LONGEST_FIRST), n))
+        for n in order:
+            (self.out_dir / n).mkdir(exist_ok=True)
+        with ProcessPoolExecutor(max_workers=min(2, len(order)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=chapter_runner.init_worker, initargs=(list(sys.path),)) as pool:
+            futures = {n: pool.submit(chapter_runner.run_one, n, str(self.out_dir / n)) for n in order}
+            self.runs.update({n: f.result() for n, f in futures.items()})
+
+    def __getitem__(self, name: str):
+        if name not in self.runs:
+            selected = {item.callspec.params["name"] for item in self.session.items
+                        if getattr(item, "originalname", "") == TOUR_TEST}
+            self._run(sorted((selected if not self.runs else set()) | {name}))
+        return self.runs[name]
+
+    def part(self, name: str, part: str):
+        """One part's result from the chapter's tour run (it must have run cleanly)."""
+        run = self[name]
+        assert run.ok, run.traceback
+        return getattr(run.result, part)
+
+
+@pytest.fixture(scope="session")
+def tour_runs(request, tmp_path_factory) -> TourRuns:
+    return TourRuns(request.session, tmp_path_factory.mktemp("chapters"))

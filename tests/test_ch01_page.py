@@ -40,8 +40,8 @@ def test_the_experiments_run_from_the_notebook_file():
 
 
 @pytest.fixture(scope="module")
-def loop(embedded) -> ch01.LoopResult:
-    return ch01.run_loop(embedded, ch01.sizes("cpu", "quick"))
+def loop(tour_runs) -> ch01.LoopResult:
+    return tour_runs.part("ch01_foundations", "loop")
 
 
 def test_the_loop_equals_the_engine_and_transformers_greedy(embedded, loop):

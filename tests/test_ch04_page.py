@@ -5,9 +5,6 @@ the chapter module only shows them, and the page shows the roofline's real code.
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
-
-import pytest
 
 from infer_lab.analysis.roofline import Roof
 from infer_lab.course import ch04_prefill_decode_roofline as ch04
@@ -44,10 +41,8 @@ def test_a_bigger_batch_raises_decode_intensity_on_the_datasheet():
     assert one.prediction.decode.bound == "memory" and one.prediction.prefill.bound == "compute"
 
 
-@pytest.mark.slow  # measures this machine's ceilings first
-def test_a_real_decode_step_sits_next_to_its_prediction(embedded):
-    sizes = replace(ch04.sizes("cpu", "quick"), prompt_lengths=(8,), contexts=(8,), batches=(1, 2), new_tokens=3)
-    result = ch04.run_compare(embedded, sizes)
+def test_a_real_decode_step_sits_next_to_its_prediction(tour_runs):
+    result = tour_runs.part("ch04_prefill_decode_roofline", "compare")  # the notebook's experiment at quick size
     bytes_rows = [r for r in result.rows if r.unit == "B"]
     assert bytes_rows and all(abs(r.measured_over_predicted - 1) < 0.01 for r in bytes_rows)  # bytes agree
     decode = [r for r in result.rows if r.phase == "decode"]

@@ -45,8 +45,8 @@ def test_the_page_shows_the_real_group_quantizer():
 
 
 @pytest.fixture(scope="module")
-def quick_formats(embedded) -> ch06.FormatsResult:
-    return ch06.run_formats(embedded, ch06.sizes("cpu", "quick"))
+def quick_formats(tour_runs) -> ch06.FormatsResult:
+    return tour_runs.part("ch06_quantization", "formats")
 
 
 def test_fewer_bits_cost_error_and_the_shipped_format_is_exact(quick_formats):

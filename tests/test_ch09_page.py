@@ -4,7 +4,6 @@ the chapter says it does."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import inspect
 import sys
@@ -53,9 +52,9 @@ def test_the_page_shows_the_schedulers_real_admission_step():
 
 
 @pytest.fixture(scope="module")
-def quick_steps(embedded) -> ch09.StepsResult:
+def quick_steps(tour_runs) -> ch09.StepsResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's 4 slots."""
-    return ch09.run_steps(embedded, ch09.sizes("cpu", "quick"))
+    return tour_runs.part("ch09_batching", "steps")
 
 
 def test_static_takes_at_least_1_3x_the_steps_at_quick_size(quick_steps):
@@ -125,12 +124,10 @@ def test_the_contenders_run_from_the_notebook_file():
     assert "ch09.measure" not in source and not hasattr(ch09, "measure_batching")
 
 
-@pytest.mark.slow
-def test_every_contender_serves_the_same_tokens_as_the_engine(embedded):
-    """The notebook's contenders on a tiny workload (3 requests, 2 slots): every transformers
-    baseline and the static engine produce the continuous engine's tokens, request by request."""
-    sizes = dataclasses.replace(ch09.sizes("cpu", "quick"), requests=3, concurrency=2, max_output=6)
-    result = ch09.run_batching(embedded, sizes)
+def test_every_contender_serves_the_same_tokens_as_the_engine(tour_runs):
+    """The notebook's contenders at quick size (the tour's run): every transformers baseline and
+    the static engine produce the continuous engine's tokens, request by request."""
+    result = tour_runs.part("ch09_batching", "batching")
     names = [r.name for r in result.rows]
     assert names[-2:] == ["static batching (engine)", ch09.ENGINE_CONTINUOUS] and len(names) >= 5
     assert all(r.identical for r in result.rows), [(r.name, r.identical) for r in result.rows]

@@ -44,9 +44,9 @@ def test_the_page_shows_the_radix_trees_real_match():
 
 
 @pytest.fixture(scope="module")
-def quick_workloads(embedded) -> ch10.WorkloadsResult:
+def quick_workloads(tour_runs) -> ch10.WorkloadsResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's numbers."""
-    return ch10.run_workloads(embedded, ch10.sizes("cpu", "quick"))
+    return tour_runs.part("ch10_prefix_caching", "workloads")
 
 
 def test_caches_save_prefill_and_radix_saves_more_at_quick_size(quick_workloads):

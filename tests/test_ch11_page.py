@@ -42,9 +42,9 @@ def test_the_page_shows_the_schedulers_real_step():
 
 
 @pytest.fixture(scope="module")
-def quick(embedded) -> ch11.ChunkingResult:
+def quick(tour_runs) -> ch11.ChunkingResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's numbers."""
-    return ch11.run_chunking(embedded, ch11.sizes("cpu", "quick"))
+    return tour_runs.part("ch11_chunked_prefill", "chunking")
 
 
 def test_chunking_keeps_every_step_small_and_the_decoders_decoding_at_quick_size(quick):

@@ -61,9 +61,9 @@ def test_the_page_shows_the_engines_real_acceptance_rule():
 
 
 @pytest.fixture(scope="module")
-def quick_passes(embedded) -> ch12.PassesResult:
+def quick_passes(tour_runs) -> ch12.PassesResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's n-gram proposer at k = 4."""
-    return ch12.run_passes(embedded, ch12.sizes("cpu", "quick"))
+    return tour_runs.part("ch12_speculative_decoding", "passes")
 
 
 def test_ngram_guesses_save_most_target_passes_on_a_copy_task(quick_passes):

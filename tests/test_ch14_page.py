@@ -46,9 +46,9 @@ def test_the_page_shows_the_real_layer_and_predicts_the_all_reduces_first(embedd
 
 
 @pytest.fixture(scope="module")
-def quick_tp(embedded) -> ch14.TPResult:
+def quick_tp(tour_runs) -> ch14.TPResult:
     """The notebook's experiment as the tour runs it: quick sizes, the cell's 2 ranks."""
-    return ch14.run_tp(embedded, ch14.sizes("cpu", "quick"))
+    return tour_runs.part("ch14_tensor_parallel", "tp")
 
 
 def _assert_steps_match_the_prediction(tp: ch14.TPResult, shape) -> None:

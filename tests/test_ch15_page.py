@@ -45,8 +45,8 @@ def test_the_cluster_effects_go_the_way_the_chapter_says():
 
 
 @pytest.fixture(scope="module")
-def quick_check(embedded):
-    return ch15.run_check(embedded, ch15.sizes("cpu", "quick"))
+def quick_check(tour_runs):
+    return tour_runs.part("ch15_cluster", "check")
 
 
 def test_the_simulator_replays_the_engines_steps_exactly(quick_check):

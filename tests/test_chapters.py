@@ -41,30 +41,10 @@ def test_chapter_has_the_common_surface(name):
         mod.sizes("cpu", "huge")
 
 
-# Longest first, so that the two workers finish together.
-LONGEST_FIRST = ("ch12", "ch09", "ch02", "ch14", "ch13", "ch10", "ch06", "ch15")
-
-
 @pytest.fixture(scope="module")
-def chapter_runs(request, tmp_path_factory):
-    """Every selected chapter run as the tour runs it, two worker processes of one torch thread
-    each (on CI's 2 cores that is faster than one process of two threads)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    import chapter_runner
-
-    selected = [item.callspec.params["name"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_chapter_runs_on_the_cpu_at_quick_sizes"]
-    order = sorted(selected, key=lambda n: (LONGEST_FIRST.index(n[:4]) if n[:4] in LONGEST_FIRST
-                                            else len(LONGEST_FIRST), n))
-    out = tmp_path_factory.mktemp("chapters")
-    for n in order:
-        (out / n).mkdir()
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=chapter_runner.init_worker, initargs=(list(sys.path),)) as pool:
-        futures = {n: pool.submit(chapter_runner.run_one, n, str(out / n)) for n in order}
-        return {n: f.result() for n, f in futures.items()}
+def chapter_runs(tour_runs):
+    """Every selected chapter run as the tour runs it (conftest's ``tour_runs``, shared with the page tests)."""
+    return tour_runs
 
 
 @pytest.mark.parametrize("name", NAMES)
