@@ -158,6 +158,9 @@ class _Proxy:
 
     def __init__(self, model, forward):
         self._model, self.forward = model, forward
+        # the engine runs ``model.plain`` at batch sizes where its measured GEMM plan prefers plain
+        # weights (a choice that depends on the machine and its load): that must be poisoned too
+        self.plain = self
 
     def __getattr__(self, name):
         return getattr(self._model, name)
