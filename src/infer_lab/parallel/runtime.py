@@ -36,7 +36,7 @@ import torch
 from .bench import AllReduceSweep, default_sizes, time_allreduces
 from .comm import Communicator
 from .layers import TPModel
-from .shard import ModelShard, shard_model
+from .shard import ModelShard, shard_layer, shard_model
 
 # ---------------------------------------------------------------------------------------------
 # What a run returns
@@ -363,8 +363,7 @@ class TPGroup:
             raise ValueError(f"nccl needs one GPU per rank: {self.world_size} ranks, "
                              f"{torch.cuda.device_count()} GPUs here (use backend='gloo')")
         self.threads_per_rank = self.threads_per_rank or max(1, torch.get_num_threads() // self.world_size)
-        split = {"split": self.split} if self.split is not None else {}
-        self.shards = shard_model(self.engine_model, self.world_size, **split)  # checks the split first
+        self.shards = shard_model(self.engine_model, self.world_size, self.split or shard_layer)  # checks the split first
 
     @property
     def plan(self):
