@@ -173,6 +173,14 @@ def test_durations_never_read_zero_seconds(seconds, expected):
     assert fmt_duration(seconds) == expected
 
 
+@pytest.mark.parametrize(("n", "expected"), [(1, "1 torch thread"), (2, "2 torch threads"), (0, "0 torch threads"),
+                                             (1024, "1,024 torch threads")])
+def test_counts_are_plural_unless_one(n, expected):
+    from infer_lab.units import count
+
+    assert count(n, "torch thread") == expected
+
+
 def test_every_promised_button_time_is_honest():
     """No button promises 'About 0 s'; a model chapter's first button adds the model's load time."""
     from infer_lab import nb

@@ -93,6 +93,11 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{round(seconds / 60):.0f} min"
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``count(1, "torch thread")`` is '1 torch thread'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def require_positive(name: str, value: float, allow_zero: bool = False) -> None:
     """Raise ``ValueError`` naming the argument when a size is zero or negative."""
     if value is None or value < 0 or (value == 0 and not allow_zero):

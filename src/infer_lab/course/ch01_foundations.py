@@ -33,7 +33,7 @@ from ..bench.bandwidth import GIB, KIB, MIB, BandwidthPoint, CacheLevel, cache_l
 from ..figures import finish, subplots
 from ..hardware import device_label
 from ..shape import ModelShape, model_shape
-from ..units import fmt_bytes, human
+from ..units import count, fmt_bytes, human
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, run_parts
 from .notebook_code import notebook_function
 from .saved import SavedView
@@ -546,7 +546,7 @@ def tables(result: Result) -> dict[str, Any]:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.loop:
         lines.append(loop_text(result.loop))
     if result.flops:

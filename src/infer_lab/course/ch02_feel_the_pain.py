@@ -29,7 +29,7 @@ from ..analysis import memory, roofline
 from ..analysis.compare import dtype_name, shape_of
 from ..figures import finish
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, compare_spreads
-from ..units import GB, human
+from ..units import GB, count, human
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
@@ -445,7 +445,7 @@ def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.memory:
         lines.append(memory_text(result.memory))
     if result.ttft:

@@ -34,7 +34,7 @@ from ..figures import finish
 from ..models import EMBEDDED_GGUF
 from ..quant.formats import quantize_q4_1
 from ..quant.kv_formats import KV_DTYPES
-from ..units import MB, fmt_bytes, human
+from ..units import MB, count, fmt_bytes, human
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -372,7 +372,7 @@ def compare_text(comparison: Comparison, embedded: bool, guess_pct: float | None
         parts.append(line)
     text = guess_text(comparison, guess_pct) + "; ".join(parts) + "."
     text += (f" Decode timed over {comparison.new_tokens} tokens × {comparison.repeats} run(s) on "
-             f"{comparison.device}, {comparison.threads} torch threads, through transformers' generate. "
+             f"{comparison.device}, {count(comparison.threads, 'torch thread')}, through transformers' generate. "
              "Quality is the readable reference's (dequantize, then multiply); the decode timing runs the "
              "same codes through a fused kernel that dequantizes inside the matmul (PyTorch's "
              "`_weight_int8pack_mm` / `_weight_int4pack_mm_for_cpu`, bf16 activations inside), so only the "
@@ -472,7 +472,7 @@ def kv_text(kv: KVResult, embedded: bool) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.embedded:
         lines.append(baseline_note(True))
     if result.formats:

@@ -36,7 +36,7 @@ from ..analysis.memory import kv_bytes_per_token
 from ..bench.kv_allocators import AllocatorWaste, caches_in_budget
 from ..harness import progress
 from ..shape import ModelShape, model_shape
-from ..units import GB, GiB
+from ..units import GB, GiB, count
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .library_code import source_without_docstring
 from .notebook_code import notebook_function
@@ -415,7 +415,7 @@ def fit_text(fit: FitResult) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.cache:
         lines.append(cache_text(result.cache))
     if result.waste:

@@ -42,7 +42,7 @@ from ..bench.engine import workload
 from ..bench.predicted import CPU_BATCHES, GPU_BATCHES
 from ..figures import finish, subplots
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
-from ..units import GB
+from ..units import GB, count
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -595,7 +595,7 @@ def paths_text(paths: list[PathRow]) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.steps:
         lines.append(steps_text(result.steps.runs, result.steps.slots))
     if result.batching:

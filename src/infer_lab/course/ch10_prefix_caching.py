@@ -32,6 +32,7 @@ from ..bench.prefix_workloads import PREFIX_WORKLOADS, prefix_sharing_workloads
 from ..engine.prefix_cache import RadixPrefixCache
 from ..progress import progress
 from ..timing import summarize
+from ..units import count
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -347,7 +348,7 @@ def sglang_claim_text(w: WorkloadsResult, workload: str = "agentic_branching") -
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.granularity:
         lines.append(granularity_text(result.granularity))
     if result.workloads:

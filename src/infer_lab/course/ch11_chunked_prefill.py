@@ -28,6 +28,7 @@ from ..engine.scheduler import Scheduler, split_budget
 from ..figures import finish
 from ..progress import progress
 from ..timing import MachineLoad, compare_spreads, summarize
+from ..units import count
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -315,7 +316,7 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads."]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
     if result.chunking:
         lines.append(chunking_text(result.chunking))
     lines.append(agent_prompt_text(agent_prompt_rows()))

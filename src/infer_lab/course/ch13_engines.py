@@ -26,6 +26,7 @@ import torch
 
 from .. import launchers
 from ..bench.served import server_counters
+from ..units import count
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .notebook_code import notebook_function
 from .saved import SavedView
@@ -337,7 +338,7 @@ def _sweep_words(s: SweepResult) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads.", workshop_text()]
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}.", workshop_text()]
     if result.variants:
         lines.append(variants_text(result.variants))
     if result.sweep:
