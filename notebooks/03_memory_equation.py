@@ -100,10 +100,12 @@ def _(ch03, gpu_pick, kv_dtype_pick, model_pick):
 @app.cell(hide_code=True)
 def _(context_pick, kv_dtype_pick, mo):
     mo.md(f"""
+    <!-- marimo -->
     ## Every catalogued model side by side
 
     Same context ({context_pick.value:,} tokens), same KV dtype ({kv_dtype_pick.value}). The weights are
     the bf16 size.
+    <!-- /marimo -->
     """)
     return
 

@@ -126,7 +126,8 @@ class Built:
     cells: list[tuple[str, str]] = field(default_factory=list)
 
     def markdown(self, text: str) -> None:
-        self.cells.append(("markdown", text.strip("\n")))
+        if text.strip():  # a marimo-only text (<!-- marimo --> around all of it) leaves nothing
+            self.cells.append(("markdown", text.strip("\n")))
 
     def code(self, text: str) -> None:
         self.cells.append(("code", text.strip("\n")))
@@ -187,10 +188,29 @@ def free_names(node: ast.AST) -> set[str]:
     return {n.id for n in names if isinstance(n.ctx, ast.Load)} - {n.id for n in names if isinstance(n.ctx, ast.Store)}
 
 
+NB_CONTROLS = {"nb.size_picker", "nb.model_pickers"}  # infer_lab.nb functions that return marimo controls
+
+
+GUESS_KINDS = {"number", "text"}  # marimo inputs a learner types a guess into
+
+
+def guess_inputs(tree: ast.Module) -> set[str]:
+    """Names of the notebook's guess boxes (``x = mo.ui.number(...)`` / ``mo.ui.text(...)``)."""
+    return {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and dotted(node.value.func).removeprefix("mo.ui.") in GUESS_KINDS
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
 def ui_labels(tree: ast.Module) -> dict[str, str]:
     """``{name: label}`` of every marimo element the notebook assigns (``x = mo.ui.slider(..., label="...")``)."""
     out = {}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                dotted(node.value.func) in NB_CONTROLS:  # the course's own marimo pickers
+            for target in node.targets:
+                for name in ([target] if isinstance(target, ast.Name) else getattr(target, "elts", [])):
+                    if isinstance(name, ast.Name):
+                        out[name.id] = ""  # the Jupyter panel's header has these controls
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                 dotted(node.value.func).startswith("mo.ui."):
             label = next((k.value.value for k in node.value.keywords
@@ -209,6 +229,8 @@ def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[
         if not isinstance(stmt, ast.Assign) or not all(isinstance(t, ast.Name) for t in stmt.targets):
             continue
         used = free_names(stmt.value)
+        if isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in NB_CONTROLS:
+            continue  # a marimo control: the Jupyter edition has its own
         if used <= known | names and "mo" not in used:
             lines.append(ast.unparse(stmt))
             names |= {t.id for t in stmt.targets}
@@ -231,12 +253,15 @@ def escape_dollars(text: str) -> str:
                                                          text, flags=re.S)).replace("\0", "$")
 
 
-def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = None) -> tuple[str, str] | None:
+def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = None,
+              guesses: set[str] = frozenset()) -> tuple[str, str] | None:
     """('markdown', text) for a literal, ('code', 'jupyter.md(...)') for an f-string; None otherwise.
 
     An f-string's placeholders that use only names the Jupyter notebook defines are kept. One that
-    reads a marimo control becomes that control's label in italics (the explorer beside it shows
-    the value); a run button disappears (the panel has its own); anything else reads "…".
+    reads a marimo control's value becomes that control's label in italics (the explorer beside it
+    shows the value); a guess box shown in the text (``guesses``: number and text inputs) keeps its
+    label as the question; any other control shown there (a run button, a switch, the size
+    picker) disappears (the Jupyter edition has its own controls); anything else reads "…".
     """
     labels = labels or {}
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -254,8 +279,14 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
         if "mo" in used:  # a marimo layout of controls: the explorer shows its own
             continue
         if not used <= known:
-            ui = [labels[n.id] for n in ast.walk(value.value) if isinstance(n, ast.Name) and n.id in labels]
-            pieces.append(f"*{ui[0]}*" if ui and ui[0] else "" if ui else "…")
+            read = [labels[n.value.id] for n in ast.walk(value.value) if isinstance(n, ast.Attribute)
+                    and n.attr == "value" and isinstance(n.value, ast.Name) and n.value.id in labels]
+            shown = [n.id for n in ast.walk(value.value) if isinstance(n, ast.Name) and n.id in labels]
+            # a control's value reads as its label; a guess box shown in the text keeps its question
+            # (answered in the head); any other control shown there is marimo's widget: gone
+            asked = [labels[n] for n in shown if n in guesses and labels[n]]
+            pieces.append(f"*{read[0]}*" if read and read[0] else f"*{asked[0]}*" if asked
+                          else "" if read or shown else "…")
             continue
         dynamic = True
         conv = f"!{chr(value.conversion)}" if value.conversion not in (-1, None) else ""
@@ -299,7 +330,7 @@ def build(chapter) -> Built:
     import builtins
 
     known |= {"jupyter", "calculator", "panel", "sizes"} | set(dir(builtins))
-    labels = ui_labels(tree)
+    labels, guesses = ui_labels(tree), guess_inputs(tree)
     out = Built()
     out.markdown(
         f"# {chapter.TITLE}\n\n"
@@ -323,7 +354,7 @@ def build(chapter) -> Built:
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
         for call in calls(cell) if hidden(cell) else ():
             if dotted(call.func) == "mo.md" and call.args:
-                piece = md_source(call.args[0], known | local, labels)
+                piece = md_source(call.args[0], known | local, labels, guesses)
                 if piece and piece[0] == "markdown":
                     out.markdown(piece[1])
                 elif piece:

@@ -67,6 +67,21 @@ def test_markdown_f_strings_keep_what_jupyter_can_compute():
     assert "button" not in code
     assert convert('f"{a} {{literal}}"', {"a"})[1].endswith('{a} {{literal}}\n""")')
     assert convert('f"only {slider.value}"', set(), {"slider": "s"}) == ("markdown", "only *s*")
+    # a control shown in the text is marimo's widget: gone, unless it is a guess box (its question stays)
+    assert convert('f"{sizes} {switch if gpu else \'\'} {b}"', set(), {"sizes": "", "switch": "save", "b": ""}) \
+        == ("markdown", "")
+    assert builder.md_source(ast.parse('f"Guess: {guess}"', mode="eval").body, set(), {"guess": "your guess"},
+                             {"guess"}) == ("markdown", "Guess: *your guess*")
+
+
+def test_the_jupyter_edition_never_builds_marimo_controls():
+    """nb.size_picker / nb.model_pickers return marimo elements (marimo is absent on Colab, and the
+    element renders as nothing in Jupyter): no generated cell calls them or names their labels."""
+    for path in NOTEBOOKS:
+        for cell in _cells(path):
+            text = _source(cell)
+            assert "size_picker" not in text and "model_pickers" not in text, path.name
+            assert "*also save the results" not in text, path.name
 
 
 def _setup_cell() -> str:
