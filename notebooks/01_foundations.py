@@ -178,8 +178,8 @@ def _(ch01, mo, nb):
     - **norms**: a few FLOPs per element, twice per layer;
     - **LM head**: the last vector times the vocabulary matrix.
 
-    A common rule of thumb says *about 95 % of the compute is in the layers*. **Predict first**
-    with the slider: what share is it for your model? Then press the button; the answer is
+    A common rule of thumb says *about 95 % of the compute is in the layers*. **Predict first**<!-- marimo -->
+    with the slider<!-- /marimo -->: what share is it for your model? Then press the button; the answer is
     counted from the config, so it takes no time.
     """),
         mo.hstack([flops_guess, flops_button], justify="start"),

@@ -149,8 +149,8 @@ def _(ch06, mo, nb, sizes):
     tokens/s is 1 / median inter-token latency, timed after the quality passes warmed it up.
 
     **Predict first:** the embeddings and norms are not quantized, only the linear layers. What
-    share of the baseline's bytes does the first method keep? Enter your guess; the result shows
-    it beside the measurement.
+    share of the baseline's bytes does the first method keep?<!-- marimo --> Enter your guess; the result shows
+    it beside the measurement.<!-- /marimo -->
 
     {methods} {guess}
 

@@ -141,7 +141,7 @@ def _(mo):
     ## Coding agents: a repository in the prompt (analytic)
 
     A coding agent can send 200k to 1M tokens in one prompt. What does that cost on a GPU you
-    might rent, and what happens to everyone decoding on it? Pick one: {agent_gpu}
+    might rent, and what happens to everyone decoding on it?<!-- marimo --> Pick one: {agent_gpu}<!-- /marimo -->
     """)
     return (agent_gpu,)
 

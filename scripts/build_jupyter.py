@@ -226,14 +226,17 @@ def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[
     """A narrative cell's own assignments that use only known names (``_trap = ch03.mla_trap()``)."""
     lines, names = [], set()
     for stmt in cell.body:
-        if not isinstance(stmt, ast.Assign) or not all(isinstance(t, ast.Name) for t in stmt.targets):
+        if not isinstance(stmt, ast.Assign):
+            continue
+        targets = [n for t in stmt.targets for n in ([t] if isinstance(t, ast.Name) else getattr(t, "elts", [None]))]
+        if not all(isinstance(t, ast.Name) for t in targets):
             continue
         used = free_names(stmt.value)
         if isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in NB_CONTROLS:
             continue  # a marimo control: the Jupyter edition has its own
         if used <= known | names and "mo" not in used:
             lines.append(ast.unparse(stmt))
-            names |= {t.id for t in stmt.targets}
+            names |= {t.id for t in targets}
     return lines, names
 
 
@@ -317,6 +320,11 @@ def run_button_part(cell: ast.FunctionDef, alias: str) -> list[str]:
     return keys
 
 
+# The prediction printed before a run button may need the model (its config and this machine's
+# ceilings): the Jupyter cell that shows it loads the model, once, through the panel.
+LOAD_FOR_TEXT = "lm = panel.lm()  # the prediction below is computed from the model's config"
+
+
 def build(chapter) -> Built:
     """The cells of ``jupyter/NN_slug.ipynb`` for one chapter module."""
     from infer_lab.course import jupyter
@@ -330,6 +338,8 @@ def build(chapter) -> Built:
     import builtins
 
     known |= {"jupyter", "calculator", "panel", "sizes"} | set(dir(builtins))
+    if chapter.NEEDS_MODEL:  # a prediction in the text that needs the model loads it there
+        known.add("lm")
     labels, guesses = ui_labels(tree), guess_inputs(tree)
     out = Built()
     out.markdown(
@@ -359,7 +369,10 @@ def build(chapter) -> Built:
                     out.markdown(piece[1])
                 elif piece:
                     used = {n.id for n in ast.walk(ast.parse(piece[1])) if isinstance(n, ast.Name)}
-                    out.code("\n".join([line for line in setup if line.split(" =")[0] in used] + [piece[1]]))
+                    model = [LOAD_FOR_TEXT] if "lm" in used and chapter.NEEDS_MODEL else []
+                    out.code("\n".join(model + [line for line in setup
+                                                 if {t.strip() for t in line.split(" =")[0].split(",")} & used]
+                                        + [piece[1]]))
         names = {dotted(c.func) for c in calls(cell)}
         for key in run_button_part(cell, alias):
             show_experiments(cells[i + 1].lineno if i + 1 < len(cells) else float("inf"))
