@@ -49,7 +49,7 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     frontier as a line, and a fast-mode pair (:func:`~infer_lab.analysis.parallel.fast_mode`)."""
     from ..figures import subplots
 
-    fig, ax = subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(8.2, 4.5))
     for tp in sorted({p.tp for p in points}):
         mine = [p for p in points if p.tp == tp]
         ax.plot(
@@ -82,8 +82,11 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     ax.set_xlabel("tokens/s per user (speed)")
     ax.set_ylabel("tokens/s per GPU (throughput)")
     ax.set_yscale("log")
-    ax.set_title(title or "speed vs throughput: more GPUs per user buy speed at a higher cost per token")
-    ax.legend(fontsize=8)
+    ys = [p.tokens_per_s_per_gpu for p in points if p.tokens_per_s_per_gpu and p.tokens_per_s_per_gpu > 0]
+    if ys:  # headroom on the log axis: the labels above the top points stay clear of the title
+        ax.set_ylim(min(ys) / 1.5, max(ys) * 2.5)
+    ax.set_title(title or "speed vs throughput: more GPUs per user buy speed at a higher cost per token", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside: no label runs into it
     finish(fig)
     return fig
 
