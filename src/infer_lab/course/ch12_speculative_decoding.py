@@ -506,10 +506,13 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     })
 
 
-def acceptance_code() -> str:
-    """The engine's acceptance rules, greedy and sampling, its real code (docstrings left out: the
-    words on the page say the same), as a markdown code block."""
-    return code_block(verify_greedy, verify_sampling)
+def acceptance_code(rule: str = "both") -> str:
+    """The engine's acceptance rules, its real code (docstrings left out: the words on the page say
+    the same), as a markdown code block: ``rule`` is "greedy", "sampling" or "both"."""
+    rules = {"greedy": (verify_greedy,), "sampling": (verify_sampling,), "both": (verify_greedy, verify_sampling)}
+    if rule not in rules:
+        raise ValueError(f"rule must be one of {', '.join(rules)}, got {rule!r}")
+    return code_block(*rules[rule])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -721,6 +724,24 @@ def frontier_shift_text(curve: RooflineCurve) -> str:
 
 
 def batch_text(result: BatchResult) -> str:
+    return "\n\n".join(batch_paragraphs(result).values())
+
+
+def batch_lead(result: BatchResult) -> str:
+    """Section 4's measurement at a glance (with its caution, if any); the rest is :func:`batch_derivation`."""
+    parts = batch_paragraphs(result)
+    return "\n\n".join(parts[k] for k in ("note", "measured", "caution") if k in parts)
+
+
+def batch_derivation(result: BatchResult) -> str:
+    """The roofline's reasoning behind section 4, and speculation as a shift of the frontier."""
+    parts = batch_paragraphs(result)
+    return "\n\n".join(parts[k] for k in ("roof", "why", "shift") if k in parts)
+
+
+def batch_paragraphs(result: BatchResult) -> dict[str, str]:
+    """Section 4 in words, one paragraph each ('note', 'measured', 'roof', 'why', 'caution', 'shift';
+    an empty one is left out)."""
     first, last = result.points[0], result.points[-1]
     here, gpu = result.curves
     lines = [
@@ -742,9 +763,8 @@ def batch_text(result: BatchResult) -> str:
         caution([f for p in result.points for f in speedup_flags(f"batch {p.batch}", p.speedup, p.tokens_per_pass)]),
         frontier_shift_text(gpu),
     ]
-    if result.prompts_note:
-        lines.insert(0, result.prompts_note)
-    return "\n\n".join(line for line in lines if line)
+    keys = ("note", "measured", "roof", "why", "caution", "shift")
+    return {key: line for key, line in zip(keys, [result.prompts_note or "", *lines], strict=True) if line}
 
 
 def variants_text(result: VariantsResult) -> str:
@@ -886,6 +906,21 @@ CITED_COLUMNS = [
 ]
 
 
+# The columns each section's finding reads: the page shows these; every column is behind a closed accordion.
+SWEEP_LESSON = ("proposer", "k", "tokens per target pass", "predicted tokens per pass", "speedup (wall)",
+                "predicted E/(kc+v)", "token-identical")
+WORKLOAD_LESSON = ("workload", "proposer", "k", "acceptance", "tokens per target pass", "speedup (wall)")
+BATCH_LESSON = ("batch", "tokens per pass", "speedup (wall)", "step cost vs plain (measured)",
+                "step cost vs plain (roofline)", "speedup (roofline)")
+MECHANISM_LESSON = ("target", "mechanism", "extra parameters", "of the target", "extra KV per token (B, bf16)",
+                    "c (weights read per draft / per target step)")
+
+
+def lesson_columns(frame: Any, columns: tuple[str, ...]) -> Any:
+    """The columns of a people table that carry a section's finding, in that order."""
+    return frame[list(columns)]
+
+
 def _row_dict(r: SpecRow) -> dict[str, Any]:
     d = dict(r.__dict__)
     d.update(measured_over_predicted=r.measured_over_predicted,
@@ -947,11 +982,28 @@ def tables(result: Result) -> dict[str, Any]:
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
-def sweep_figure(sweep: SweepResult, source: str):
-    """Tokens per pass and speedup vs k (measured dots, predicted lines), and the acceptance shape."""
+def sweep_figure(sweep: SweepResult, source: str, rows: str = "both"):
+    """Tokens per pass and speedup vs k (measured dots, predicted lines: ``rows="speed"``), and the
+    acceptance shape (``rows="acceptance"``); ``"both"`` stacks them."""
     from ..figures import subplots
 
-    fig, axes = subplots(2, 2, figsize=(11, 7.5))
+    if rows not in ("both", "speed", "acceptance"):
+        raise ValueError(f"rows must be 'both', 'speed' or 'acceptance', got {rows!r}")
+    if rows == "both":
+        fig, axes = subplots(2, 2, figsize=(11, 7.5))
+    else:
+        fig, row = subplots(1, 2, figsize=(11, 3.9))
+        axes = {(0 if rows == "speed" else 1, i): ax for i, ax in enumerate(row)}
+    if rows in ("both", "speed"):
+        _speed_panels(axes, sweep)
+    if rows in ("both", "acceptance"):
+        _acceptance_panels(axes, sweep)
+    fig.suptitle(f"Speculative decoding, grounded prompts, batch 1 ({sweep.threads} threads): {source}", fontsize=10)
+    finish(fig)
+    return fig
+
+
+def _speed_panels(axes: Any, sweep: SweepResult) -> None:
     ks = list(K_RANGE)
     for color, proposer in zip(COLORS, sweep.proposers(), strict=False):
         line = sweep.of(proposer)
@@ -972,8 +1024,11 @@ def sweep_figure(sweep: SweepResult, source: str):
     axes[0, 1].axhline(1, color="k", lw=0.8)
     axes[0, 1].set(xlabel="k (guesses per pass)", ylabel="speedup over plain decoding (×)", ylim=(0, None),
                    title="wall-clock speedup, measured vs predicted")
-    for ax in axes[0]:
+    for ax in (axes[0, 0], axes[0, 1]):
         ax.legend(fontsize=7)
+
+
+def _acceptance_panels(axes: Any, sweep: SweepResult) -> None:
     detail = explained_detail(sweep)
     full = sum(detail.length_counts)
     if full and detail.alpha_mle is not None:
@@ -993,9 +1048,6 @@ def sweep_figure(sweep: SweepResult, source: str):
     axes[1, 1].set(xlabel="draft position i", ylabel="acceptance", ylim=(0, 1.05),
                    title="correlated acceptance in copy spans")
     axes[1, 1].legend(fontsize=7)
-    fig.suptitle(f"Speculative decoding, grounded prompts, batch 1 ({sweep.threads} threads): {source}", fontsize=10)
-    finish(fig)
-    return fig
 
 
 def workloads_figure(result: WorkloadResult, source: str):
