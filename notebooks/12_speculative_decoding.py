@@ -209,20 +209,9 @@ def _(ch12, lm, mo, nb, sizes, sweep_button):
     _chosen, _comparison = proposers_by_k(lm, "grounded", sizes.sweep_prompts, configs,
                                           sizes.max_new_tokens, sizes.rounds)
     sweep = ch12.sweep_result(_chosen, _comparison, lm, sizes)
-    _table = ch12.sweep_table(sweep)
-    mo.vstack([
-        ch12.sweep_figure(sweep, lm.describe(), rows="speed"), mo.md(ch12.sweep_text(sweep)),
-        nb.table(ch12.lesson_columns(_table, ch12.SWEEP_LESSON)),
-        mo.accordion({
-            "Why the engine's acceptance rate is not α, and how to back α out": mo.vstack([
-                ch12.sweep_figure(sweep, lm.describe(), rows="acceptance"), mo.md(ch12.alpha_text(sweep)),
-                nb.table(ch12.detail_table(sweep))]),
-            "The costs the prediction needs, measured": mo.md(ch12.cost_text(sweep)),
-            "Every column of the sweep": nb.table(_table),
-            "The measured proposers on the same axes as the papers": ch12.variants_figure(
-                ch12.variants_result(size_mechanisms(sizes.variant_models)), sweep, lm.describe()),
-        }),
-    ])
+    mo.vstack([ch12.sweep_figure(sweep, lm.describe(), rows="speed"), mo.md(ch12.sweep_text(sweep)),
+               nb.table(ch12.lesson_columns(ch12.sweep_table(sweep), ch12.SWEEP_LESSON)),
+               nb.details(ch12.sweep_details(sweep, lm.describe(), size_mechanisms(sizes.variant_models)))])
     return
 
 
@@ -252,13 +241,11 @@ def _(ch12, lm, mo, nb, sizes, workloads_button):
     _runs = {w: proposers_by_k(lm, w, sizes.workload_prompts, _configs, sizes.max_new_tokens, sizes.rounds)
              for w in ("grounded", "chat")}
     workloads = ch12.workloads_result(_runs, lm, sizes)
-    _table = ch12.workloads_table(workloads)
     mo.vstack([
         ch12.workloads_figure(workloads, lm.describe()),
         mo.md(ch12.workloads_text(workloads)),
-        nb.table(ch12.lesson_columns(_table, ch12.WORKLOAD_LESSON)),
-        mo.accordion({"Prompt by prompt": nb.table(ch12.points_table(workloads)),
-                      "Every column": nb.table(_table)}),
+        nb.table(ch12.lesson_columns(ch12.workloads_table(workloads), ch12.WORKLOAD_LESSON)),
+        nb.details(ch12.workloads_details(workloads)),
     ])
     return
 
@@ -302,14 +289,11 @@ def _(batch_button, ch12, lm, mo, nb, sizes):
     _ids, _runs, _roof = speedup_by_batch(lm, sizes.batch_prompts, _proposer, _k, _batches,
                                           sizes.max_new_tokens, sizes.rounds)
     batch = ch12.batch_result(_ids, _runs, _roof, lm, _proposer, _k, sizes)
-    _table = ch12.batch_table(batch)
     mo.vstack([
         ch12.batch_figure(batch, lm.describe()),
         mo.md(ch12.batch_lead(batch)),
-        nb.table(ch12.lesson_columns(_table, ch12.BATCH_LESSON)),
-        mo.accordion({"The roofline's reasoning, and speculation as a shift of the frontier":
-                      mo.md(ch12.batch_derivation(batch)),
-                      "Every column": nb.table(_table)}),
+        nb.table(ch12.lesson_columns(ch12.batch_table(batch), ch12.BATCH_LESSON)),
+        nb.details(ch12.batch_details(batch)),
     ])
     return
 
@@ -347,16 +331,10 @@ def size_mechanisms(models):
 @app.cell
 def _(ch12, mo, nb, sizes):
     variants = ch12.variants_result(size_mechanisms(sizes.variant_models))  # e.g. ("llama-3-70b",)
-    _table = ch12.mechanisms_table(variants)
     mo.vstack([
         ch12.variants_figure(variants),
         mo.md(ch12.variants_text(variants)),
-        mo.accordion({
-            "What each mechanism adds to each target (computed from configs)": nb.table(
-                ch12.lesson_columns(_table, ch12.MECHANISM_LESSON)),
-            "What each mechanism drafts from and adds, every column": nb.table(_table),
-            "What the papers report (cited, not measured here)": nb.table(ch12.cited_table(variants)),
-        }),
+        nb.details(ch12.variants_details(variants)),
     ])
     return
 

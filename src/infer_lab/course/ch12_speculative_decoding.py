@@ -958,6 +958,42 @@ def cited_table(result: VariantsResult):
     return people_table(result.cited, CITED_COLUMNS)
 
 
+def sweep_details(sweep: SweepResult, source: str, mechanisms: list[DraftMechanism]) -> dict[str, list[Any]]:
+    """What section 2 keeps one click away (the page shows them in closed accordions): the
+    acceptance derivation, the costs, every column, the proposers next to the papers'."""
+    return {
+        "Why the engine's acceptance rate is not α, and how to back α out": [
+            sweep_figure(sweep, source, rows="acceptance"), alpha_text(sweep), detail_table(sweep)],
+        "The costs the prediction needs, measured": [cost_text(sweep)],
+        "Every column of the sweep": [sweep_table(sweep)],
+        "The measured proposers on the same axes as the papers": [
+            variants_figure(variants_result(mechanisms), sweep, source)],
+    }
+
+
+def workloads_details(result: WorkloadResult) -> dict[str, list[Any]]:
+    """Section 3's rows prompt by prompt, and every column of its table."""
+    return {"Prompt by prompt": [points_table(result)], "Every column": [workloads_table(result)]}
+
+
+def batch_details(result: BatchResult) -> dict[str, list[Any]]:
+    """Section 4's roofline reasoning, and every column of its table."""
+    return {"The roofline's reasoning, and speculation as a shift of the frontier": [batch_derivation(result)],
+            "Every column": [batch_table(result)]}
+
+
+def variants_details(result: VariantsResult) -> dict[str, list[Any]]:
+    """Section 5's tables: what each mechanism adds (the columns that carry it, then all), and
+    what the papers report."""
+    every = mechanisms_table(result)
+    return {
+        "What each mechanism adds to each target (computed from configs)": [
+            lesson_columns(every, MECHANISM_LESSON)],
+        "What each mechanism drafts from and adds, every column": [every],
+        "What the papers report (cited, not measured here)": [cited_table(result)],
+    }
+
+
 def tables(result: Result) -> dict[str, Any]:
     out = {}
     if result.passes:

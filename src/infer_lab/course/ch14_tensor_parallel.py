@@ -484,6 +484,16 @@ TP_STEP_LESSON_COLUMNS = ("run", "step p50 (ms)", "compute (ms)", "in all-reduce
                           "all-reduces / step")  # what the page shows; the rest is behind "every column"
 
 
+def tp_details(tp: TPResult) -> dict[str, list[Any]]:
+    """What part 1 keeps one click away (the page shows them in closed accordions): the derivation,
+    the decode steps in the columns the finding reads, every column and the all-reduce sweep."""
+    return {
+        "Why: the split, the all-reduce cost, the step time": [tp_derivation(tp)],
+        "The decode steps, in numbers": [tp_steps_table(tp, lesson=True)],
+        "Every column, and the all-reduce sweep": [tp_steps_table(tp), sweep_table(tp)],
+    }
+
+
 def tp_steps_table(tp: TPResult, lesson: bool = False):
     """Every run's decode step (``lesson=True``: only the columns the page's finding reads)."""
     frame = people_table(tp.runs, TP_STEP_COLUMNS)
