@@ -38,8 +38,10 @@ def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
     ax.set_xticks([j + width * (len(gpus) - 1) / 2 for j in range(len(first))])
     ax.set_xticklabels([f"TP{r['tp']}" for r in first])
     ax.set_ylabel("predicted ITL (ms)")
+    tallest = max(r["compute_ms"] + r["allreduce_ms"] for r in rows)
+    ax.set_ylim(0, tallest * 1.4)  # headroom: the legend sits above the bars, no bar runs into the frame
     ax.set_title(title or f"batch {first[0]['batch']} x {first[0]['context']} tokens: N GPUs are not N x faster")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
     finish(fig)
     return fig
 

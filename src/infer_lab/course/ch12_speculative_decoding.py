@@ -1150,7 +1150,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     our proposers (stars, measured); and the extra parameters each mechanism adds (computed)."""
     from ..figures import subplots
 
-    fig, axes = subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = subplots(1, 2, figsize=(12, 5.6))
     ax = axes[0]
     x_max = 0.62
     if sweep is not None:
@@ -1158,7 +1158,9 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     cs = [x_max * i / 100 for i in range(0, 101)]
     for alpha in (0.6, 0.8, 0.9):
         ax.plot(cs, [predicted_speedup(alpha, 4, c) for c in cs], color="0.8", lw=1)
-        ax.annotate(f"α={alpha}, k=4", (0.45, predicted_speedup(alpha, 4, 0.45)), fontsize=6, color="0.5")
+        c_label = 0.2 * x_max  # where the three curves are far apart, right of the cited points
+        ax.annotate(f"α = {alpha}, k = 4", (c_label, predicted_speedup(alpha, 4, c_label)), xytext=(2, 2),
+                    textcoords="offset points", fontsize=8, color="0.4")
     for i, method in enumerate(("Medusa", "EAGLE", "MTP")):
         c = _mechanism_cost(method)
         for j, r in enumerate(x for x in result.cited if x.method == method and x.metric == "speedup"):
@@ -1173,7 +1175,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     ax.axhline(1, color="k", lw=0.8)
     ax.set(xlabel="draft cost c per drafted token (× one target step)", ylabel="speedup (×)", ylim=(0, None),
            xlim=(0, x_max), title="cited (hollow) and measured here (stars)")
-    ax.legend(fontsize=6, loc="upper right", ncol=2)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(0, -0.16), ncol=2)  # below the axes: covers nothing
     models = list(dict.fromkeys(m.model for m in result.mechanisms))
     methods = list(dict.fromkeys(x.method.split(" (")[0] for x in result.mechanisms))
     width = 0.8 / len(models)
@@ -1184,11 +1186,11 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
         axes[1].bar(xs, vals, width, label=model)
         for x, val in zip(xs, vals, strict=True):
             if val == 0:
-                axes[1].annotate("0", (x, 0), ha="center", va="bottom", fontsize=7)
-    axes[1].set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(methods))], methods, fontsize=7)
+                axes[1].annotate("0", (x, 0), ha="center", va="bottom", fontsize=8)
+    axes[1].set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(methods))], methods, fontsize=9)
     axes[1].set(ylabel="extra parameters (% of the target)", ylim=(0, None),
                 title="what each mechanism adds (computed from configs)")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=8)
     where = f"stars measured on {source}" if sweep is not None and source else "no measurement in this figure"
     fig.suptitle(f"EAGLE, Medusa, MTP: cited speedups, computed costs; {where}", fontsize=9)
     finish(fig)

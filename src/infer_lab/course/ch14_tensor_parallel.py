@@ -772,6 +772,10 @@ SCALING_COLUMNS = [
     Column("allreduce_ms", "all-reduces (ms)"), Column("allreduce_share", "all-reduce share", "pct"),
     Column("speedup_vs_tp1", "speed-up vs TP1", "ratio"), Column("ideal_speedup", "ideal", "ratio"),
 ]
+SMALL_MODEL_COLUMNS = [  # the same columns in µs: a small model's steps are a fraction of a millisecond
+    Column(c.key, c.label.replace("(ms)", "(µs)"), c.fmt, c.digits, scale=1e3) if "(ms)" in c.label else c
+    for c in SCALING_COLUMNS
+]
 LAYOUT_COLUMNS = [
     Column("gpu", "GPU", "text"), Column("parallelism", "layout", "text"), Column("interconnect", "link", "text"),
     Column("itl_ms", "ITL (ms)"), Column("tokens_per_s", "output tok/s"), Column("input_tokens_per_s", "prefill tok/s"),
@@ -787,7 +791,7 @@ FRONTIER_COLUMNS = [
 
 # The columns each of part 2's findings reads; the page keeps every other column behind a closed accordion.
 SCALING_LESSON = ("GPU", "TP", "ITL (ms)", "all-reduce share", "speed-up vs TP1", "ideal")
-SMALL_MODEL_LESSON = ("GPU", "TP", "ITL (ms)", "compute + memory (ms)", "all-reduces (ms)", "speed-up vs TP1")
+SMALL_MODEL_LESSON = ("GPU", "TP", "ITL (µs)", "compute + memory (µs)", "all-reduces (µs)", "speed-up vs TP1")
 LAYOUT_LESSON = ("GPU", "layout", "ITL (ms)", "output tok/s", "all-reduces / step (ms)", "$ / M output tokens")
 
 
@@ -848,7 +852,7 @@ def summary(result: Result) -> str:
 def scaling_tables(s: ScalingResult) -> dict[str, Any]:
     return {
         f"TP scaling (analytic): {s.model}, {s.batch} users x {s.context:,} tokens": people_table(s.rows, SCALING_COLUMNS),
-        "A small model on NVLink (analytic): SmolLM2-135M, batch 4": people_table(s.small_model_rows, SCALING_COLUMNS),
+        "A small model on NVLink (analytic): SmolLM2-135M, batch 4": people_table(s.small_model_rows, SMALL_MODEL_COLUMNS),
         f"TP vs replicas on 4 GPUs (analytic): {s.layouts_model}, {s.layouts_context:,} tokens, "
         f"ITL SLO {s.itl_slo_ms:.0f} ms": people_table(s.layouts, LAYOUT_COLUMNS),
         f"Pareto frontier (analytic): {s.model} on H100 SXM": people_table(
