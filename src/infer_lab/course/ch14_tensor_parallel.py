@@ -736,7 +736,10 @@ def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
     if s.fast is not None:
         f = s.fast
         lines["fast"] = (
-            f"**Fast mode, computed:** from the most economical frontier point within 50 ms ITL "
+            "**Fast mode, computed:** a fast mode sells each user more speed at a higher GPU cost per token (a "
+            f"public talk on inference described one at about {TALK_FAST_MODE_COMPUTE:.0f}x compute for about "
+            f"{TALK_FAST_MODE_SPEEDUP:.0f}x speed; how this model compares is below). "
+            f"From the most economical frontier point within 50 ms ITL "
             f"({f.baseline.layout}, batch {f.baseline.batch}, {f.baseline.tokens_per_s_per_user:.0f} tok/s per user), "
             f"the cheapest point at least {TALK_FAST_MODE_SPEEDUP:.0f}x faster per user is {f.fast.layout} at batch "
             f"{f.fast.batch}: **{f.speedup:.2f}x the speed for {f.compute_ratio:.2f}x the GPU time per token** "
