@@ -1150,7 +1150,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     our proposers (stars, measured); and the extra parameters each mechanism adds (computed)."""
     from ..figures import subplots
 
-    fig, axes = subplots(1, 2, figsize=(12, 5.6))
+    fig, axes = subplots(1, 2, figsize=(12, 4.9))
     ax = axes[0]
     x_max = 0.62
     if sweep is not None:
