@@ -135,7 +135,9 @@ def _(ch12, mo, nb, sizes):
     Which guesses are kept is decided by the engine's acceptance rule, its real code
     (`verify_greedy` and `verify_sampling` in `src/infer_lab/engine/acceptance.py`):
     """),
-        mo.md(ch12.acceptance_code()),
+        mo.md(ch12.acceptance_code("greedy")),
+        mo.accordion({"The sampling rule, verify_sampling (for temperature > 0)":
+                      mo.md(ch12.acceptance_code("sampling"))}),
         mo.md(f"{passes_guess} {passes_button} {nb.button_time(ch12, 'passes')}"),
     ])
     return passes_button, passes_guess
@@ -207,14 +209,9 @@ def _(ch12, lm, mo, nb, sizes, sweep_button):
     _chosen, _comparison = proposers_by_k(lm, "grounded", sizes.sweep_prompts, configs,
                                           sizes.max_new_tokens, sizes.rounds)
     sweep = ch12.sweep_result(_chosen, _comparison, lm, sizes)
-    mo.vstack([
-        ch12.sweep_figure(sweep, lm.describe()), mo.md(ch12.sweep_text(sweep)), nb.table(ch12.sweep_table(sweep)),
-        mo.md("### Why the engine's acceptance rate is not α, and how to back α out"),
-        mo.md(ch12.alpha_text(sweep)), nb.table(ch12.detail_table(sweep)),
-        mo.md("### The costs the prediction needs, measured"), mo.md(ch12.cost_text(sweep)),
-        mo.md("### The measured proposers on the same axes as the papers"),
-        ch12.variants_figure(ch12.variants_result(size_mechanisms(sizes.variant_models)), sweep, lm.describe()),
-    ])
+    mo.vstack([ch12.sweep_figure(sweep, lm.describe(), rows="speed"), mo.md(ch12.sweep_text(sweep)),
+               nb.table(ch12.lesson_columns(ch12.sweep_table(sweep), ch12.SWEEP_LESSON)),
+               nb.details(ch12.sweep_details(sweep, lm.describe(), size_mechanisms(sizes.variant_models)))])
     return
 
 
@@ -247,8 +244,8 @@ def _(ch12, lm, mo, nb, sizes, workloads_button):
     mo.vstack([
         ch12.workloads_figure(workloads, lm.describe()),
         mo.md(ch12.workloads_text(workloads)),
-        nb.table(ch12.workloads_table(workloads)),
-        nb.table(ch12.points_table(workloads)),
+        nb.table(ch12.lesson_columns(ch12.workloads_table(workloads), ch12.WORKLOAD_LESSON)),
+        nb.details(ch12.workloads_details(workloads)),
     ])
     return
 
@@ -294,8 +291,9 @@ def _(batch_button, ch12, lm, mo, nb, sizes):
     batch = ch12.batch_result(_ids, _runs, _roof, lm, _proposer, _k, sizes)
     mo.vstack([
         ch12.batch_figure(batch, lm.describe()),
-        mo.md(ch12.batch_text(batch)),
-        nb.table(ch12.batch_table(batch)),
+        mo.md(ch12.batch_lead(batch)),
+        nb.table(ch12.lesson_columns(ch12.batch_table(batch), ch12.BATCH_LESSON)),
+        nb.details(ch12.batch_details(batch)),
     ])
     return
 
@@ -336,8 +334,7 @@ def _(ch12, mo, nb, sizes):
     mo.vstack([
         ch12.variants_figure(variants),
         mo.md(ch12.variants_text(variants)),
-        nb.table(ch12.mechanisms_table(variants)),
-        nb.table(ch12.cited_table(variants)),
+        nb.details(ch12.variants_details(variants)),
     ])
     return
 

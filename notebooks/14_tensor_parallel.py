@@ -162,12 +162,7 @@ def tp_run(ch14, lm, mo, nb, sizes, tp_button):
     world_size = 2  # ranks: SmolLM2's 3 KV heads allow 2 or 3; change it, then press the button again
     _runs = tensor_parallel(cpu_lm, prompts, sizes.tp_new_tokens, world_size, sizes.sweep_sizes, sizes.sweep_repeats)
     tp = ch14.tp_result(cpu_lm, prompts, sizes.tp_new_tokens, *_runs)
-    mo.vstack([
-        ch14.tp_figure(tp),
-        mo.md(ch14.tp_text(tp)),
-        nb.table(ch14.tp_steps_table(tp)),
-        nb.table(ch14.sweep_table(tp)),
-    ])
+    mo.vstack([ch14.tp_figure(tp), mo.md(ch14.tp_lead(tp)), nb.details(ch14.tp_details(tp))])
     return (tp,)
 
 
@@ -208,13 +203,31 @@ def _(ch14, mo, nb, scaling_batch, scaling_context, scaling_model):
     _gpus = ("H100-SXM", "H100-PCIe")  # the two links the text compares: NVLink (SXM) and PCIe
     _computed = tp_scaling(scaling_model.value, scaling_batch.value, int(scaling_context.value), _gpus)
     scaling = ch14.scaling_result(scaling_model.value, scaling_batch.value, int(scaling_context.value), _computed)
-    _figs = ch14.scaling_figures(scaling)
-    mo.vstack([
-        _figs["tp_scaling"],
-        mo.md(ch14.scaling_text(scaling)),
-        *[item for name, frame in ch14.scaling_tables(scaling).items() for item in (mo.md(f"**{name}**"), nb.table(frame))],
-        _figs["frontier"],
-    ])
+    _text, _, _title, _table = ch14.scaling_finding(scaling, "sublinear")
+    mo.vstack([ch14.tp_scaling_figure(scaling), mo.md(_text), nb.details({_title: _table})])
+    return (scaling,)
+
+
+@app.cell(hide_code=True)
+def _(ch14, mo, nb, scaling):
+    _text, _lesson, _title, _table = ch14.scaling_finding(scaling, "small")
+    mo.vstack([mo.md(_text), nb.table(_lesson), nb.details({f"{_title}: every column": _table})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch14, mo, nb, scaling):
+    _text, _lesson, _title, _table = ch14.scaling_finding(scaling, "replicas")
+    mo.vstack([mo.md(_text), nb.table(_lesson), nb.details({f"{_title}: every column": _table})])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch14, mo, nb, scaling):
+    _text, _, _title, _table = ch14.scaling_finding(scaling, "fast")
+    _quote = ch14.scaling_paragraphs(scaling).get("quote", "")
+    mo.vstack([ch14.frontier_figure(scaling), mo.md(_text), nb.details({
+        "What the model shows, and where it differs from the quoted fast mode": _quote, _title: _table})])
     return
 
 

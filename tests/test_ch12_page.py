@@ -111,3 +111,44 @@ def test_changing_k_in_the_cell_changes_the_count_as_the_chapter_says(embedded, 
     assert one.decode_tokens_per_pass <= 2.0 < quick_passes.decode_tokens_per_pass
     assert one.passes > quick_passes.passes  # fewer guesses per pass: more passes for the same tokens
     assert one.passes < one.plain_passes  # still fewer than plain decoding's one per token
+
+
+def _columns_shown_by_the_notebook() -> dict[str, tuple[str, ...]]:
+    source = notebook_path("12").read_text()
+    return {name: getattr(ch12, name) for name in ("SWEEP_LESSON", "WORKLOAD_LESSON", "BATCH_LESSON")
+            if f"ch12.{name}" in source}
+
+
+def test_the_page_shows_the_lessons_columns_and_keeps_every_column_one_click_away(tour_runs):
+    """Each measured section shows a table of the few columns its finding reads (no table the
+    width of the page), and its full table sits in the section's closed details."""
+    assert set(_columns_shown_by_the_notebook()) == {"SWEEP_LESSON", "WORKLOAD_LESSON", "BATCH_LESSON"}
+    name = "ch12_speculative_decoding"
+    sweep, workloads, batch = (tour_runs.part(name, p) for p in ("sweep", "workloads", "batch"))
+    variants = ch12.run_variants(ch12.sizes("cpu", "quick"))
+    cases = [(ch12.sweep_table(sweep), ch12.SWEEP_LESSON,
+              ch12.sweep_details(sweep, "test", notebook_function("12", "size_mechanisms")(("llama-3-8b",)))),
+             (ch12.workloads_table(workloads), ch12.WORKLOAD_LESSON, ch12.workloads_details(workloads)),
+             (ch12.batch_table(batch), ch12.BATCH_LESSON, ch12.batch_details(batch)),
+             (ch12.mechanisms_table(variants), ch12.MECHANISM_LESSON, ch12.variants_details(variants))]
+    for full, lesson, details in cases:
+        shown = ch12.lesson_columns(full, lesson)
+        assert list(shown.columns) == list(lesson) and len(lesson) <= 7 < len(full.columns)
+        assert shown.equals(full[list(lesson)])  # the same rows and values, fewer columns
+        kept = [item for items in details.values() for item in items if hasattr(item, "columns")]
+        assert any(item.equals(full) for item in kept), lesson  # every column one click away
+    # the derivations moved behind the details, not off the page: lead + details = the whole text
+    assert ch12.batch_text(batch) == "\n\n".join(ch12.batch_paragraphs(batch).values())
+    lead, derivation = ch12.batch_lead(batch), ch12.batch_derivation(batch)
+    assert all(p in lead or p in derivation for p in ch12.batch_paragraphs(batch).values())
+    assert "ridge point" in derivation and "ridge point" not in lead
+    assert ch12.cited_table(variants).equals(ch12.variants_details(variants)[
+        "What the papers report (cited, not measured here)"][0])
+
+
+def test_the_acceptance_rules_can_be_shown_one_at_a_time():
+    greedy, sampling = ch12.acceptance_code("greedy"), ch12.acceptance_code("sampling")
+    assert "def verify_greedy" in greedy and "def verify_sampling" not in greedy
+    assert "def verify_sampling" in sampling and "def verify_greedy" not in sampling
+    with pytest.raises(ValueError, match="rule must be one of"):
+        ch12.acceptance_code("typical")

@@ -110,3 +110,46 @@ def test_three_ranks_in_the_cell_split_finer_but_all_reduce_the_same(embedded, t
     # ... while each rank holds less: one KV head each instead of 2 + 1
     assert max(tp.split_params) < max(quick_tp.split_params)
     assert "KV head 0," in tp.plan and "KV head 2," in tp.plan
+
+
+def test_part_one_leads_with_the_finding_and_keeps_the_derivation_one_click_away(quick_tp):
+    tp = quick_tp
+    paragraphs = ch14.tp_paragraphs(tp)
+    assert ch14.tp_text(tp) == "\n\n".join(paragraphs.values())
+    lead, derivation = ch14.tp_lead(tp), ch14.tp_derivation(tp)
+    assert all(p in lead or p in derivation for p in paragraphs.values())  # nothing dropped
+    assert paragraphs["tokens"] in lead and paragraphs["why"] in derivation and paragraphs["why"] not in lead
+    r0, ref = tp.run(tp.world_size, 0), tp.reference
+    assert "**The finding:**" in lead and f"{r0.allreduces_per_step} all-reduces" in lead
+    assert ("slower" if max(r.step_ms for r in tp.runs if r.world_size > 1) > ref.step_ms else "faster") in lead
+    details = ch14.tp_details(tp)
+    tables = [item for items in details.values() for item in items if hasattr(item, "columns")]
+    assert any(t.equals(ch14.tp_steps_table(tp)) for t in tables)
+    assert any(t.equals(ch14.sweep_table(tp)) for t in tables)
+    assert list(ch14.tp_steps_table(tp, lesson=True).columns) == list(ch14.TP_STEP_LESSON_COLUMNS)
+    bandwidth = ch14.sweep_table(tp)["algbw (MB/s)"]
+    assert not any("10⁻" in v or "e-" in v for v in bandwidth)  # MB/s: no exponents at gloo's speeds
+
+
+def test_part_two_shows_each_finding_with_its_columns_and_a_legible_frontier():
+    s = ch14.scaling_result()
+    for key in ch14.SCALING_FINDINGS:
+        text, lesson, title, full = ch14.scaling_finding(s, key)
+        assert text and title in ch14.scaling_tables(s)
+        if lesson is not None:
+            assert len(lesson.columns) <= 6 < len(full.columns) and lesson.equals(full[list(lesson.columns)])
+    with pytest.raises(ValueError, match="key must be one of"):
+        ch14.scaling_finding(s, "cluster")
+    assert ch14.scaling_text(s) == "\n\n".join(ch14.scaling_paragraphs(s).values())
+    # the Pareto figure: every point label inside the axes, clear of the title and of the legend
+    fig = ch14.frontier_figure(s)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    title, frame, legend = (x.get_window_extent(renderer) for x in (ax.title, ax.patch, ax.get_legend()))
+    labels = [t for t in ax.texts if "batch" in t.get_text()]
+    assert len(labels) == 2  # the default and the fast-mode point
+    for label in labels:
+        box = label.get_window_extent(renderer)
+        assert not box.overlaps(title) and not box.overlaps(legend), label.get_text()
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1

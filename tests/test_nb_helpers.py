@@ -25,3 +25,14 @@ def test_table_right_aligns_number_columns_and_escapes_text():
     assert "a&lt;b" in html and "a<b" not in html
     assert html.index("345") < html.index("1,367")  # rows keep their order
     assert isinstance(nb.table(frame, interactive=True), mo.ui.table)
+
+
+def test_details_are_closed_accordions_of_text_tables_and_figures():
+    frame = pd.DataFrame({"run": ["plain"], "tokens/s": ["1,367"]})
+    shown = nb.details({"Why it is so": ["the **derivation**", frame], "One item alone": "just text"})
+    html = shown.text
+    assert html.startswith("<marimo-accordion") and "data-expanded='[]'" in html  # nothing open
+    assert "Why it is so" in html and "One item alone" in html
+    assert "<strong>derivation</strong>" in html  # text is markdown
+    assert nb.table(frame).text in html  # a people table is shown as nb.table shows it
+    assert html.index("derivation") < html.index("1,367") < html.index("just text")  # in order

@@ -106,6 +106,23 @@ def _all_numbers(column: Any) -> bool:
         any(ch.isdigit() for ch in v) for v in values)
 
 
+def details(sections: dict[str, Any]) -> Any:
+    """What a page keeps one click away (derivations, every column of a table, cited sources), as
+    closed accordions: one per title, its items stacked inside. An item is markdown text, a
+    chapter's people table (shown by :func:`table`) or anything marimo shows (a figure); a single
+    item need not be in a list."""
+    import marimo as mo
+    import pandas as pd
+
+    def show(item: Any) -> Any:
+        if isinstance(item, str):
+            return mo.md(item)
+        return table(item) if isinstance(item, pd.DataFrame) else item
+
+    return mo.accordion({title: mo.vstack([show(i) for i in (items if isinstance(items, list) else [items])])
+                         for title, items in sections.items()})
+
+
 NO_SAVED_RUN = ("**No GPU run of this chapter is saved in this checkout yet**, so there is nothing to show here. "
                 "The section above says what a GPU run would add and how to make one; everything else on this "
                 "page was computed or measured on this machine.")

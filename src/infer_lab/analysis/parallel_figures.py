@@ -38,8 +38,10 @@ def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
     ax.set_xticks([j + width * (len(gpus) - 1) / 2 for j in range(len(first))])
     ax.set_xticklabels([f"TP{r['tp']}" for r in first])
     ax.set_ylabel("predicted ITL (ms)")
+    tallest = max(r["compute_ms"] + r["allreduce_ms"] for r in rows)
+    ax.set_ylim(0, tallest * 1.4)  # headroom: the legend sits above the bars, no bar runs into the frame
     ax.set_title(title or f"batch {first[0]['batch']} x {first[0]['context']} tokens: N GPUs are not N x faster")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
     finish(fig)
     return fig
 
@@ -49,7 +51,7 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     frontier as a line, and a fast-mode pair (:func:`~infer_lab.analysis.parallel.fast_mode`)."""
     from ..figures import subplots
 
-    fig, ax = subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(8.2, 4.5))
     for tp in sorted({p.tp for p in points}):
         mine = [p for p in points if p.tp == tp]
         ax.plot(
@@ -82,8 +84,11 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     ax.set_xlabel("tokens/s per user (speed)")
     ax.set_ylabel("tokens/s per GPU (throughput)")
     ax.set_yscale("log")
-    ax.set_title(title or "speed vs throughput: more GPUs per user buy speed at a higher cost per token")
-    ax.legend(fontsize=8)
+    ys = [p.tokens_per_s_per_gpu for p in points if p.tokens_per_s_per_gpu and p.tokens_per_s_per_gpu > 0]
+    if ys:  # headroom on the log axis: the labels above the top points stay clear of the title
+        ax.set_ylim(min(ys) / 1.5, max(ys) * 2.5)
+    ax.set_title(title or "speed vs throughput: more GPUs per user buy speed at a higher cost per token", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside: no label runs into it
     finish(fig)
     return fig
 

@@ -506,10 +506,13 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     })
 
 
-def acceptance_code() -> str:
-    """The engine's acceptance rules, greedy and sampling, its real code (docstrings left out: the
-    words on the page say the same), as a markdown code block."""
-    return code_block(verify_greedy, verify_sampling)
+def acceptance_code(rule: str = "both") -> str:
+    """The engine's acceptance rules, its real code (docstrings left out: the words on the page say
+    the same), as a markdown code block: ``rule`` is "greedy", "sampling" or "both"."""
+    rules = {"greedy": (verify_greedy,), "sampling": (verify_sampling,), "both": (verify_greedy, verify_sampling)}
+    if rule not in rules:
+        raise ValueError(f"rule must be one of {', '.join(rules)}, got {rule!r}")
+    return code_block(*rules[rule])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -721,6 +724,24 @@ def frontier_shift_text(curve: RooflineCurve) -> str:
 
 
 def batch_text(result: BatchResult) -> str:
+    return "\n\n".join(batch_paragraphs(result).values())
+
+
+def batch_lead(result: BatchResult) -> str:
+    """Section 4's measurement at a glance (with its caution, if any); the rest is :func:`batch_derivation`."""
+    parts = batch_paragraphs(result)
+    return "\n\n".join(parts[k] for k in ("note", "measured", "caution") if k in parts)
+
+
+def batch_derivation(result: BatchResult) -> str:
+    """The roofline's reasoning behind section 4, and speculation as a shift of the frontier."""
+    parts = batch_paragraphs(result)
+    return "\n\n".join(parts[k] for k in ("roof", "why", "shift") if k in parts)
+
+
+def batch_paragraphs(result: BatchResult) -> dict[str, str]:
+    """Section 4 in words, one paragraph each ('note', 'measured', 'roof', 'why', 'caution', 'shift';
+    an empty one is left out)."""
     first, last = result.points[0], result.points[-1]
     here, gpu = result.curves
     lines = [
@@ -742,9 +763,8 @@ def batch_text(result: BatchResult) -> str:
         caution([f for p in result.points for f in speedup_flags(f"batch {p.batch}", p.speedup, p.tokens_per_pass)]),
         frontier_shift_text(gpu),
     ]
-    if result.prompts_note:
-        lines.insert(0, result.prompts_note)
-    return "\n\n".join(line for line in lines if line)
+    keys = ("note", "measured", "roof", "why", "caution", "shift")
+    return {key: line for key, line in zip(keys, [result.prompts_note or "", *lines], strict=True) if line}
 
 
 def variants_text(result: VariantsResult) -> str:
@@ -886,6 +906,21 @@ CITED_COLUMNS = [
 ]
 
 
+# The columns each section's finding reads: the page shows these; every column is behind a closed accordion.
+SWEEP_LESSON = ("proposer", "k", "tokens per target pass", "predicted tokens per pass", "speedup (wall)",
+                "predicted E/(kc+v)", "token-identical")
+WORKLOAD_LESSON = ("workload", "proposer", "k", "acceptance", "tokens per target pass", "speedup (wall)")
+BATCH_LESSON = ("batch", "tokens per pass", "speedup (wall)", "step cost vs plain (measured)",
+                "step cost vs plain (roofline)", "speedup (roofline)")
+MECHANISM_LESSON = ("target", "mechanism", "extra parameters", "of the target", "extra KV per token (B, bf16)",
+                    "c (weights read per draft / per target step)")
+
+
+def lesson_columns(frame: Any, columns: tuple[str, ...]) -> Any:
+    """The columns of a people table that carry a section's finding, in that order."""
+    return frame[list(columns)]
+
+
 def _row_dict(r: SpecRow) -> dict[str, Any]:
     d = dict(r.__dict__)
     d.update(measured_over_predicted=r.measured_over_predicted,
@@ -923,6 +958,42 @@ def cited_table(result: VariantsResult):
     return people_table(result.cited, CITED_COLUMNS)
 
 
+def sweep_details(sweep: SweepResult, source: str, mechanisms: list[DraftMechanism]) -> dict[str, list[Any]]:
+    """What section 2 keeps one click away (the page shows them in closed accordions): the
+    acceptance derivation, the costs, every column, the proposers next to the papers'."""
+    return {
+        "Why the engine's acceptance rate is not α, and how to back α out": [
+            sweep_figure(sweep, source, rows="acceptance"), alpha_text(sweep), detail_table(sweep)],
+        "The costs the prediction needs, measured": [cost_text(sweep)],
+        "Every column of the sweep": [sweep_table(sweep)],
+        "The measured proposers on the same axes as the papers": [
+            variants_figure(variants_result(mechanisms), sweep, source)],
+    }
+
+
+def workloads_details(result: WorkloadResult) -> dict[str, list[Any]]:
+    """Section 3's rows prompt by prompt, and every column of its table."""
+    return {"Prompt by prompt": [points_table(result)], "Every column": [workloads_table(result)]}
+
+
+def batch_details(result: BatchResult) -> dict[str, list[Any]]:
+    """Section 4's roofline reasoning, and every column of its table."""
+    return {"The roofline's reasoning, and speculation as a shift of the frontier": [batch_derivation(result)],
+            "Every column": [batch_table(result)]}
+
+
+def variants_details(result: VariantsResult) -> dict[str, list[Any]]:
+    """Section 5's tables: what each mechanism adds (the columns that carry it, then all), and
+    what the papers report."""
+    every = mechanisms_table(result)
+    return {
+        "What each mechanism adds to each target (computed from configs)": [
+            lesson_columns(every, MECHANISM_LESSON)],
+        "What each mechanism drafts from and adds, every column": [every],
+        "What the papers report (cited, not measured here)": [cited_table(result)],
+    }
+
+
 def tables(result: Result) -> dict[str, Any]:
     out = {}
     if result.passes:
@@ -947,11 +1018,28 @@ def tables(result: Result) -> dict[str, Any]:
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
-def sweep_figure(sweep: SweepResult, source: str):
-    """Tokens per pass and speedup vs k (measured dots, predicted lines), and the acceptance shape."""
+def sweep_figure(sweep: SweepResult, source: str, rows: str = "both"):
+    """Tokens per pass and speedup vs k (measured dots, predicted lines: ``rows="speed"``), and the
+    acceptance shape (``rows="acceptance"``); ``"both"`` stacks them."""
     from ..figures import subplots
 
-    fig, axes = subplots(2, 2, figsize=(11, 7.5))
+    if rows not in ("both", "speed", "acceptance"):
+        raise ValueError(f"rows must be 'both', 'speed' or 'acceptance', got {rows!r}")
+    if rows == "both":
+        fig, axes = subplots(2, 2, figsize=(11, 7.5))
+    else:
+        fig, row = subplots(1, 2, figsize=(11, 3.9))
+        axes = {(0 if rows == "speed" else 1, i): ax for i, ax in enumerate(row)}
+    if rows in ("both", "speed"):
+        _speed_panels(axes, sweep)
+    if rows in ("both", "acceptance"):
+        _acceptance_panels(axes, sweep)
+    fig.suptitle(f"Speculative decoding, grounded prompts, batch 1 ({sweep.threads} threads): {source}", fontsize=10)
+    finish(fig)
+    return fig
+
+
+def _speed_panels(axes: Any, sweep: SweepResult) -> None:
     ks = list(K_RANGE)
     for color, proposer in zip(COLORS, sweep.proposers(), strict=False):
         line = sweep.of(proposer)
@@ -972,8 +1060,11 @@ def sweep_figure(sweep: SweepResult, source: str):
     axes[0, 1].axhline(1, color="k", lw=0.8)
     axes[0, 1].set(xlabel="k (guesses per pass)", ylabel="speedup over plain decoding (×)", ylim=(0, None),
                    title="wall-clock speedup, measured vs predicted")
-    for ax in axes[0]:
+    for ax in (axes[0, 0], axes[0, 1]):
         ax.legend(fontsize=7)
+
+
+def _acceptance_panels(axes: Any, sweep: SweepResult) -> None:
     detail = explained_detail(sweep)
     full = sum(detail.length_counts)
     if full and detail.alpha_mle is not None:
@@ -993,9 +1084,6 @@ def sweep_figure(sweep: SweepResult, source: str):
     axes[1, 1].set(xlabel="draft position i", ylabel="acceptance", ylim=(0, 1.05),
                    title="correlated acceptance in copy spans")
     axes[1, 1].legend(fontsize=7)
-    fig.suptitle(f"Speculative decoding, grounded prompts, batch 1 ({sweep.threads} threads): {source}", fontsize=10)
-    finish(fig)
-    return fig
 
 
 def workloads_figure(result: WorkloadResult, source: str):
@@ -1062,7 +1150,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     our proposers (stars, measured); and the extra parameters each mechanism adds (computed)."""
     from ..figures import subplots
 
-    fig, axes = subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = subplots(1, 2, figsize=(12, 4.9))
     ax = axes[0]
     x_max = 0.62
     if sweep is not None:
@@ -1070,7 +1158,9 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     cs = [x_max * i / 100 for i in range(0, 101)]
     for alpha in (0.6, 0.8, 0.9):
         ax.plot(cs, [predicted_speedup(alpha, 4, c) for c in cs], color="0.8", lw=1)
-        ax.annotate(f"α={alpha}, k=4", (0.45, predicted_speedup(alpha, 4, 0.45)), fontsize=6, color="0.5")
+        c_label = 0.2 * x_max  # where the three curves are far apart, right of the cited points
+        ax.annotate(f"α = {alpha}, k = 4", (c_label, predicted_speedup(alpha, 4, c_label)), xytext=(2, 2),
+                    textcoords="offset points", fontsize=8, color="0.4")
     for i, method in enumerate(("Medusa", "EAGLE", "MTP")):
         c = _mechanism_cost(method)
         for j, r in enumerate(x for x in result.cited if x.method == method and x.metric == "speedup"):
@@ -1085,7 +1175,7 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
     ax.axhline(1, color="k", lw=0.8)
     ax.set(xlabel="draft cost c per drafted token (× one target step)", ylabel="speedup (×)", ylim=(0, None),
            xlim=(0, x_max), title="cited (hollow) and measured here (stars)")
-    ax.legend(fontsize=6, loc="upper right", ncol=2)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(0, -0.16), ncol=2)  # below the axes: covers nothing
     models = list(dict.fromkeys(m.model for m in result.mechanisms))
     methods = list(dict.fromkeys(x.method.split(" (")[0] for x in result.mechanisms))
     width = 0.8 / len(models)
@@ -1096,11 +1186,11 @@ def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, so
         axes[1].bar(xs, vals, width, label=model)
         for x, val in zip(xs, vals, strict=True):
             if val == 0:
-                axes[1].annotate("0", (x, 0), ha="center", va="bottom", fontsize=7)
-    axes[1].set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(methods))], methods, fontsize=7)
+                axes[1].annotate("0", (x, 0), ha="center", va="bottom", fontsize=8)
+    axes[1].set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(methods))], methods, fontsize=9)
     axes[1].set(ylabel="extra parameters (% of the target)", ylim=(0, None),
                 title="what each mechanism adds (computed from configs)")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=8)
     where = f"stars measured on {source}" if sweep is not None and source else "no measurement in this figure"
     fig.suptitle(f"EAGLE, Medusa, MTP: cited speedups, computed costs; {where}", fontsize=9)
     finish(fig)

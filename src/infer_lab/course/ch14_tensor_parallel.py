@@ -34,6 +34,7 @@ from ..analysis.parallel import FastMode, FrontierPoint
 from ..analysis.plausibility import caution, line_fit_flags
 from ..figures import finish
 from ..parallel.bench import AllReduceSweep, default_sizes
+from ..units import human
 from .chapter import ChapterResult, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -371,8 +372,9 @@ def run_tp(lm: Any, sizes: Sizes, world_size: int = TP_WORLD_SIZE) -> TPResult:
     return tp_result(lm, prompts, sizes.tp_new_tokens, *runs)
 
 
-def tp_text(tp: TPResult) -> str:
-    """Identity, the all-reduce count, and why two ranks are slower here, from the numbers."""
+def tp_paragraphs(tp: TPResult) -> dict[str, str]:
+    """What part 1 found, one paragraph per point ('split', 'tokens', 'counted', 'caution', 'cost',
+    'step', 'why'; an empty one is left out), every number from ``tp``."""
     ref, one = tp.reference, tp.one_rank
     r0 = tp.run(tp.world_size, 0)
     slowest = max((tp.run(tp.world_size, r) for r in range(tp.world_size)), key=lambda r: r.step_ms)
@@ -430,7 +432,39 @@ def tp_text(tp: TPResult) -> str:
             f"compute from {one.compute_ms:.0f} to {r0.compute_ms:.0f} ms, and the all-reduces "
             f"({r0.comm_share:.0%} of its step) cost less than that saved."
         )
-    return "\n\n".join(line for line in lines if line)
+    keys = ("split", "tokens", "counted", "caution", "cost", "step", "why")
+    return {key: line for key, line in zip(keys, lines, strict=True) if line}
+
+
+def tp_text(tp: TPResult) -> str:
+    """Identity, the all-reduce count, and why two ranks are slower here, from the numbers."""
+    return "\n\n".join(tp_paragraphs(tp).values())
+
+
+def tp_finding(tp: TPResult) -> str:
+    """Part 1's finding in one paragraph: the step time with ``world_size`` ranks against the best
+    single process, and how much of it the all-reduces took."""
+    ref, r0 = tp.reference, tp.run(tp.world_size, 0)
+    slowest = max((tp.run(tp.world_size, r) for r in range(tp.world_size)), key=lambda r: r.step_ms)
+    verdict = "slower" if slowest.step_ms > ref.step_ms else "faster"
+    return (f"**The finding:** a decode step took {human(slowest.step_ms)} ms with {tp.world_size} ranks against "
+            f"{human(ref.step_ms)} ms in the best single process ({human(slowest.step_ms / ref.step_ms)}x, "
+            f"{verdict}); rank 0 spent {human(r0.comm_ms)} ms of its step ({r0.comm_share:.0%}) inside its "
+            f"{r0.allreduces_per_step} all-reduces. The figure shows where the time went; the derivation below "
+            "says why, and what changes on GPUs.")
+
+
+def tp_lead(tp: TPResult) -> str:
+    """What part 1 shows at a glance: the tokens, the all-reduces counted, the finding (and a
+    caution when the all-reduce fit is not trustworthy). The rest is :func:`tp_derivation`."""
+    parts = tp_paragraphs(tp)
+    return "\n\n".join([parts[k] for k in ("tokens", "counted", "caution") if k in parts] + [tp_finding(tp)])
+
+
+def tp_derivation(tp: TPResult) -> str:
+    """The derivation behind part 1's finding: the split, the all-reduce cost, the step time, why."""
+    parts = tp_paragraphs(tp)
+    return "\n\n".join(parts[k] for k in ("split", "cost", "step", "why") if k in parts)
 
 
 TP_STEP_COLUMNS = [
@@ -442,12 +476,28 @@ TP_STEP_COLUMNS = [
 SWEEP_COLUMNS = [
     Column("message_bytes", "message (bytes)", "int"), Column("p50_s", "p50 (µs)", scale=1e6),
     Column("p90_s", "p90 (µs)", scale=1e6), Column("min_s", "min (µs)", scale=1e6),
-    Column("predicted_s", "fit (µs)", scale=1e6), Column("algorithm_bandwidth_Bps", "algbw (GB/s)", scale=1e-9),
+    Column("predicted_s", "fit (µs)", scale=1e6), Column("algorithm_bandwidth_Bps", "algbw (MB/s)", scale=1e-6),
 ]
 
 
-def tp_steps_table(tp: TPResult):
-    return people_table(tp.runs, TP_STEP_COLUMNS)
+TP_STEP_LESSON_COLUMNS = ("run", "step p50 (ms)", "compute (ms)", "in all-reduces (ms)", "all-reduce share",
+                          "all-reduces / step")  # what the page shows; the rest is behind "every column"
+
+
+def tp_details(tp: TPResult) -> dict[str, list[Any]]:
+    """What part 1 keeps one click away (the page shows them in closed accordions): the derivation,
+    the decode steps in the columns the finding reads, every column and the all-reduce sweep."""
+    return {
+        "Why: the split, the all-reduce cost, the step time": [tp_derivation(tp)],
+        "The decode steps, in numbers": [tp_steps_table(tp, lesson=True)],
+        "Every column, and the all-reduce sweep": [tp_steps_table(tp), sweep_table(tp)],
+    }
+
+
+def tp_steps_table(tp: TPResult, lesson: bool = False):
+    """Every run's decode step (``lesson=True``: only the columns the page's finding reads)."""
+    frame = people_table(tp.runs, TP_STEP_COLUMNS)
+    return frame[list(TP_STEP_LESSON_COLUMNS)] if lesson else frame
 
 
 def sweep_table(tp: TPResult):
@@ -640,6 +690,13 @@ def scaling_result(model: str = "llama-3-70b", batch: int = 16, context: int = 8
 
 
 def scaling_text(s: ScalingResult) -> str:
+    """Part 2's findings, every number from ``s``."""
+    return "\n\n".join(scaling_paragraphs(s).values())
+
+
+def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
+    """Part 2's findings, one paragraph each: 'sublinear', 'small', then 'replicas', 'fast' and
+    'quote' when the layouts and the frontier allow them."""
     from ..analysis.capacity import ENERGY_ASSUMPTION
 
     sxm1, sxm4, sxm8 = s.row("H100-SXM", 1), s.row("H100-SXM", 4), s.row("H100-SXM", 8)
@@ -647,7 +704,8 @@ def scaling_text(s: ScalingResult) -> str:
     small1, small2 = s.small_model_rows[0], s.small_model_rows[1]
     pcie = {r.parallelism: r for r in s.layouts if r.gpu == "H100-PCIe"}
     nvl = {r.parallelism: r for r in s.layouts if r.gpu == "H100-SXM"}
-    lines = [
+    lines = {}
+    lines["sublinear"], lines["small"] = (
         f"**Sublinear:** {s.model} at {s.batch} users x {s.context:,} tokens on H100 SXM: ITL "
         f"{sxm1.itl_ms:.1f} ms at TP1{'' if sxm1.fits else ' (a reference: it does not fit one GPU)'}, "
         f"{sxm4.itl_ms:.1f} ms at TP4 "
@@ -661,11 +719,11 @@ def scaling_text(s: ScalingResult) -> str:
         f"{small1.itl_ms * 1e3:.0f} µs at TP1, {small2.itl_ms * 1e3:.0f} µs at TP2, of which "
         f"{small2.allreduce_ms * 1e3:.0f} µs are its {s.small_allreduces} all-reduces: per-call latency, not "
         "bandwidth, sets their cost, the same tax part 1 measured on this CPU.",
-    ]
+    )
     if "DP4" in pcie and "TP4" in pcie and "TP4" in nvl and "DP4" in nvl:
         best_pcie = max(pcie.values(), key=lambda r: r.tokens_per_s)
         best_nvl = max(nvl.values(), key=lambda r: r.tokens_per_s)
-        lines.append(
+        lines["replicas"] = (
             f"**PCIe: replicas beat pure TP.** {s.layouts_model} on 4 x H100 PCIe within {s.itl_slo_ms:.0f} ms ITL: "
             f"DP4 serves {pcie['DP4'].tokens_per_s:,.0f} output tok/s, TP4 {pcie['TP4'].tokens_per_s:,.0f} "
             f"(its all-reduces: {pcie['TP4'].allreduce_ms_per_step:.1f} ms per step). On NVLink TP4 serves "
@@ -677,8 +735,11 @@ def scaling_text(s: ScalingResult) -> str:
         )
     if s.fast is not None:
         f = s.fast
-        lines.append(
-            f"**Fast mode, computed:** from the most economical frontier point within 50 ms ITL "
+        lines["fast"] = (
+            "**Fast mode, computed:** a fast mode sells each user more speed at a higher GPU cost per token (a "
+            f"public talk on inference described one at about {TALK_FAST_MODE_COMPUTE:.0f}x compute for about "
+            f"{TALK_FAST_MODE_SPEEDUP:.0f}x speed; how this model compares is below). "
+            f"From the most economical frontier point within 50 ms ITL "
             f"({f.baseline.layout}, batch {f.baseline.batch}, {f.baseline.tokens_per_s_per_user:.0f} tok/s per user), "
             f"the cheapest point at least {TALK_FAST_MODE_SPEEDUP:.0f}x faster per user is {f.fast.layout} at batch "
             f"{f.fast.batch}: **{f.speedup:.2f}x the speed for {f.compute_ratio:.2f}x the GPU time per token** "
@@ -692,7 +753,7 @@ def scaling_text(s: ScalingResult) -> str:
         on_frontier = sorted({p.layout for p in s.frontier if p.on_frontier})
         how = ("the same layout at a smaller batch" if f.fast.layout == f.baseline.layout
                else f"{f.fast.layout} instead of {f.baseline.layout}, at batch {f.fast.batch}")
-        lines.append(
+        lines["quote"] = (
             f"**What the model shows, and where it differs from the quote:** a public talk on inference described a provider's \"fast mode\" that spends about "
             f"{TALK_FAST_MODE_COMPUTE:.0f}x compute for about {TALK_FAST_MODE_SPEEDUP:.0f}x speed, by giving each user "
             f"more GPUs. This model does not reproduce that mechanism. Its frontier is made of "
@@ -705,7 +766,7 @@ def scaling_text(s: ScalingResult) -> str:
             "kernels far from the roofline at batch 1-8, all-reduce latencies worse than NCCL's best, a tail-latency "
             "SLO. The quote does not say which model, GPU or batch it meant; read its 6x as a claim about one product."
         )
-    return "\n\n".join(lines)
+    return lines
 
 
 SCALING_COLUMNS = [
@@ -713,6 +774,10 @@ SCALING_COLUMNS = [
     Column("itl_ms", "ITL (ms)"), Column("compute_ms", "compute + memory (ms)"),
     Column("allreduce_ms", "all-reduces (ms)"), Column("allreduce_share", "all-reduce share", "pct"),
     Column("speedup_vs_tp1", "speed-up vs TP1", "ratio"), Column("ideal_speedup", "ideal", "ratio"),
+]
+SMALL_MODEL_COLUMNS = [  # the same columns in µs: a small model's steps are a fraction of a millisecond
+    Column(c.key, c.label.replace("(ms)", "(µs)"), c.fmt, c.digits, scale=1e3) if "(ms)" in c.label else c
+    for c in SCALING_COLUMNS
 ]
 LAYOUT_COLUMNS = [
     Column("gpu", "GPU", "text"), Column("parallelism", "layout", "text"), Column("interconnect", "link", "text"),
@@ -727,16 +792,33 @@ FRONTIER_COLUMNS = [
 ]
 
 
-def scaling_figures(s: ScalingResult) -> dict[str, Any]:
-    from ..analysis.parallel_figures import plot_frontier, plot_tp_scaling
+# The columns each of part 2's findings reads; the page keeps every other column behind a closed accordion.
+SCALING_LESSON = ("GPU", "TP", "ITL (ms)", "all-reduce share", "speed-up vs TP1", "ideal")
+SMALL_MODEL_LESSON = ("GPU", "TP", "ITL (µs)", "compute + memory (µs)", "all-reduces (µs)", "speed-up vs TP1")
+LAYOUT_LESSON = ("GPU", "layout", "ITL (ms)", "output tok/s", "all-reduces / step (ms)", "$ / M output tokens")
 
-    rows = [vars(r) for r in s.rows]
-    return {
-        "tp_scaling": plot_tp_scaling(rows, title=f"analytic: {s.model}, {s.batch} users x {s.context:,} tokens: "
-                                                  "N GPUs are not N x faster"),
-        "frontier": plot_frontier(s.frontier, s.fast, title=f"analytic: {s.model} on H100 SXM, {s.context:,}-token "
-                                                            "context: speed vs throughput per GPU"),
-    }
+
+def lesson_columns(frame: Any, columns: tuple[str, ...]) -> Any:
+    """The columns of a people table that carry a finding, in that order."""
+    return frame[list(columns)]
+
+
+def tp_scaling_figure(s: ScalingResult):
+    from ..analysis.parallel_figures import plot_tp_scaling
+
+    return plot_tp_scaling([vars(r) for r in s.rows], title=f"analytic: {s.model}, {s.batch} users x "
+                                                             f"{s.context:,} tokens: N GPUs are not N x faster")
+
+
+def frontier_figure(s: ScalingResult):
+    from ..analysis.parallel_figures import plot_frontier
+
+    return plot_frontier(s.frontier, s.fast, title=f"analytic: {s.model} on H100 SXM, {s.context:,}-token "
+                                                   "context: speed vs throughput per GPU")
+
+
+def scaling_figures(s: ScalingResult) -> dict[str, Any]:
+    return {"tp_scaling": tp_scaling_figure(s), "frontier": frontier_figure(s)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -773,12 +855,26 @@ def summary(result: Result) -> str:
 def scaling_tables(s: ScalingResult) -> dict[str, Any]:
     return {
         f"TP scaling (analytic): {s.model}, {s.batch} users x {s.context:,} tokens": people_table(s.rows, SCALING_COLUMNS),
-        "A small model on NVLink (analytic): SmolLM2-135M, batch 4": people_table(s.small_model_rows, SCALING_COLUMNS),
+        "A small model on NVLink (analytic): SmolLM2-135M, batch 4": people_table(s.small_model_rows, SMALL_MODEL_COLUMNS),
         f"TP vs replicas on 4 GPUs (analytic): {s.layouts_model}, {s.layouts_context:,} tokens, "
         f"ITL SLO {s.itl_slo_ms:.0f} ms": people_table(s.layouts, LAYOUT_COLUMNS),
         f"Pareto frontier (analytic): {s.model} on H100 SXM": people_table(
             [p for p in s.frontier if p.on_frontier], FRONTIER_COLUMNS),
     }
+
+
+SCALING_FINDINGS = {"sublinear": SCALING_LESSON, "small": SMALL_MODEL_LESSON, "replicas": LAYOUT_LESSON,
+                    "fast": None}  # in the order of scaling_tables; None: the figure is the lesson
+
+
+def scaling_finding(s: ScalingResult, key: str) -> tuple[str, Any, str, Any]:
+    """One of part 2's findings as the page shows it: (its paragraph, its table with only the
+    columns it reads or None, the full table's title, the full table)."""
+    if key not in SCALING_FINDINGS:
+        raise ValueError(f"key must be one of {', '.join(SCALING_FINDINGS)}, got {key!r}")
+    title, full = list(scaling_tables(s).items())[list(SCALING_FINDINGS).index(key)]
+    columns = SCALING_FINDINGS[key]
+    return (scaling_paragraphs(s).get(key, ""), lesson_columns(full, columns) if columns else None, title, full)
 
 
 def tables(result: Result) -> dict[str, Any]:
