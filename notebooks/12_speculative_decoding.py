@@ -129,8 +129,8 @@ def _(ch12, mo, nb, sizes):
     what comes next earlier in the prompt. Up to {sizes.passes_new_tokens} new tokens.
 
     **Predict first:** plain decoding takes one target pass per token. With n-gram guesses at
-    k = 4 on a copy task, how many tokens does one target pass yield (between 1 and 5)? Enter
-    your guess, then press the button.
+    k = 4 on a copy task, how many tokens does one target pass yield (between 1 and 5)?<!-- marimo --> Enter
+    your guess, then press the button.<!-- /marimo -->
 
     Which guesses are kept is decided by the engine's acceptance rule, its real code
     (`verify_greedy` and `verify_sampling` in `src/infer_lab/engine/acceptance.py`):
@@ -184,8 +184,8 @@ def _(ch12, mo, nb):
     passes per output token, the wall-clock speedup, and the prediction from α and from the
     costs c and v measured in this very run.
 
-    **Predict first:** with the sliders above, set α to what section 1 showed and read the best
-    k and its speedup. A CPU verifies k + 1 tokens at a real cost (v > 1), so expect a smaller
+    **Predict first:** with the α that section 1 showed, what are the best k and its speedup?<!-- marimo -->
+    Set α with the sliders above and read them off.<!-- /marimo --> A CPU verifies k + 1 tokens at a real cost (v > 1), so expect a smaller
     speedup than the textbook's v = 1, and a smaller best k.
 
     {sweep_button} {nb.button_time(ch12, "sweep")}
