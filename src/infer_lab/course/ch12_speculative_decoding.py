@@ -63,6 +63,7 @@ from ..engine.acceptance import (
     verify_sampling,
 )
 from ..figures import finish
+from ..units import count
 from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
@@ -572,8 +573,8 @@ def passes_figure(p: PassesResult, source: str):
 def sweep_text(sweep: SweepResult) -> str:
     lines = [
         f"Plain decoding of the same engine: **{sweep.plain_tokens_per_s:.1f} tokens/s** "
-        f"({sweep.plain_step_s * 1e3:.1f} ms per decode step) on {sweep.hardware}, {sweep.threads} torch "
-        f"threads, {len(sweep.prompts)} grounded prompts, up to {sweep.max_new_tokens} new tokens each."
+        f"({sweep.plain_step_s * 1e3:.1f} ms per decode step) on {sweep.hardware}, "
+        f"{count(sweep.threads, 'torch thread')}, {len(sweep.prompts)} grounded prompts, up to {sweep.max_new_tokens} new tokens each."
     ]
     for proposer in sweep.proposers():
         best = sweep.best(proposer)
@@ -696,7 +697,7 @@ def workloads_text(result: WorkloadResult) -> str:
                else ".")
         )
     lines.append("Low-entropy, input-grounded text (copying, editing, quoting) is where guesses are right; "
-                 f"on {result.hardware} with {result.threads} threads.")
+                 f"on {result.hardware} with {count(result.threads, 'thread')}.")
     lines.append(caution([f for r in result.rows for f in speedup_flags(
         f"{r.proposer} at k = {r.k} ({r.workload})", r.speedup, r.tokens_per_pass)]))
     if result.prompts_note:
@@ -787,7 +788,7 @@ def variants_text(result: VariantsResult) -> str:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch threads. Timings were taken on a machine that "
+    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}. Timings were taken on a machine that "
              "may be shared; read speedups as this run's, not as constants."]
     if result.passes:
         lines.append(passes_text(result.passes))
