@@ -7,6 +7,7 @@ button's callback saved it. So this opens each notebook the way a learner does, 
 served from the package index's ``jupyterlab`` and driven in Debian's chromium, runs all its cells,
 presses one button (the cheapest part that draws a figure) and inspects the PNG the page shows:
 
+* Run All leaves no traceback and no raw "nan" / "None" in the notebook's outputs;
 * the status next to the button reports the part's time, not "failed";
 * no traceback reaches the output;
 * the image decodes, and its ink (pixels that are not near-white) covers at least
@@ -182,6 +183,26 @@ _CLOSE_JS = """(id) => {
   if (session) fetch('/api/sessions/' + session, {method: 'DELETE'});
   return true;
 }"""
+# What Run All left in the notebook's outputs: tracebacks, and raw values ("nan", "None") in its
+# text (code blocks aside: the library's real code may say None).
+_OUTPUTS_JS = """(id) => {
+  const w = [...window.jupyterapp.shell.widgets('main')].find(x => x.id === id);
+  if (!w) return {found: false};
+  const outputs = [...w.node.querySelectorAll('.jp-OutputArea-output')];
+  const tracebacks = outputs.map(o => o.innerText).filter(t => t.includes('Traceback'))
+    .map(t => t.slice(0, 600));
+  const words = new Set();
+  for (const o of outputs) {
+    const mime = o.getAttribute('data-mime-type') || '';
+    if (!mime.startsWith('text/html') && !mime.startsWith('text/markdown')) continue;
+    const copy = o.cloneNode(true);
+    copy.querySelectorAll('pre, code').forEach(e => e.remove());
+    for (const word of (copy.textContent || '').split(/[\\s,;:()\\[\\]]+/)) {
+      if (['nan', 'NaN', 'None'].includes(word)) words.add(word);
+    }
+  }
+  return {found: true, outputs: outputs.length, tracebacks, raw_words: [...words]};
+}"""
 # How much of a figure is drawn: the share of its pixels that are not near-white ("ink"), and
 # the ink in each quarter (top left, top right, bottom left, bottom right). A figure that did not
 # decode (cut off) reports decoded: false.
@@ -229,6 +250,7 @@ class ButtonReport:
     status: str = ""
     images: list[dict] = field(default_factory=list)
     error: str = ""
+    run_all: dict = field(default_factory=dict)  # what Run All left in the outputs (_OUTPUTS_JS)
 
     def problems(self) -> list[str]:
         found: list[str] = []
@@ -236,6 +258,10 @@ class ButtonReport:
             found.append(self.error)
         if "failed" in self.status:
             found.append(f"the part failed: {self.status}")
+        for trace in self.run_all.get("tracebacks", []):
+            found.append(f"Run All left a traceback: {trace[:300]}")
+        if self.run_all.get("raw_words"):
+            found.append(f"the outputs show raw values: {', '.join(self.run_all['raw_words'])}")
         if not self.images:
             found.append("no figure appeared under the button")
         for i, img in enumerate(self.images):
@@ -291,6 +317,7 @@ def press_one_button(page: Any, notebook: Path, timeout_s: float = 90,
             report.error = f"run all did not finish or showed no button '{label}' within {timeout_s:.0f} s"
             return report
         phase("run all")
+        report.run_all = page.evaluate(_OUTPUTS_JS, widget)
         button = page.locator(f"#{widget} button.jupyter-button, #{widget} button.widget-button",
                               has_text=label).first
         start = time.monotonic()

@@ -1,5 +1,6 @@
-"""The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, and every
-notebook executed headless, the panels of a covering set auto-running their parts (INFER_LAB_AUTORUN=1)."""
+"""The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, and a
+covering set executed headless with every panel part auto-running (INFER_LAB_AUTORUN=1). Every
+notebook runs in a real JupyterLab in tests/test_jupyterlab.py."""
 
 from __future__ import annotations
 
@@ -142,13 +143,14 @@ def _outputs(nb) -> list[tuple[str, dict]]:
     return [(_source(c), o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
 
 
-# Every notebook executes; in these its panels also press every part. The panel is one generic
-# widget over the chapter module, and test_chapters already measures every chapter: pressing every
-# part of every notebook here would measure it all a third time (about 4 CI minutes). These cover
-# each kind of output (figures, tables, markdown), the model, and the load generator run off the
-# kernel's event loop (12).
-PRESSED = {"00_setup", "04_prefill_decode_roofline", "05_capacity_planner", "08_kv_cache_paged",
-           "13_engines", "16_where_next"}
+# These execute headless with every panel part pressed as its cell runs (INFER_LAB_AUTORUN=1):
+# figures, tables and markdown, the model, and the explorers' defaults. Every notebook, these
+# included, also runs in a real JupyterLab (tests/test_jupyterlab.py: Run All, no traceback or
+# raw value in its outputs, and one run button pressed per notebook with its figure read back,
+# the load generator off the kernel's event loop among them), and test_chapters measures every
+# part; running the other notebooks here as well would add a kernel start and its imports each.
+PRESSED = {"00_setup", "04_prefill_decode_roofline", "05_capacity_planner", "16_where_next"}
+HEADLESS = [p for p in NOTEBOOKS if p.stem in PRESSED]
 
 
 def _execute(path: Path):
@@ -160,7 +162,7 @@ def _execute(path: Path):
     # the kernel inherits this process's environment, so it is passed per kernel, not set globally
     src = str(ROOT / "src")  # the kernel imports this checkout's infer_lab, installed or not
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    env.update(INFER_LAB_AUTORUN="1" if path.stem in PRESSED else "0", INFER_LAB_QUICK="1", OMP_NUM_THREADS="1",
+    env.update(INFER_LAB_AUTORUN="1", INFER_LAB_QUICK="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(JUPYTER)}})
@@ -173,20 +175,18 @@ def _execute(path: Path):
 
 @pytest.fixture(scope="module")
 def executed(request) -> dict:
-    """The selected notebooks, executed two at a time, the pressed ones first."""
+    """The selected notebooks, executed two at a time."""
     pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
-    return in_lanes(_execute, selected(request, "test_notebook_executes_headless", "path"),
-                    name=lambda p: p.name, first=sorted(f"{stem}.ipynb" for stem in PRESSED))
+    return in_lanes(_execute, selected(request, "test_notebook_executes_headless", "path"), name=lambda p: p.name)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", HEADLESS, ids=[p.stem for p in HEADLESS])
 def test_notebook_executes_headless(path, executed):
     nb = executed[path.name]
     if isinstance(nb, Exception):
         raise nb
-    pressed = path.stem in PRESSED
     outputs = _outputs(nb)
     assert not [o for _, o in outputs if o.output_type == "error"]
     parts = [s for s in (_source(c) for c in nb.cells if c.cell_type == "code") if s.startswith("panel.part(")]
@@ -194,8 +194,7 @@ def test_notebook_executes_headless(path, executed):
     for part in parts:  # each part's cell shows its button and, pressed, then what it measured
         shown = [o for s, o in outputs if s == part]
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown), part
-        if pressed:
-            assert any(k in o.get("data", {}) for o in shown for k in ("image/png", "text/html", "text/markdown")), part
+        assert any(k in o.get("data", {}) for o in shown for k in ("image/png", "text/html", "text/markdown")), part
     text = " ".join(o.get("data", {}).get("text/markdown", "") + o.get("data", {}).get("text/html", "")
                     for _, o in outputs)
     text = re.sub(r"```.*?```|<pre>.*?</pre>", " ", text, flags=re.S)  # the library's real code may say None

@@ -66,6 +66,7 @@ def test_a_button_draws_its_figure_in_jupyterlab(path, lab_pass):
     assert not report.problems(), (report.summary()
                                    + f"\n(see it: python scripts/jupyterlab_buttons.py {path.name[:2]} --out shots)")
     assert " s at quick sizes" in report.status
+    assert report.run_all["outputs"] >= 3  # the scan for tracebacks and raw values read the outputs
 
 
 @pytest.mark.slow
@@ -87,9 +88,10 @@ def _png(draw) -> bytes:
     return buf.getvalue()
 
 
-def test_the_figure_check_finds_blank_half_drawn_and_cut_off_figures():
+def test_the_check_finds_blank_half_drawn_and_cut_off_figures_and_raw_outputs():
     """The detector itself, in chromium: a real plot passes; a blank figure, one drawn only in its
-    left half and a truncated PNG (the browser shows its top rows) are each reported."""
+    left half and a truncated PNG (the browser shows its top rows) are each reported, and so are a
+    traceback and raw "None" / "nan" in a notebook's outputs (but not a None inside code)."""
     browser = importlib.util.find_spec("playwright") is not None and tool._marimo_browser().browser_missing() is None
     if not browser:
         _skip_without_jupyterlab()
@@ -112,11 +114,20 @@ def test_the_figure_check_finds_blank_half_drawn_and_cut_off_figures():
     images = {"plot": good, "blank": _png(blank), "left": _png(left_half), "cut": good[: len(good) // 3]}
     html = "".join(f'<img id="{k}" src="data:image/png;base64,{base64.b64encode(v).decode()}">'
                    for k, v in images.items())
+    outputs = ('<div class="jp-OutputArea-output" data-mime-type="text/markdown"><p>ratio None, or nan</p>'
+               '<pre>x = None</pre></div>'
+               '<div class="jp-OutputArea-output" data-mime-type="application/vnd.jupyter.stderr">'
+               'ZeroDivisionError  Traceback (most recent call last)</div>'
+               '<div class="jp-OutputArea-output" data-mime-type="text/html"><p>all fine: 3 tokens</p></div>')
     with tool._marimo_browser().chromium() as context:
         page = context.new_page()
-        page.set_content(html)
+        page.set_content(html + f'<div id="nb">{outputs}</div>')
         page.wait_for_function("() => [...document.images].every(i => i.complete)")
         found = {k: page.evaluate(f"() => ({tool.INK_JS})(document.getElementById('{k}'))") for k in images}
+        # a stand-in for JupyterLab's shell, holding one "notebook": the outputs above
+        page.evaluate("() => { window.jupyterapp = {shell: {widgets: () => "
+                      "[{id: 'nb', node: document.getElementById('nb')}]}}; }")
+        run_all = page.evaluate(tool._OUTPUTS_JS, "nb")
 
     def problems(key: str) -> str:
         report = tool.ButtonReport(notebook="x.ipynb", part="p", label="l", status="1.0 s at quick sizes",
@@ -127,5 +138,10 @@ def test_the_figure_check_finds_blank_half_drawn_and_cut_off_figures():
     assert "blank" in problems("blank")
     assert "only part of its area" in problems("left")
     assert "only part of its area" in problems("cut")  # chromium draws the rows it could decode
+    assert run_all["outputs"] == 3 and sorted(run_all["raw_words"]) == ["None", "nan"]  # not the code's None
+    assert len(run_all["tracebacks"]) == 1
+    report = tool.ButtonReport("x", "p", "l", status="1 s at quick sizes", images=[found["plot"]], run_all=run_all)
+    assert "Run All left a traceback" in "\n".join(report.problems())
+    assert "raw values: " in "\n".join(report.problems())
     assert "no figure appeared" in "\n".join(tool.ButtonReport("x", "p", "l", status="1 s at quick sizes").problems())
     assert "the part failed" in "\n".join(tool.ButtonReport("x", "p", "l", status="failed: ValueError").problems())
