@@ -142,12 +142,7 @@ def jupyterlab_server(quick: bool = True, startup_s: float = 90) -> Iterator[Lab
                     time.sleep(0.3)
             yield server
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _marimo_browser().stop_server(process)
             log.close()
 
 

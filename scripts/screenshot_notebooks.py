@@ -296,13 +296,18 @@ def marimo_server(folder: Path = NOTEBOOKS, quick: bool = True, startup_s: float
         _workshop().wait_until_serving(port, process, startup_s, log=log)
         yield MarimoServer(folder=folder, port=port, process=process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
         log.close()
+
+
+def stop_server(process: subprocess.Popen, grace_s: float = 15) -> None:
+    """Terminate a server (and so its kernels); kill it when it has not exited after ``grace_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _workshop() -> Any:

@@ -13,12 +13,11 @@ except under CI=true, where a missing browser fails.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_notebooks.py"
 SETTLE_TIMEOUT_S = 60
@@ -29,15 +28,7 @@ PASS_MEMORY_LIMIT_BYTES = 4 * 2**30  # the server and all its kernels, through a
 PASS_MEMORY: dict[str, int] = {}  # filled by the reports fixture
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("screenshot_notebooks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
+tool = load_script("screenshot_notebooks")
 NOTEBOOKS = tool.find_notebooks()
 
 BROKEN_NOTEBOOK = '''

@@ -4,7 +4,6 @@ notebook runs in a real JupyterLab in tests/test_jupyterlab.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,20 +13,13 @@ from pathlib import Path
 
 import pytest
 from lanes import in_lanes, selected
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 JUPYTER = ROOT / "jupyter"
 
 
-def _builder():
-    spec = importlib.util.spec_from_file_location("build_jupyter", ROOT / "scripts" / "build_jupyter.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _builder()
+builder = load_script("build_jupyter")
 NOTEBOOKS = sorted(JUPYTER.glob("[0-9][0-9]_*.ipynb"))
 
 

@@ -14,23 +14,11 @@ import base64
 import importlib.util
 import io
 import os
-import sys
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "jupyterlab_buttons.py"
-
-
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("jupyterlab_buttons", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
+tool = load_script("jupyterlab_buttons")
 NOTEBOOKS = tool.find_notebooks()
 
 
