@@ -44,6 +44,8 @@ def test_env_json(capsys):
     if data["device"]["kind"] == "cpu":  # the CPU's flags and the engine's measured GEMM path
         assert data["cpu"]["model"] and isinstance(data["cpu"]["flags"], list) and data["cpu"]["threads"] >= 1
         assert data["gemm_plan"]["summary"] and data["gemm_plan"]["model"] == "smollm2-135m"
+        compiled = data["compiled_decode"]  # whether the compiled one-token step can run, and why not
+        assert compiled["available"] is (compiled["compiler"] is not None) is (compiled["reason"] is None)
 
 
 def test_models_json(capsys):
@@ -58,6 +60,11 @@ def test_generate_json(capsys):
     assert isinstance(data["token_ids"], list) and data["ttft_ms"] > 0
     assert data["token_ids"][-1] == 2 and len(data["token_ids"]) < 12  # it stopped at EOS (<|im_end|>)
     assert len(data["itl_ms"]) == len(data["token_ids"]) - 1  # one gap per token after the first
+
+
+def test_generate_refuses_compiled_decode_without_our_engine(capsys):
+    assert main(["generate", "--compiled-decode", "--max-new-tokens", "2", "hi"]) != 0
+    assert "--compiled-decode compiles our engine's decode step: use --engine paged" in capsys.readouterr().err
 
 
 def test_generate_random_weights(capsys):

@@ -119,6 +119,16 @@ def test_gemm_benchmark_times_both_backends_on_the_same_numbers(embedded):
         measure_gemm_backends(embedded, batches=(0,))
 
 
+def test_one_row_is_timed_every_way_next_to_a_plain_read(embedded):
+    from infer_lab.bench.gemm import measure_one_row
+
+    timed = measure_one_row(embedded, repeats=1, compiled=False)
+    assert set(timed) == {"plain", "prepacked", "read (sum)"}
+    weight_bytes = EngineModel.from_hf(embedded.model).gemm_weight_bytes()
+    for r in timed.values():
+        assert r["ms"] > 0 and r["gb_per_s"] == pytest.approx(weight_bytes / (r["ms"] * 1e-3) / 1e9)
+
+
 def test_bench_gemm_command_prints_json_and_refuses_bad_batches(capsys, tmp_path):
     import json
 
@@ -129,6 +139,7 @@ def test_bench_gemm_command_prints_json_and_refuses_bad_batches(capsys, tmp_path
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
     assert [r["batch"] for r in printed["rows"]] == [2] and printed["threads"] >= 1
+    assert printed["one_row"] is None  # only measured when the batches include one row
     assert printed["command"].startswith("infer-lab bench gemm")
     assert main(["bench", "gemm", "--batches", "0"]) == 2
 

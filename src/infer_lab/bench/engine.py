@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -99,6 +100,7 @@ def engine_config(
     prepack_weights: bool | None = None,
     weight_quant: str | None = None,
     engine_dtype: str | None = None,
+    compiled_decode: bool = False,
 ) -> EngineConfig:
     """The :class:`EngineConfig` a benchmark's switches name (``prepack_weights`` None: the engine decides)."""
     extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
@@ -117,6 +119,7 @@ def engine_config(
         prepack_weights=prepack_weights,
         weight_quant=weight_quant,
         dtype=engine_dtype,
+        compiled_decode=compiled_decode,
         **decode_path_config(decode_path),
         **extra,
     )
@@ -150,6 +153,8 @@ def timed_engine_run(
         "prepacked_weights": engine.prepacked_weights,
         "gemm_plan": engine.gemm_plan.as_dict(),
         "compiled": config.compile_layers,
+        "compiled_decode": config.compiled_decode,
+        "compiled_decode_setup_s": engine.compile_s,  # this engine's; the compile itself ran in the warm-up
         "static_steps": runner.steps if runner else 0,
         "graphs_captured": len(runner.graphs) if runner else 0,
     }
@@ -182,6 +187,7 @@ def run_engine_benchmark(
     prepack_weights: bool | None = None,
     weight_quant: str | None = None,
     engine_dtype: str | None = None,
+    compiled_decode: bool = False,
 ) -> dict[str, Any]:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
@@ -197,6 +203,7 @@ def run_engine_benchmark(
         compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
         kv_dtype: the KV cache's storage (``None``: the model's dtype; ``int8``, ``fp8``).
         prepack_weights: GEMMs on oneDNN-prepacked weights (``None``: on a CPU when possible).
+        compiled_decode: one-token steps through :mod:`~infer_lab.engine.cpu_decode` (CPU).
         workload_kind: ``uniform`` or ``mixed`` (seeded prompt and output lengths; see
             :func:`~infer_lab.bench.baselines.make_workload`).
     Returns:
@@ -220,7 +227,8 @@ def run_engine_benchmark(
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(lens) + 1, policy, prefix_cache, chunk_tokens,
                            kv_mode, block_size, num_blocks, decode_path, fuse_projections,
-                           compile_layers, kv_dtype, prepack_weights, weight_quant, engine_dtype)
+                           compile_layers, kv_dtype, prepack_weights, weight_quant, engine_dtype,
+                           compiled_decode)
     if warmup:
         warm_up_engine(lm, config, seed + 1)
     result, _ = timed_engine_run(lm, config, wl.prompts, lens)
@@ -238,10 +246,14 @@ def run_engine_benchmark(
         "kv_dtype": config.kv_dtype if hasattr(config, "kv_dtype") else None,
         "weight_quant": weight_quant,
         "engine_dtype": engine_dtype,
+        "compiled_decode": compiled_decode,
         "block_size": block_size,
         "shared_prefix_len": shared_prefix_len,
     }
     return result
+
+
+UNCOMPILED = "engine-uncompiled"  # the engine's own contender when compiled_decode is on
 
 
 def compare_with_hf(
@@ -262,7 +274,8 @@ def compare_with_hf(
     greedy). Each contender is warmed up once, then ``rounds`` rounds run every contender in
     turn (the order rotates), so a slow patch of the machine hits all of them. Reported
     throughput is the median over rounds; ``identical_to_*`` says whether the engine's tokens
-    equal that contender's, request by request.
+    equal that contender's, request by request. With ``compiled_decode`` in ``engine_switches``
+    the same engine without it is one more contender (``engine-uncompiled``).
     """
     from .baselines import default_contenders, make_workload, run_contender
 
@@ -270,10 +283,16 @@ def compare_with_hf(
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(wl.output_lens) + 1, **engine_switches)
+    # With compiled_decode the same engine without it runs too, interleaved: what the compile buys.
+    uncompiled = replace(config, compiled_decode=False) if config.compiled_decode else None
+    if uncompiled is not None:
+        names += (UNCOMPILED,)
+        warm_up_engine(lm, uncompiled, seed + 1)
     small = make_workload(lm, workload_kind, 2, 8, 3, seed + 1)
     warm_up_engine(lm, config, seed + 1)
     for name in names[1:]:
-        run_contender(name, lm, small, concurrency)
+        if name != UNCOMPILED:
+            run_contender(name, lm, small, concurrency)
     tokens_per_s: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[list[int]]] = {}
     engine_result: dict[str, Any] = {}
@@ -282,6 +301,10 @@ def compare_with_hf(
             if name == "engine":
                 engine_result, outs = timed_engine_run(lm, config, wl.prompts, wl.output_lens)
                 tokens_per_s[name].append(engine_result["output_tokens_per_s"])
+                outputs[name] = [o.token_ids for o in outs]
+            elif name == UNCOMPILED:
+                other, outs = timed_engine_run(lm, uncompiled, wl.prompts, wl.output_lens)
+                tokens_per_s[name].append(other["output_tokens_per_s"])
                 outputs[name] = [o.token_ids for o in outs]
             else:
                 run = run_contender(name, lm, wl, concurrency)

@@ -98,10 +98,58 @@ def measure_gemm_backends(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: 
     return points
 
 
+@torch.inference_mode()
+def measure_one_row(lm: Any, repeats: int = 5, compiled: bool = True) -> dict[str, dict[str, float]]:
+    """One user's step (one row) four ways over the same weights: ms and GB/s read.
+
+    ``F.linear`` (plain), oneDNN on prepacked weights, the compiled multiply-sum GEMV of
+    :mod:`infer_lab.engine.cpu_decode` (when a C++ compiler is found; its first call compiles),
+    and ``Tensor.sum`` over every weight: no arithmetic worth the name, so the speed at which
+    this machine reads those bytes, and the mark a GEMV could reach. ``compiled=False`` leaves
+    the compiled GEMV out (it takes tens of seconds to compile the first time).
+    """
+    from ..engine import cpu_decode
+
+    plain = EngineModel.from_hf(lm.model)
+    shape, dtype = plain.shape, lm.dtype
+    generator = torch.Generator().manual_seed(1)
+    hidden, attn, mid = (torch.randn(1, n, generator=generator).to(dtype)
+                         for n in (shape.hidden, shape.heads * shape.head_dim, shape.intermediate))
+
+    def through(mm: Callable[..., torch.Tensor]) -> Callable[[], None]:
+        def one_pass() -> None:
+            for w in plain.layers:
+                mm(hidden, w.qkv_proj, w.qkv_bias)
+                mm(attn, w.o_proj)
+                mm(hidden, w.gate_up_proj)
+                mm(mid, w.down_proj)
+            mm(hidden, plain.lm_head)
+        return one_pass
+
+    def read_only() -> None:
+        for t in plain.gemm_weights():
+            t.sum()
+
+    passes = {"plain": through(prepack.linear), "read (sum)": read_only}
+    if prepack.supported(plain.device, dtype):
+        passes["prepacked"] = _step_gemms(1, plain.prepacked(), dtype)
+    if compiled and cpu_decode.unsupported_reason(plain.device, dtype) is None:
+        passes["compiled gemv"] = through(cpu_decode.compiled_gemv())
+    times = _median_ms_interleaved(list(passes.values()), repeats)
+    weight_bytes = plain.gemm_weight_bytes()
+    return {name: {"ms": ms, "gb_per_s": weight_bytes / (ms * 1e-3) / 1e9}
+            for name, ms in zip(passes, times, strict=True)}
+
+
 def gemm_benchmark(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: int = 5) -> dict[str, Any]:
-    """:func:`measure_gemm_backends` as JSON, with the environment and the thread count."""
+    """:func:`measure_gemm_backends` as JSON, with the environment and threads.
+
+    When the batches include 1, also :func:`measure_one_row` (``one_row``): one user's step
+    through every path, next to the speed of merely reading the weights.
+    """
     points = measure_gemm_backends(lm, batches, repeats)
     rows = [{**asdict(p), "speedup": p.speedup, "plain_gb_per_s": p.plain_gb_per_s,
              "prepacked_gb_per_s": p.prepacked_gb_per_s} for p in points]
-    return {"rows": rows, "repeats": repeats, "threads": torch.get_num_threads(),
-            "environment": env_metadata(lm)}
+    one_row = measure_one_row(lm, repeats) if 1 in batches else None
+    return {"rows": rows, "one_row": one_row, "repeats": repeats,
+            "threads": torch.get_num_threads(), "environment": env_metadata(lm)}

@@ -46,6 +46,12 @@ feature), which splits the engine's lead into the GEMM backend's share and the s
 --prepack: on a CPU the engine multiplies by weights reordered once for oneDNN (auto = on when
 the copy fits in half the free memory); off is F.linear, as transformers does.
 
+--compiled-decode (CPU): when one sequence decodes alone, a step is one matrix-vector product
+(GEMV) per weight matrix, and the GEMM kernels read the weights well below the memory's speed.
+This runs those steps through torch.compile'd layers whose GEMVs are fused multiply-and-sum
+loops, with the norms and RoPE fused around them (engine/cpu_decode.py). Measure one user with
+--concurrency 1 --requests 4 --prompt-len 128 --output-len 128.
+
 --workload uniform: every request --prompt-len in / --output-len out. mixed: seeded lengths,
 prompts in [prompt-len/4, 2*prompt-len], outputs in [output-len/4, output-len].
 
@@ -90,6 +96,9 @@ layer, then the LM head), over the model's real weights in layer order, at each 
 (rows = tokens in the step), through F.linear (PyTorch's BLAS on a plain matrix) and through
 oneDNN on weights reordered once at load ("prepacked", what the engine does on a CPU). Prints
 ms per step for each, the speedup, and the weight bytes streamed per second. CPU only.
+When --batches includes 1 it also times one row (one user's step) two more ways: the compiled
+multiply-sum GEMV of --compiled-decode (it compiles on first use) and a plain Tensor.sum over
+every weight, the speed of merely reading them: the mark a GEMV could reach.
 
   infer-lab bench gemm --batches 1,4,16,64,256 --threads 2
 
@@ -166,6 +175,12 @@ def add_arguments(p) -> None:
         "--compile",
         action="store_true",
         help="torch.compile both halves of every layer (fuses norms, RoPE, SiLU; compiles in the warm-up)",
+    )
+    p.add_argument(
+        "--compiled-decode",
+        action="store_true",
+        help="engine, CPU: steps of one token (one user decoding) run compiled layers whose GEMVs are fused "
+             "multiply-sum loops (needs a C++ compiler; tens of seconds to compile the first time, then cached)",
     )
     p.add_argument(
         "--compare-hf",
@@ -269,7 +284,7 @@ def _set_threads(threads: int | None) -> None:
 
 
 def run_gemm(args) -> int:
-    """``bench gemm``: one step's GEMMs through F.linear and through prepacked oneDNN weights."""
+    """``bench gemm``: one step's GEMMs through F.linear and through prepacked oneDNN weights (and one row's paths)."""
 
     from ..bench.gemm import gemm_benchmark
     from ..models import load_model
@@ -288,6 +303,12 @@ def run_gemm(args) -> int:
     print(f"[{result['environment']['hardware']}, {result['threads']} torch threads; weights "
           f"{result['rows'][0]['weight_bytes'] / 1e9:.2f} GB per step; largest LM-head difference "
           f"{max(r['max_abs_diff'] for r in result['rows']):.1e}]")
+    if result["one_row"]:
+        print("one row (one user's step), the same weights read four ways:")
+        for name, r in result["one_row"].items():
+            print(f"  {name:<14} {r['ms']:>6.1f} ms {r['gb_per_s']:>6.1f} GB/s")
+        if "compiled gemv" not in result["one_row"]:
+            print("  (no compiled GEMV: torch.compile on a CPU needs a C++ compiler)")
     return 0
 
 
@@ -390,6 +411,7 @@ def run_engine(args) -> int:
         decode_path=args.decode_path,
         fuse_projections=args.fuse == "on",
         compile_layers=args.compile,
+        compiled_decode=args.compiled_decode,
         prepack_weights={"auto": None, "on": True, "off": False}[args.prepack],
         kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
         weight_quant=None if args.weight_quant == "none" else args.weight_quant,
@@ -423,9 +445,13 @@ def run_engine(args) -> int:
         f"{path['prepacked_weights']}, compiled {path['compiled']}"
     )
     print(f"GEMM path: {path['gemm_plan']['summary']} ({path['gemm_plan']['source']})")
+    if path.get("compiled_decode"):
+        print("one-token steps: compiled GEMVs (engine/cpu_decode.py; compiled in the warm-up, "
+              "before the clock started)")
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
                        ("hf_continuous", "HF continuous batching"),
-                       ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)")):
+                       ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)"),
+                       ("engine_uncompiled", "our engine without --compiled-decode")):
         if f"baseline_{key}_tokens_per_s" in result:
             same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
             print(f"{label}: {result[f'baseline_{key}_tokens_per_s']:.1f} tok/s -> engine is "

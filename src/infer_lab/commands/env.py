@@ -16,7 +16,8 @@ entry from the GPU catalog when there is one, and the *measured* ceilings: the c
 
 On a CPU it also names the CPU's AVX-512 / AMX flags and the GEMM path the engine would
 choose on this machine for the course model's shapes (prepacked oneDNN or plain F.linear, per
-number of rows in a step; measured in under a second, see infer_lab.engine.gemm_choice).
+number of rows in a step; measured in under a second, see infer_lab.engine.gemm_choice), and
+whether the engine's compiled one-token decode step (compiled_decode) can run here.
 """
 
 
@@ -71,6 +72,10 @@ def run(args) -> int:
 
         data["cpu"] = {**hardware.cpu_features(), "threads": torch.get_num_threads()}
         data["gemm_plan"] = gemm_plan()
+        from ..engine import cpu_decode
+
+        why = cpu_decode.unsupported_reason("cpu", torch.float32)
+        data["compiled_decode"] = {"available": why is None, "compiler": cpu_decode.compiler(), "reason": why}
     if args.json:
         print(json.dumps(data, indent=1))
         return 0
@@ -90,5 +95,8 @@ def run(args) -> int:
             if b["plain_ms"] is not None:
                 print(f"  {b['rows']:>4} rows: plain {b['plain_ms']:.2f} ms, prepacked {b['prepacked_ms']:.2f} ms"
                       f" -> {'prepacked' if b['prepacked'] else 'plain'}")
+        cd = data["compiled_decode"]
+        print("one token   " + (f"compiled_decode available (C++ compiler {cd['compiler']})" if cd["available"]
+                                else f"compiled_decode unavailable: {cd['reason']}"))
     print("versions    " + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if v))
     return 0

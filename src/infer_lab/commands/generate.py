@@ -49,11 +49,15 @@ def add_arguments(p) -> None:
     p.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
                    help="our engine's KV cache storage (--engine paged): int8 or fp8 with per-token per-head "
                         "scales; close to, not equal to, full-precision greedy output")
+    p.add_argument("--compiled-decode", action="store_true",
+                   help="our engine on a CPU: compile the one-token decode step (GEMVs as fused multiply-sum "
+                        "loops; needs a C++ compiler, tens of seconds the first time, then cached on disk)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 
 def run(args) -> int:
     import json
+    import sys
 
     from ..harness import summarize
     from ..models import load_model
@@ -62,6 +66,8 @@ def run(args) -> int:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.speculative is not None:
         _check_speculative(args.engine, args.speculative, args.num_speculative_tokens)
+    if args.compiled_decode and args.engine == "hf":
+        raise ValueError("--compiled-decode compiles our engine's decode step: use --engine paged")
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     if lm.tokenizer is None or lm.is_random:
         ids = lm.random_ids(1, args.prompt_len)
@@ -72,9 +78,12 @@ def run(args) -> int:
     kv_dtype = None if args.kv_dtype == "auto" else args.kv_dtype
     if kv_dtype is not None and args.engine != "paged":
         raise ValueError(f"--kv-dtype quantizes our engine's paged KV pool: use --engine paged (got {args.engine})")
+    if args.compiled_decode and not args.json:
+        print("[compiling the one-token decode step: tens of seconds the first time, seconds after]",
+              file=sys.stderr, flush=True)
     out = generate_text(lm, ids, args.max_new_tokens, mode=args.engine, ignore_eos=args.ignore_eos,
                         speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
-                        kv_dtype=kv_dtype)
+                        kv_dtype=kv_dtype, compiled_decode=args.compiled_decode)
     token_ids, ttft_s, itl_s = out["token_ids"], out["ttft_s"], out["itl_s"]
     eos = lm.eos_token_ids
     shown = token_ids[:-1] if token_ids and token_ids[-1] in eos else token_ids
@@ -97,7 +106,8 @@ def run(args) -> int:
         tail += (f" · {args.speculative}, k {args.num_speculative_tokens}: {len(token_ids)} tokens in "
                  f"{out['target_passes']} target passes, {out['accepted_tokens']}/{out['proposed_tokens']} "
                  "guesses accepted")
-    print(f"\n[{lm.describe()} · {args.engine} · prompt {ids.shape[1]} tokens · TTFT {result['ttft_ms']:.1f} ms{tail}]")
+    engine = args.engine + (", compiled decode" if args.compiled_decode else "")
+    print(f"\n[{lm.describe()} · {engine} · prompt {ids.shape[1]} tokens · TTFT {result['ttft_ms']:.1f} ms{tail}]")
     return 0
 
 
@@ -116,6 +126,7 @@ def _check_speculative(mode: str, speculative: str, k: int) -> None:
 def generate_text(
     lm: Any, prompt_ids: torch.Tensor | list[int], max_new_tokens: int, mode: str = "paged",
     ignore_eos: bool = False, speculative: str | None = None, num_speculative_tokens: int = 4,
+    compiled_decode: bool = False,
     kv_dtype: str | None = None,
 ) -> dict[str, Any]:
     """One greedy generation, timed, for ``infer-lab generate --engine MODE``.
@@ -128,6 +139,7 @@ def generate_text(
         speculative: a proposer for our engine (``"ngram"``, ``"ngram:N"``, ``"self:L"``) or None.
         num_speculative_tokens: most guesses per target pass (``k``) with ``speculative``.
         kv_dtype: ``None``, ``"int8"`` or ``"fp8"``: how the paged pool stores K/V.
+        compiled_decode: our engine's one-token steps compiled (:mod:`infer_lab.engine.cpu_decode`).
     Returns:
         ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds); our
         engine adds ``target_passes``, ``proposed_tokens`` and ``accepted_tokens``.
@@ -153,6 +165,7 @@ def generate_text(
     config = EngineConfig(
         kv_mode=mode, max_num_seqs=1, max_model_len=ids.shape[1] + max_new_tokens + 1,
         speculative=speculative, num_speculative_tokens=num_speculative_tokens, kv_dtype=kv_dtype,
+        compiled_decode=compiled_decode,
     )
     Engine.from_loaded(lm, config).generate(
         [ids[0, :4]], SamplingParams(max_tokens=2, ignore_eos=True)

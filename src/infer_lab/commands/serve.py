@@ -18,6 +18,7 @@ tokens generated). Streaming is SSE ending with `data: [DONE]`; add
   infer-lab serve --engine hf                         the naive baseline: one request at a time
   infer-lab serve --speculative ngram                 prompt-lookup speculation (see /metrics)
   infer-lab serve --kv-dtype int8                     int8 KV blocks: about 3.8x the tokens per GB
+  infer-lab serve --engine-option compiled_decode=on  CPU: a lone client's decode steps compiled
   infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
   infer-lab serve --my-parts                          the capstone: your own build-exercise parts inside
 

@@ -12,6 +12,7 @@ Start with :class:`Engine` (``engine.py`` explains the API); each idea lives in 
 ``layers``         RMSNorm, RoPE, attention, SwiGLU: the decoder layer, written once
 ``prepack``        GEMM weights reordered once for oneDNN (CPU): the fast small-batch path
 ``gemm_choice``    prepacked or plain GEMMs, chosen by timing both on this machine per batch size
+``cpu_decode``     one user's decode step on a CPU, compiled: GEMVs as fused multiply-sum loops
 ``model``          the decoder over a flat ragged batch of tokens
 ``graph_runner``   fixed-shape decode steps, replayed from CUDA graphs
 ``engine``         the step loop that ties them together
@@ -21,7 +22,7 @@ Nothing here plots, benchmarks or demonstrates: the course chapters (:mod:`infer
 and :mod:`infer_lab.bench` do that on top of this package.
 """
 
-from . import gemm_choice, prepack
+from . import cpu_decode, gemm_choice, prepack
 from .config import EngineConfig
 from .engine import Engine, RequestRejected, StepRecord
 from .graph_runner import DecodeBatch, StaticDecodeRunner
@@ -65,6 +66,7 @@ __all__ = [
     "StaticDecodeRunner",
     "StepRecord",
     "TokenEvent",
+    "cpu_decode",
     "fuse_projections",
     "gemm_choice",
     "prepack",

@@ -43,6 +43,11 @@ class EngineConfig:
         compile_layers: let ``torch.compile`` fuse the small ops (norms, RoPE, SiLU) of both
             halves of every decoder layer, on every path. Off by default: the first steps then
             pay the compilation (tens of seconds on a CPU).
+        compiled_decode: run every step of exactly one token (one sequence decoding alone)
+            through :mod:`~.cpu_decode`: compiled half-layers whose GEMVs are fused
+            multiply-and-sum loops over the plain weights. CPU only, needs a C++ compiler;
+            compiled when the engine is built (tens of seconds on a 2-core CPU the first time,
+            seconds once inductor's disk cache has it). Off by default for that cost.
         speculative: speculative decoding's proposer: ``"ngram"`` (prompt lookup, n <= 3),
             ``"ngram:N"``, ``"self:L"`` (the target's first L layers as the draft) or ``"draft"``
             (a separate draft model given to :meth:`Engine.from_loaded`); ``None``: off.
@@ -75,6 +80,7 @@ class EngineConfig:
     static_decode: bool | None = None
     cuda_graphs: bool | None = None
     compile_layers: bool = False
+    compiled_decode: bool = False
     speculative: str | None = None
     num_speculative_tokens: int = 4
     kv_dtype: str | None = None
@@ -123,5 +129,10 @@ class EngineConfig:
                 raise ValueError("quantized weights have their own kernels: turn off prepack_weights")
             if self.compile_layers or not self.fuse_projections:
                 raise ValueError("weight_quant needs fuse_projections and no compile_layers")
+            if self.compiled_decode:
+                raise ValueError("quantized weights have their own kernels: turn off compiled_decode")
+        if self.compiled_decode and (self.compile_layers or not self.fuse_projections):
+            raise ValueError("compiled_decode compiles the fused layer itself: "
+                             "it needs fuse_projections and no compile_layers")
         if self.cuda_graphs and self.static_decode is False:
             raise ValueError("cuda_graphs capture the static decode path: leave static_decode on")

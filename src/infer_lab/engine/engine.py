@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from . import gemm_choice, prepack
+from . import cpu_decode, gemm_choice, prepack
 from .acceptance import Verdict, verify_greedy, verify_sampling
 from .config import EngineConfig
 from .gemm_choice import GemmPlan
@@ -149,6 +149,17 @@ class Engine:
         self.layer_fns = LayerFunctions(fused=config.fuse_projections, compiled=config.compile_layers)
         static = config.static_decode
         static = (on_cuda and config.kv_mode == "paged") if static is None else static
+        # compiled_decode: steps of one token run cpu_decode's compiled halves on the plain weights.
+        self.one_token_fns: LayerFunctions | None = None
+        self.compile_s: float | None = None  # seconds its compilation (or disk-cache load) took
+        if config.compiled_decode:
+            why = cpu_decode.unsupported_reason(model.device, model.dtype)
+            if why is None and static:
+                why = "the static decode path runs its own fixed-shape step"
+            if why is not None:
+                raise ValueError(f"compiled_decode cannot run here: {why}")
+            self.one_token_fns = cpu_decode.layer_functions()
+            self.compile_s = cpu_decode.compile_for(model.plain)
         self.prefix_cache: PrefixCache | None = None
         if config.kv_mode == "paged":
             blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
@@ -387,7 +398,8 @@ class Engine:
             if item.completes_context:  # one row per real last token and per guess
                 sample_rows += range(len(ids) - 1 - len(item.drafts), len(ids))
         device = self.model.device
-        model = self.model if self.gemm_plan.use_prepacked(len(ids)) else self.model.plain
+        one_token = self.one_token_fns is not None and len(ids) == 1
+        model = self.model if self.gemm_plan.use_prepacked(len(ids)) and not one_token else self.model.plain
         meta = AttentionMetadata(
             query_lens=[s.num_new_tokens for s in sched.scheduled],
             context_lens=[s.start + s.num_new_tokens for s in sched.scheduled],
@@ -404,7 +416,7 @@ class Engine:
             torch.tensor(positions, dtype=torch.long, device=device),
             meta,
             self.kv if self.kv.stores_kv else None,
-            self.layer_fns,
+            self.one_token_fns if one_token else self.layer_fns,
         )
 
     def _decode_batch(self, sched: SchedulerOutput) -> DecodeBatch:

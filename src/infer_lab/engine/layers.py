@@ -200,18 +200,20 @@ def attention_inputs(
     kv_heads: int,
     head_dim: int,
     fused: bool = True,
+    mm: Callable[..., torch.Tensor] = linear,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The first half of a layer: norm, the q, k, v projections, RoPE on q and k.
 
     ``h`` is ``(T, hidden)``; returns q ``(T, heads, d)`` and k, v ``(T, kv_heads, d)``.
     ``fused``: one GEMM over the stacked q|k|v matrix; otherwise three GEMMs over its rows
-    (the same numbers, for measuring what the fusion buys).
+    (the same numbers, for measuring what the fusion buys). ``mm(x, weight, bias)`` multiplies
+    (``x @ weight.T + bias``): the engine's GEMM, or :func:`~.cpu_decode.gemv` for one token.
     """
     x = rms_norm(h, input_norm, eps)
     sizes = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
     if fused:
         # q and k side by side in the GEMM's output: one RoPE over both (fewer, larger ops).
-        qkv = linear(x, qkv_proj, qkv_bias)
+        qkv = mm(x, qkv_proj, qkv_bias)
         qk = apply_rope(qkv[:, : sizes[0] + sizes[1]].reshape(-1, heads + kv_heads, head_dim), cos, sin)
         q, k = qk.split((heads, kv_heads), dim=1)
         return q, k, qkv[:, sizes[0] + sizes[1] :].reshape(-1, kv_heads, head_dim)
@@ -231,16 +233,20 @@ def layer_output(
     down_proj: torch.Tensor,
     eps: float,
     fused: bool = True,
+    mm: Callable[..., torch.Tensor] = linear,
 ) -> torch.Tensor:
-    """The second half: output projection and residual, then the SwiGLU MLP and its residual."""
-    h = h + linear(attn, o_proj)
+    """The second half: output projection and residual, then the SwiGLU MLP and its residual.
+
+    ``mm`` multiplies, as in :func:`attention_inputs`.
+    """
+    h = h + mm(attn, o_proj)
     x = rms_norm(h, post_attention_norm, eps)
     if fused:
-        gate, up = linear(x, gate_up_proj).chunk(2, dim=-1)
+        gate, up = mm(x, gate_up_proj).chunk(2, dim=-1)
     else:
         gate_w, up_w = gate_up_proj.chunk(2, dim=0)
         gate, up = F.linear(x, gate_w), F.linear(x, up_w)
-    return h + linear(F.silu(gate) * up, down_proj)
+    return h + mm(F.silu(gate) * up, down_proj)
 
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -250,14 +256,21 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 class LayerFunctions:
     """How an engine runs the two halves of every layer: fused GEMMs or not, compiled or not.
 
-    Each engine has its own; the model's weights are the same either way.
+    Each engine has its own; the model's weights are the same either way. ``custom`` and
+    ``logits`` replace the halves and the LM head outright (``custom``: ``(first, second)``
+    with the signatures of :func:`attention_inputs` and :func:`layer_output`; ``logits``:
+    ``(h, final_norm, lm_head, eps) -> logits``); :mod:`.cpu_decode` gives such a set for one token.
     """
 
     fused: bool = True
     compiled: bool = False
+    custom: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+    logits: Callable[..., torch.Tensor] | None = None
 
     def halves(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """``(attention_inputs, layer_output)``, through torch.compile when ``compiled``."""
+        if self.custom is not None:
+            return self.custom
         return _compiled_halves() if self.compiled else (attention_inputs, layer_output)
 
 

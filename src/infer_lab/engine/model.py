@@ -359,7 +359,10 @@ class EngineModel:
                 return self._attention(index, q, k, v, meta, kv, span)
 
             h = decoder_layer(h, w, attend, cos, sin, self.shape, fns)
-        return self._logits(h[meta.sample_indices])
+        h = h[meta.sample_indices]
+        if fns.logits is not None:
+            return fns.logits(h, self.final_norm, self.lm_head, self.shape.rms_norm_eps)
+        return self._logits(h)
 
     __call__ = forward
 
