@@ -48,8 +48,9 @@ class GemmPoint:
         return self.weight_bytes / (self.prepacked_ms * 1e-3) / 1e9
 
 
-def _step_gemms(batch: int, model: EngineModel, dtype: torch.dtype) -> Callable[[], None]:
-    """A function that multiplies ``batch`` rows by every GEMM weight of ``model`` once, in order."""
+def _step_gemms(batch: int, model: EngineModel, dtype: torch.dtype,
+                mm: Callable[..., torch.Tensor] = prepack.linear) -> Callable[[], None]:
+    """A function that multiplies ``batch`` rows by every GEMM weight of ``model`` once, in order, through ``mm``."""
     shape = model.shape
     generator = torch.Generator().manual_seed(batch)
     hidden, attn, mid = (torch.randn(batch, n, generator=generator).to(dtype)
@@ -57,11 +58,11 @@ def _step_gemms(batch: int, model: EngineModel, dtype: torch.dtype) -> Callable[
 
     def one_pass() -> None:
         for w in model.layers:
-            prepack.linear(hidden, w.qkv_proj, w.qkv_bias)
-            prepack.linear(attn, w.o_proj)
-            prepack.linear(hidden, w.gate_up_proj)
-            prepack.linear(mid, w.down_proj)
-        prepack.linear(hidden, model.lm_head)
+            mm(hidden, w.qkv_proj, w.qkv_bias)
+            mm(attn, w.o_proj)
+            mm(hidden, w.gate_up_proj)
+            mm(mid, w.down_proj)
+        mm(hidden, model.lm_head)
 
     return one_pass
 
@@ -110,31 +111,17 @@ def measure_one_row(lm: Any, repeats: int = 5, compiled: bool = True) -> dict[st
     """
     from ..engine import cpu_decode
 
-    plain = EngineModel.from_hf(lm.model)
-    shape, dtype = plain.shape, lm.dtype
-    generator = torch.Generator().manual_seed(1)
-    hidden, attn, mid = (torch.randn(1, n, generator=generator).to(dtype)
-                         for n in (shape.hidden, shape.heads * shape.head_dim, shape.intermediate))
-
-    def through(mm: Callable[..., torch.Tensor]) -> Callable[[], None]:
-        def one_pass() -> None:
-            for w in plain.layers:
-                mm(hidden, w.qkv_proj, w.qkv_bias)
-                mm(attn, w.o_proj)
-                mm(hidden, w.gate_up_proj)
-                mm(mid, w.down_proj)
-            mm(hidden, plain.lm_head)
-        return one_pass
+    plain, dtype = EngineModel.from_hf(lm.model), lm.dtype
 
     def read_only() -> None:
         for t in plain.gemm_weights():
             t.sum()
 
-    passes = {"plain": through(prepack.linear), "read (sum)": read_only}
+    passes = {"plain": _step_gemms(1, plain, dtype), "read (sum)": read_only}
     if prepack.supported(plain.device, dtype):
         passes["prepacked"] = _step_gemms(1, plain.prepacked(), dtype)
     if compiled and cpu_decode.unsupported_reason(plain.device, dtype) is None:
-        passes["compiled gemv"] = through(cpu_decode.compiled_gemv())
+        passes["compiled gemv"] = _step_gemms(1, plain, dtype, cpu_decode.compiled_gemv())
     times = _median_ms_interleaved(list(passes.values()), repeats)
     weight_bytes = plain.gemm_weight_bytes()
     return {name: {"ms": ms, "gb_per_s": weight_bytes / (ms * 1e-3) / 1e9}
