@@ -55,3 +55,14 @@ def test_sweep_figures_start_at_zero():
     assert set(figs) == {"sweep_latency", "sweep_throughput", "sweep_pareto"}
     assert all(ax.get_ylim()[0] == 0 for fig in figs.values() for ax in fig.axes)
     assert "from 3.0 to 9.0" in ch13.sweep_text(sweep)
+
+
+def test_the_peak_is_the_servers_high_water_mark_when_the_scrapes_missed_it():
+    from infer_lab.bench.served import server_counters
+
+    # A quick run on a fast machine can start and finish between two scrapes: they saw 0 blocks.
+    missed = {"rows": [{"server_metrics": {"kv_blocks_used_max": 0.0, "kv_blocks_used_peak": 12.0}}]}
+    assert server_counters(missed)["kv_blocks_used_max"] == 12.0
+    sampled_only = {"rows": [{"server_metrics": {"kv_blocks_used_max": 5.0}}]}  # vLLM has no such gauge
+    assert server_counters(sampled_only)["kv_blocks_used_max"] == 5.0
+    assert server_counters({"rows": []})["kv_blocks_used_max"] is None

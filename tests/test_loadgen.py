@@ -199,8 +199,9 @@ def test_parse_metrics_understands_vllm_and_our_names():
         '# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name="a"} 0.5\n'
     )
     assert parse_metrics(vllm) == {"running": 3.0, "kv_usage": 0.5}
-    ours = "# TYPE infer_lab:kv_blocks_used gauge\ninfer_lab:kv_blocks_used 7\n"
-    assert parse_metrics(ours) == {"kv_blocks_used": 7.0}
+    ours = ("# TYPE infer_lab:kv_blocks_used gauge\ninfer_lab:kv_blocks_used 7\n"
+            "# TYPE infer_lab:kv_blocks_used_peak gauge\ninfer_lab:kv_blocks_used_peak 9\n")
+    assert parse_metrics(ours) == {"kv_blocks_used": 7.0, "kv_blocks_peak": 9.0}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,9 +73,12 @@ def serve_and_load(
 
 def server_counters(results: dict[str, Any]) -> dict[str, float | None]:
     """What the server counted during a :func:`serve_and_load` run: ``prefix_hit_rate`` (share of
-    prompt tokens found in the prefix cache, at the end) and ``kv_blocks_used_max`` (peak KV blocks)."""
+    prompt tokens found in the prefix cache, at the end) and ``kv_blocks_used_max`` (peak KV blocks:
+    the server's own high-water mark, its warm-up included, where it reports one; else the highest
+    value the scrapes saw, which can miss a peak shorter than the scrape interval)."""
     scraped = [r.get("server_metrics", {}) for r in results.get("rows", [])]
+    peaks = [max(s.get("kv_blocks_used_max", 0), s.get("kv_blocks_used_peak", 0)) for s in scraped]
     return {
         "prefix_hit_rate": scraped[-1].get("prefix_hit_rate") if scraped else None,
-        "kv_blocks_used_max": max((s.get("kv_blocks_used_max", 0) for s in scraped), default=None),
+        "kv_blocks_used_max": max(peaks, default=None),
     }

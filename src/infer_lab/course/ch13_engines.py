@@ -127,7 +127,7 @@ class VariantRun:
     options: str  # the EngineConfig switches it sets, e.g. "prefix_cache=radix"
     served: ServedLoad
     prefix_hit_rate: float | None  # from the server's /metrics; None without a prefix cache
-    kv_blocks_used_max: float | None  # peak KV blocks in use; None without paged KV
+    kv_blocks_used_max: float | None  # peak KV blocks in use (server's high-water mark); None without paged KV
     server_version: str
 
     def row(self) -> dict[str, Any]:

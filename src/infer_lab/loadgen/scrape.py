@@ -34,6 +34,7 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
         "sglang:token_usage",
     ),
     "kv_blocks_used": ("infer_lab:kv_blocks_used",),
+    "kv_blocks_peak": ("infer_lab:kv_blocks_used_peak",),
     "kv_blocks_total": ("infer_lab:kv_blocks_total",),
     "hits": (
         "infer_lab:prefix_cache_hits_total",
@@ -153,6 +154,8 @@ class MetricsScraper:
                 out[f"{key}_max"] = max(vals)
         if self.after and "kv_blocks_total" in self.after:
             out["kv_blocks_total"] = self.after["kv_blocks_total"]
+        if self.after and "kv_blocks_peak" in self.after:  # the server's own high-water mark
+            out["kv_blocks_used_peak"] = self.after["kv_blocks_peak"]
         before, after = self.before or {}, self.after or {}
         if "hits" in after and "queries" in after:
             d_hits = after["hits"] - before.get("hits", 0.0)

@@ -66,7 +66,8 @@ class Backend(Protocol):
 
     def stats(self) -> dict[str, float]:
         """Live numbers for ``/metrics``: ``running``, ``waiting`` and, when the engine has them,
-        ``kv_blocks_used``, ``kv_blocks_total``, ``prefix_cache_hits``, ``prefix_cache_queries`` (tokens)."""
+        ``kv_blocks_used``, ``kv_blocks_used_peak`` (most in use at once since the engine started),
+        ``kv_blocks_total``, ``prefix_cache_hits``, ``prefix_cache_queries`` (tokens)."""
 
     def info(self) -> dict[str, Any]:
         """Engine name, version and settings, for ``/version`` and results files."""

@@ -125,6 +125,12 @@ class _EngineCollector:
             yield GaugeMetricFamily(
                 PREFIX + "kv_blocks_total", "KV-cache blocks in the pool.", value=total
             )
+            if "kv_blocks_used_peak" in s:  # a scrape between two steps would miss a short peak
+                yield GaugeMetricFamily(
+                    PREFIX + "kv_blocks_used_peak",
+                    "Most KV-cache blocks in use at once since the server started.",
+                    value=s["kv_blocks_used_peak"],
+                )
             yield GaugeMetricFamily(
                 PREFIX + "kv_cache_usage_perc",
                 "Fraction of KV blocks in use (0..1).",

@@ -115,6 +115,7 @@ class OursBackend:
                 float(pool.num_used),
                 float(pool.num_blocks),
             )
+            out["kv_blocks_used_peak"] = float(self.engine.kv.peak_blocks_used)
         if self.engine.proposer is not None:
             out.update({f"spec_{k}": float(v) for k, v in self.engine.spec_totals.items()})
         if self.engine.prefix_cache is not None:
