@@ -84,3 +84,31 @@ def test_the_bench_also_times_the_same_engine_without_the_compile(embedded):
     assert result["identical_to_engine_uncompiled"] and result["identical_to_hf_sequential"]
     assert result["speedup_vs_engine_uncompiled"] == pytest.approx(
         result["output_tokens_per_s"] / result["baseline_engine_uncompiled_tokens_per_s"])
+
+
+def test_transformers_compiled_contender_runs_static_and_leaves_the_model_as_it_was(embedded, monkeypatch):
+    """The one-user baseline for compiled decode: HF generate on a static cache through a compiled
+    forward. Compiling it takes a minute on 2 cores (the bench does, in its warm-up); here
+    torch.compile is the identity, which checks the wiring: the static cache, the same greedy
+    tokens as plain generate, the model restored, and the refusal of unequal lengths."""
+    from infer_lab.bench import baselines
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
+    monkeypatch.delitem(embedded.model.__dict__, "_infer_lab_compiled_forward", raising=False)
+    wl = baselines.make_workload(embedded, "uniform", 2, 8, 4)
+    seen = []
+    original = type(embedded.model).forward
+
+    def spy(self, *args, **kwargs):
+        seen.append(next((type(v).__name__ for v in kwargs.values() if type(v).__name__.endswith("Cache")), None))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(embedded.model), "forward", spy)
+    compiled = baselines.run_contender("hf-compiled", embedded, wl, 1)
+    assert calls == [{"dynamic": False}] and set(seen) == {"StaticCache"}
+    assert compiled.name == "hf-compiled" and compiled.outputs == baselines.hf_sequential(embedded, wl).outputs
+    assert "forward" not in embedded.model.__dict__ and embedded.model.generation_config.cache_implementation is None
+    embedded.model.__dict__.pop("_infer_lab_compiled_forward")
+    with pytest.raises(ValueError, match="equal-length"):
+        baselines.hf_compiled(embedded, baselines.make_workload(embedded, "mixed", 4, 16, 8))

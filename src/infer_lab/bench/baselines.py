@@ -9,6 +9,10 @@
   multiplying by the same oneDNN-prepacked weights the engine uses on a CPU
   (:mod:`infer_lab.engine.prepack`). Not something transformers offers; it is here so the
   engine's lead can be split into what the GEMM backend buys and what scheduling buys.
+* **HF compiled, one at a time** (one user): ``model.generate`` with a static KV cache and a
+  ``torch.compile``d forward, transformers' own recipe for fast single-user decoding; what the
+  engine's compiled one-token steps (``compiled_decode``) are compared with. It compiles one
+  graph per prompt length and cache size, so it runs only on equal-length workloads.
 
 Every contender generates exactly each request's output length (EOS ignored) from the same
 prompts, greedy, so their outputs can be compared with the engine's token for token.
@@ -164,6 +168,37 @@ def hf_padded_prepacked(lm: Any, workload: Workload, group: int) -> ContenderRun
     return dataclasses.replace(run, name="hf-padded-prepacked")
 
 
+@contextlib.contextmanager
+def compiled_static_generate(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the block, ``model.generate`` keeps a static KV cache and runs a ``torch.compile``d
+    forward (a fixed shape per graph: one for the prompt, one for each decode step). Outside, the
+    model is exactly as before. The compiled forward is kept on the model, so a second block
+    reuses its graphs."""
+    config = model.generation_config
+    before = config.cache_implementation
+    compiled = model.__dict__.get("_infer_lab_compiled_forward")
+    if compiled is None:
+        compiled = model._infer_lab_compiled_forward = torch.compile(model.forward, dynamic=False)
+    config.cache_implementation = "static"
+    model.forward = compiled
+    try:
+        yield
+    finally:
+        del model.forward  # back to the class's forward
+        config.cache_implementation = before
+
+
+def hf_compiled(lm: Any, workload: Workload) -> ContenderRun:
+    """:func:`hf_sequential` through :func:`compiled_static_generate`; equal lengths only (each new
+    prompt length or cache size would compile anew, tens of seconds each)."""
+    if len({len(p) for p in workload.prompts}) > 1 or len(set(workload.output_lens)) > 1:
+        raise ValueError("hf-compiled runs equal-length requests only (the uniform workload): every other "
+                         "length would compile a graph of its own")
+    with compiled_static_generate(lm.model):
+        run = hf_sequential(lm, workload)
+    return dataclasses.replace(run, name="hf-compiled")
+
+
 def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: int = 16) -> ContenderRun:
     """transformers' continuous-batching manager: every request submitted at t = 0."""
     from transformers import GenerationConfig
@@ -202,7 +237,7 @@ def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: in
 
 
 CONTENDERS = ("hf-sequential", "hf-padded", "hf-continuous")
-EXTRA_CONTENDERS = ("hf-padded-prepacked",)
+EXTRA_CONTENDERS = ("hf-padded-prepacked", "hf-compiled")
 
 
 def default_contenders(lm: Any) -> tuple[str, ...]:
@@ -210,7 +245,7 @@ def default_contenders(lm: Any) -> tuple[str, ...]:
     (where the engine prepacks its weights) HF padded with the same prepacked GEMMs."""
     from ..engine import prepack
 
-    return CONTENDERS + (EXTRA_CONTENDERS if prepack.supported(lm.device, lm.dtype) else ())
+    return CONTENDERS + (EXTRA_CONTENDERS[:1] if prepack.supported(lm.device, lm.dtype) else ())
 
 
 def run_contender(name: str, lm: Any, workload: Workload, max_num_seqs: int) -> ContenderRun:
@@ -223,4 +258,6 @@ def run_contender(name: str, lm: Any, workload: Workload, max_num_seqs: int) -> 
         return hf_continuous(lm, workload, max_num_seqs)
     if name == "hf-padded-prepacked":
         return hf_padded_prepacked(lm, workload, max_num_seqs)
+    if name == "hf-compiled":
+        return hf_compiled(lm, workload)
     raise ValueError(f"unknown contender {name!r}; known: {', '.join(CONTENDERS + EXTRA_CONTENDERS)}")

@@ -275,11 +275,15 @@ def compare_with_hf(
     turn (the order rotates), so a slow patch of the machine hits all of them. Reported
     throughput is the median over rounds; ``identical_to_*`` says whether the engine's tokens
     equal that contender's, request by request. With ``compiled_decode`` in ``engine_switches``
-    the same engine without it is one more contender (``engine-uncompiled``).
+    the same engine without it is one more contender (``engine-uncompiled``), and for one user
+    on the uniform workload so is transformers compiled (``hf-compiled``: compiled against compiled).
     """
     from .baselines import default_contenders, make_workload, run_contender
 
     names = ("engine", *(contenders or default_contenders(lm)))
+    one_user_compiled = engine_switches.get("compiled_decode") and concurrency == 1 and workload_kind == "uniform"
+    if contenders is None and one_user_compiled:
+        names += ("hf-compiled",)
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
     longest = max(len(p) for p in wl.prompts)
     config = engine_config(concurrency, longest + max(wl.output_lens) + 1, **engine_switches)
@@ -291,7 +295,10 @@ def compare_with_hf(
     small = make_workload(lm, workload_kind, 2, 8, 3, seed + 1)
     warm_up_engine(lm, config, seed + 1)
     for name in names[1:]:
-        if name != UNCOMPILED:
+        if name == "hf-compiled":  # compiles its graphs for the workload's own shapes, off the clock
+            run_contender(name, lm, replace(wl, prompts=wl.prompts[:1], output_lens=wl.output_lens[:1]),
+                          concurrency)
+        elif name != UNCOMPILED:
             run_contender(name, lm, small, concurrency)
     tokens_per_s: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[list[int]]] = {}

@@ -10,7 +10,8 @@ have AVX-512-bf16 or AMX.
 interleaved over ``rounds`` rounds (median), and checks nothing about tokens: quantized weights
 change them. :func:`quality` scores the same engine models on the shipped evaluation text:
 perplexity over non-overlapping windows, and top-1 agreement with the fp32 model's next-token
-prediction at every scored position (chapter 06's two measures).
+prediction at every scored position (chapter 06's two measures). With ``llama_cpp``, llama.cpp
+decodes the embedded model's own GGUF file in the same rounds (:mod:`.llama_cpp`).
 """
 
 from __future__ import annotations
@@ -94,36 +95,52 @@ def quality(lm: Any, methods: tuple[str, ...] = METHODS, eval_tokens: int = 1024
     return out
 
 
+LLAMA_CPP = "llama.cpp"  # the contender's name in results
+
+
 def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 128, new_tokens: int = 128,
-                 rounds: int = 3, seed: int = 0) -> dict[str, dict[str, Any]]:
+                 rounds: int = 3, seed: int = 0, llama_cpp: bool = False) -> dict[str, dict[str, Any]]:
     """One user's decode on the engine: fp32 (its usual GEMM plan) and each method, interleaved.
 
     Every round runs one fresh engine per contender on the same random prompt (EOS ignored,
     greedy) and records decode tokens/s = (new tokens - 1) / (time after the first token);
     the median over rounds is reported, with the GEMM weights' stored bytes per token.
+    ``llama_cpp``: llama.cpp on the embedded model's GGUF file runs in the same rounds
+    (:mod:`.llama_cpp`; only for the embedded model, with llama-cpp-python installed).
     """
     if rounds < 1 or new_tokens < 2:
         raise ValueError("rounds must be >= 1 and new_tokens >= 2")
+    decoder = _llama_cpp_decoder(lm, prompt_len + new_tokens + 1) if llama_cpp else None
     prompt = lm.random_ids(1, prompt_len, seed=seed)[0].tolist()
-    names = (None, *methods)
+    names = (None, *methods, *((LLAMA_CPP,) if decoder else ()))
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
+    tokens: dict[str | None, list[int]] = {}
 
-    def run(method: str | None) -> tuple[float, Engine]:
+    def run(method: str | None) -> tuple[float, Engine | None]:
+        if method == LLAMA_CPP:
+            rate, tokens[method] = decoder.decode(prompt, new_tokens)
+            return rate, None
         engine = Engine.from_loaded(lm, EngineConfig(max_num_seqs=1, max_model_len=prompt_len + new_tokens + 1,
                                                      **_config(method)))
         (out,) = engine.generate([prompt], params)
+        tokens[method] = out.token_ids
         return len(out.itl_s) / sum(out.itl_s), engine
 
     for m in names:  # warm-up: builds (and caches) each quantized model, times nothing
         run(m)
     rates: dict[str | None, list[float]] = {m: [] for m in names}
-    engines: dict[str | None, Engine] = {}
+    engines: dict[str | None, Engine | None] = {}
     for r in range(rounds):
         for m in names[r % len(names):] + names[: r % len(names)]:
             rate, engines[m] = run(m)
             rates[m].append(rate)
     base_name = str(lm.dtype).replace("torch.", "")
     fp = statistics.median(rates[None])
+    if decoder:
+        from .llama_cpp import summarize
+
+        names = names[:-1]
+        llama_row = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
     out = {}
     for m in names:
         e = engines[m]
@@ -133,7 +150,20 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
             "gemm_weight_bytes_per_token": e.model.gemm_weight_bytes_stored(),
             "gemm_path": e.gemm_plan.describe() if m is None or m in DTYPES else _kernel(e.model),
         }
+    if decoder:
+        out[LLAMA_CPP] = llama_row
     return out
+
+
+def _llama_cpp_decoder(lm: Any, context_tokens: int) -> Any:
+    """llama.cpp on ``lm``'s own GGUF file: only the embedded model has one (the others would be
+    different weights, not the same model in another runtime)."""
+    from ..models import embedded_gguf_path
+    from .llama_cpp import LlamaCppDecoder
+
+    if lm.source != "embedded":
+        raise ValueError(f"--llama-cpp runs the embedded model's GGUF file; {lm.name} ({lm.source}) has none")
+    return LlamaCppDecoder(embedded_gguf_path(), context_tokens, torch.get_num_threads())
 
 
 def _kernel(model: EngineModel) -> str:
@@ -142,11 +172,11 @@ def _kernel(model: EngineModel) -> str:
 
 def weight_quant_benchmark(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 128,
                            new_tokens: int = 128, rounds: int = 3, eval_tokens: int = 1024,
-                           window: int = 256, with_quality: bool = True) -> dict[str, Any]:
+                           window: int = 256, with_quality: bool = True, llama_cpp: bool = False) -> dict[str, Any]:
     """:func:`decode_speed` and (with a tokenizer) :func:`quality`, as JSON with the environment."""
     t0 = time.perf_counter()
     result: dict[str, Any] = {
-        "speed": decode_speed(lm, methods, prompt_len, new_tokens, rounds),
+        "speed": decode_speed(lm, methods, prompt_len, new_tokens, rounds, llama_cpp=llama_cpp),
         "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": rounds,
         "threads": torch.get_num_threads(),
     }

@@ -50,7 +50,9 @@ the copy fits in half the free memory); off is F.linear, as transformers does.
 (GEMV) per weight matrix, and the GEMM kernels read the weights well below the memory's speed.
 This runs those steps through torch.compile'd layers whose GEMVs are fused multiply-and-sum
 loops, with the norms and RoPE fused around them (engine/cpu_decode.py). Measure one user with
---concurrency 1 --requests 4 --prompt-len 128 --output-len 128.
+--concurrency 1 --requests 4 --prompt-len 128 --output-len 128: with --compare-hf that also times
+the engine without it and transformers' own compiled path (static KV cache + torch.compile'd
+forward, compiled in the warm-up: a minute or more on 2 cores), compiled against compiled.
 
 --workload uniform: every request --prompt-len in / --output-len out. mixed: seeded lengths,
 prompts in [prompt-len/4, 2*prompt-len], outputs in [output-len/4, output-len].
@@ -209,6 +211,10 @@ def add_arguments(p) -> None:
     quant.add_argument("--methods", default="int8,int4",
                        help="quant: comma-separated methods (int8, int4, int4-gN; bf16: the engine's bf16 dtype)")
     quant.add_argument("--no-quality", action="store_true", help="quant: skip perplexity and top-1 agreement")
+    quant.add_argument("--llama-cpp", action="store_true",
+                       help="quant: also time llama.cpp on the embedded model's own GGUF file (Q4_1), same "
+                            "prompt and threads, in the same rounds (needs llama-cpp-python, which compiles "
+                            "llama.cpp at install: several minutes)")
     gemm = p.add_argument_group("bench gemm")
     gemm.add_argument("--batches", default="1,4,16,64,256",
                       help="gemm: rows (tokens) per step, comma-separated (default 1,4,16,64,256)")
@@ -322,10 +328,15 @@ def run_quant(args) -> int:
         check_method(m)
     if not methods or args.rounds < 1 or args.output_len < 2:
         raise ValueError("--methods needs at least one method, --rounds >= 1 and --output-len >= 2")
+    if args.llama_cpp:
+        from ..bench.llama_cpp import available
+
+        if (why := available()) is not None:
+            raise ValueError(f"--llama-cpp: {why}")
     _set_threads(args.threads)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     result = weight_quant_benchmark(lm, methods, args.prompt_len, args.output_len, args.rounds,
-                                    with_quality=not args.no_quality)
+                                    with_quality=not args.no_quality, llama_cpp=args.llama_cpp)
     if _save_or_print_json(args, result, "quant"):
         return 0
     print(f"one user, {args.prompt_len} in / {args.output_len} out, decode tok/s median of {args.rounds} "
@@ -333,6 +344,13 @@ def run_quant(args) -> int:
     for name, r in result["speed"].items():
         print(f"{name:>8}: {r['decode_tokens_per_s']:6.1f} tok/s ({r['speedup_vs_base']:.2f}x), "
               f"{r['gemm_weight_bytes_per_token'] / 1e6:.0f} MB of GEMM weights per token, {r['gemm_path']}")
+    if "llama.cpp" in result["speed"]:
+        r = result["speed"]["llama.cpp"]
+        print("          llama.cpp reads every tensor of the file per token, by type (MB): "
+              + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in r["build"]["by_type"].items())
+              + f"; its first {r['same_greedy_tokens_as_base']} of {args.output_len} greedy tokens equal the "
+              f"engine's (the same weight values, but its activations are rounded to 8 bits)")
+        print(f"          llama.cpp build: {r['build']['system_info']}")
     for name, q in result.get("quality", {}).items():
         print(f"{name:>8}: perplexity {q['perplexity']:.3f} ({100 * q['perplexity_change']:+.2f}%), top-1 "
               f"agreement {100 * q['top1_agreement']:.1f}% over {q['scored_tokens']} tokens")
@@ -451,6 +469,7 @@ def run_engine(args) -> int:
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
                        ("hf_continuous", "HF continuous batching"),
                        ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)"),
+                       ("hf_compiled", "HF generate, static cache + torch.compile, one at a time"),
                        ("engine_uncompiled", "our engine without --compiled-decode")):
         if f"baseline_{key}_tokens_per_s" in result:
             same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
