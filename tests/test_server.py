@@ -182,6 +182,8 @@ def test_seeded_sampling_is_reproducible(ours):
         "long_prompt",
         "max_tokens_too_large",
         "n_17",
+        "no_token",
+        "stream_logprobs",
         "no_key",
         "wrong_key",
         "unknown_route",
@@ -200,6 +202,8 @@ def test_errors_get_openai_bodies_and_the_server_keeps_serving(ours, case):
         "long_prompt": dict(json={**ok, "prompt": "word " * 400}, headers=auth),
         "max_tokens_too_large": dict(json={**ok, "max_tokens": 10_000}, headers=auth),
         "n_17": dict(json={**ok, "n": 17}, headers=auth),
+        "no_token": dict(json={**ok, "prompt": "\x1d"}, headers=auth),  # a control character: no token
+        "stream_logprobs": dict(json={**ok, "stream": True, "logprobs": 0}, headers=auth),
         "no_key": dict(json=ok),
         "wrong_key": dict(json=ok, headers={"Authorization": "Bearer nope"}),
     }
@@ -213,6 +217,9 @@ def test_errors_get_openai_bodies_and_the_server_keeps_serving(ours, case):
     assert resp.status_code == expected
     error = resp.json()["error"]
     assert error["message"] and error["type"]
+    named = {"no_token": ("prompt", "empty once tokenized"), "stream_logprobs": ("logprobs", "stream=true")}
+    if case in named:  # refused though the schema allows it: the body names the field and why
+        assert error["param"] == named[case][0] and named[case][1] in error["message"]
     after = httpx.post(url, json={**ok, "max_tokens": 1}, headers=auth, timeout=120)
     assert after.status_code == 200 and after.json()["usage"]["completion_tokens"] == 1
 

@@ -389,7 +389,8 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
     async def _serve(request: Request, body: Any, prompt_ids: list[int], chat: bool):
         limit = config.max_model_len
         if not prompt_ids:
-            raise APIError(400, "the prompt is empty", param="prompt")
+            raise APIError(400, "the prompt is empty once tokenized: the model's tokenizer maps its text to no "
+                           "token, so there is nothing to continue from", param="prompt")
         if len(prompt_ids) >= limit:
             raise APIError(
                 400,
