@@ -212,7 +212,7 @@ def add_arguments(p) -> None:
                        help="quant: comma-separated methods (int8, int4, int4-gN; bf16: the engine's bf16 dtype)")
     quant.add_argument("--no-quality", action="store_true", help="quant: skip perplexity and top-1 agreement")
     quant.add_argument("--llama-cpp", action="store_true",
-                       help="quant: also time llama.cpp on the embedded model's own GGUF file (Q4_1), same "
+                       help="quant: also time llama.cpp on the embedded model's own GGUF file (Q4_1 layers), same "
                             "prompt and threads, in the same rounds (needs llama-cpp-python, which compiles "
                             "llama.cpp at install: several minutes)")
     gemm = p.add_argument_group("bench gemm")
