@@ -237,7 +237,8 @@ def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: in
 
 
 CONTENDERS = ("hf-sequential", "hf-padded", "hf-continuous")
-EXTRA_CONTENDERS = ("hf-padded-prepacked", "hf-compiled")
+PREPACKED_CONTENDER = "hf-padded-prepacked"
+EXTRA_CONTENDERS = (PREPACKED_CONTENDER, "hf-compiled")
 
 
 def default_contenders(lm: Any) -> tuple[str, ...]:
@@ -245,7 +246,7 @@ def default_contenders(lm: Any) -> tuple[str, ...]:
     (where the engine prepacks its weights) HF padded with the same prepacked GEMMs."""
     from ..engine import prepack
 
-    return CONTENDERS + (EXTRA_CONTENDERS[:1] if prepack.supported(lm.device, lm.dtype) else ())
+    return CONTENDERS + ((PREPACKED_CONTENDER,) if prepack.supported(lm.device, lm.dtype) else ())
 
 
 def run_contender(name: str, lm: Any, workload: Workload, max_num_seqs: int) -> ContenderRun:

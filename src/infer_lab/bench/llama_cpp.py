@@ -90,16 +90,15 @@ class LlamaCppDecoder:
                 "gguf": self.path.name, **streamed_bytes(self.path)}
 
 
-def summarize(rates: list[float], tokens: list[int], reference: list[int] | None, decoder: LlamaCppDecoder,
+def summarize(rates: list[float], tokens: list[int], reference: list[int], decoder: LlamaCppDecoder,
               base_rate: float) -> dict[str, Any]:
     """llama.cpp's row in ``bench quant``: median decode tok/s over the rounds, its ratio to the
-    engine's base dtype, bytes per token, and how many leading greedy tokens equal the engine's."""
+    engine's base dtype, bytes per token, and how many leading greedy tokens equal ``reference``
+    (the engine's in its base dtype)."""
     med = statistics.median(rates)
     info = decoder.describe()
-    same = None
-    if reference is not None:
-        same = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b),
-                    min(len(tokens), len(reference)))
+    same = next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b),
+                min(len(tokens), len(reference)))
     return {"decode_tokens_per_s": med, "by_round": rates, "speedup_vs_base": med / base_rate,
             "gemm_weight_bytes_per_token": info["bytes_per_token"],
             "gemm_path": f"llama.cpp ({info['gguf']}, llama-cpp-python {info['llama_cpp_python']})",

@@ -136,13 +136,8 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
             rates[m].append(rate)
     base_name = str(lm.dtype).replace("torch.", "")
     fp = statistics.median(rates[None])
-    if decoder:
-        from .llama_cpp import summarize
-
-        names = names[:-1]
-        llama_row = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
     out = {}
-    for m in names:
+    for m in names[:-1] if decoder else names:
         e = engines[m]
         med = statistics.median(rates[m])
         out[m or base_name] = {
@@ -151,7 +146,9 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
             "gemm_path": e.gemm_plan.describe() if m is None or m in DTYPES else _kernel(e.model),
         }
     if decoder:
-        out[LLAMA_CPP] = llama_row
+        from .llama_cpp import summarize
+
+        out[LLAMA_CPP] = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
     return out
 
 

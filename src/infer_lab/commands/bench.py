@@ -320,7 +320,7 @@ def run_gemm(args) -> int:
 
 def run_quant(args) -> int:
     """``bench quant``: one user's decode on quantized weights against the model's dtype, and quality."""
-    from ..bench.weight_quant import check_method, weight_quant_benchmark
+    from ..bench.weight_quant import LLAMA_CPP, check_method, weight_quant_benchmark
     from ..models import load_model
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
@@ -344,8 +344,8 @@ def run_quant(args) -> int:
     for name, r in result["speed"].items():
         print(f"{name:>8}: {r['decode_tokens_per_s']:6.1f} tok/s ({r['speedup_vs_base']:.2f}x), "
               f"{r['gemm_weight_bytes_per_token'] / 1e6:.0f} MB of GEMM weights per token, {r['gemm_path']}")
-    if "llama.cpp" in result["speed"]:
-        r = result["speed"]["llama.cpp"]
+    if LLAMA_CPP in result["speed"]:
+        r = result["speed"][LLAMA_CPP]
         print("          llama.cpp reads every tensor of the file per token, by type (MB): "
               + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in r["build"]["by_type"].items())
               + f"; its first {r['same_greedy_tokens_as_base']} of {args.output_len} greedy tokens equal the "
