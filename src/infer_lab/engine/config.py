@@ -58,6 +58,9 @@ class EngineConfig:
         dtype: the engine's compute dtype, ``"fp32"`` or ``"bf16"`` (a bf16 copy of the weights is
             made once; on a CPU with AVX-512-bf16 or AMX, oneDNN's bf16 GEMMs read half the
             bytes); ``None``: the model's own dtype. bf16 is close to, not equal to, fp32.
+            Against transformers in bf16, a prompt's forward is bit for bit the same; decode
+            agrees but is not identical, because one token's attention groups the query heads
+            into rows, which SDPA rounds differently (:func:`~.layers.span_decode_attention`).
         weight_quant: multiply by quantized GEMM weights through PyTorch's fused CPU kernels
             (:mod:`infer_lab.quant.kernels`): ``"int8"`` (per output row), ``"int4"`` (groups
             of 32 inputs) or ``"int4-gN"``; ``None``: the model's own weights. Fewer bytes per

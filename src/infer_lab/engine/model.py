@@ -78,9 +78,11 @@ def fuse_projections(hf_model: Any) -> list[FusedProjections]:
     for block in hf_model.model.layers:
         attn, mlp = block.self_attn, block.mlp
         done = getattr(attn, "infer_lab_fused", None)
-        if done is not None:
+        if done is not None and _still_views(attn, mlp, done):
             fused.append(done)
             continue
+        # Never fused, or the model was cast, moved or given new weights since (``model.to``
+        # replaces each weight with a copy): stack what the modules hold now.
         qkv = torch.cat([attn.q_proj.weight.detach(), attn.k_proj.weight.detach(), attn.v_proj.weight.detach()])
         bias = None
         if attn.q_proj.bias is not None:
@@ -103,6 +105,25 @@ def fuse_projections(hf_model: Any) -> list[FusedProjections]:
         attn.infer_lab_fused = done
         fused.append(done)
     return fused
+
+
+def _still_views(attn: Any, mlp: Any, done: FusedProjections) -> bool:
+    """True while q, k, v (and their biases), gate and up are still the rows of ``done``'s stacks."""
+
+    def rows_of(stack: torch.Tensor | None, parts: list[torch.Tensor | None]) -> bool:
+        if stack is None or any(p is None for p in parts):
+            return stack is None and all(p is None for p in parts)
+        at = 0
+        for part in parts:
+            if (part.dtype, part.device) != (stack.dtype, stack.device) or part.data_ptr() != stack[at:].data_ptr():
+                return False
+            at += part.shape[0]
+        return at == stack.shape[0]
+
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    return (rows_of(done.qkv, [p.weight for p in projections])
+            and rows_of(done.qkv_bias, [p.bias for p in projections])
+            and rows_of(done.gate_up, [mlp.gate_proj.weight, mlp.up_proj.weight]))
 
 
 # transformers model -> (its weights' key, the EngineModel over them); weak, so a model can go.
