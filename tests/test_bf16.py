@@ -40,8 +40,9 @@ def bf16_reference(bf16_lm, prompts):
     return greedy_reference(bf16_lm, prompts)
 
 
-def _generate(engine: Engine, prompts: list[list[int]]) -> list[list[int]]:
-    outs = engine.generate(prompts, SamplingParams(max_tokens=NEW_TOKENS))
+def _generate(engine: Engine, prompts: list[list[int]], max_tokens: int = NEW_TOKENS,
+              ignore_eos: bool = False) -> list[list[int]]:
+    outs = engine.generate(prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos))
     assert_pool_clean(engine)
     return [o.token_ids for o in outs]
 
@@ -112,10 +113,5 @@ def test_a_model_cast_after_loading_gets_its_projections_fused_again(embedded, p
     # the original is untouched, and an engine over the cast copy runs
     assert EngineModel.from_hf(embedded.model).layers[0].qkv_proj.dtype == torch.float32
     engine = Engine(model, EngineConfig(max_num_seqs=2))
-    assert all(len(t) == 3 for t in _generate_n(engine, prompts[:2], 3))
+    assert all(len(t) == 3 for t in _generate(engine, prompts[:2], 3, ignore_eos=True))
 
-
-def _generate_n(engine: Engine, prompts: list[list[int]], n: int) -> list[list[int]]:
-    outs = engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
-    assert_pool_clean(engine)
-    return [o.token_ids for o in outs]

@@ -111,7 +111,7 @@ def _still_views(attn: Any, mlp: Any, done: FusedProjections) -> bool:
     """True while q, k, v (and their biases), gate and up are still the rows of ``done``'s stacks."""
 
     def rows_of(stack: torch.Tensor | None, parts: list[torch.Tensor | None]) -> bool:
-        if stack is None or any(p is None for p in parts):
+        if stack is None or any(p is None for p in parts):  # no bias: none may have appeared
             return stack is None and all(p is None for p in parts)
         at = 0
         for part in parts:
