@@ -260,9 +260,9 @@ def _(ch08, mo):
     most a quarter of that as prompt and as much again as output. How many regions fit in the
     budget above, and how many more requests do blocks of 16 hold?
 
-    Every K/V write goes through the block table with the engine's real lookup,
-    `PagedKVCache.slot_lookup` (`paged_slots` in `src/infer_lab/engine/kv_cache.py`; chapter 08's
-    build exercise swaps in your own), and every allocation asks how many new blocks it needs:
+    Every K/V write goes through the block table with the engine's real lookup (`paged_slots` in
+    `src/infer_lab/engine/kv_store.py`; stages 2 and 3 of the build track have you write the block
+    manager and the store yourself), and every allocation asks how many new blocks it needs:
 
     """),
         mo.md(ch08.paging_code()),

@@ -111,9 +111,9 @@ def _(ch14, mo):
     (`tp_decoder_layer` in `src/infer_lab/parallel/layers.py`). The first half is the engine's own
     `attention_inputs`, called with this rank's head counts; `o_proj` and `down_proj` take only
     this rank's inputs (its heads, its MLP columns), so each gives a partial sum of the full
-    output, and `comm.all_reduce` adds the ranks' sums up. (The chapter's build exercise has you
+    output, and `comm.all_reduce` adds the ranks' sums up. (Stage 8 of the build track has you
     write this layer, and the split of the weights, yourself: `TPModel.layer_fn` is where yours
-    plugs in, and the check runs it on 2 processes.)
+    plugs in, and `infer-lab check engine tp` runs it on 2 processes.)
     """),
         mo.md(ch14.layer_code()),
     ])

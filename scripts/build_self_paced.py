@@ -80,6 +80,7 @@ def render() -> str:
     sys.path.insert(0, str(ROOT / "src"))
     from infer_lab.course import chapter as course_chapter
     from infer_lab.course import exercises as ex
+    from infer_lab.course import track
 
     times_file, times = newest_times()
     entries = times.get("data", {}).get("chapters", {})
@@ -119,11 +120,15 @@ def render() -> str:
         if build:
             items += ["", "Build tier (your code runs inside the engine, checked token for token, as each task says):",
                       "", *build]
+        stages = [f"- Build track, stage {s.number} (**{s.title}**, about {s.minutes} min): write "
+                  f"`{track.DEFAULT_DIR}/{s.file}`, then `infer-lab check engine {s.key}`."
+                  for s in track.stages() if s.chapter == n]
         sections.append("\n".join([
             f"### {title}", "", where, "", *items, "",
             f"    infer-lab check {n} --init    # writes ./{ex.default_file(n).as_posix()}",
             f"    infer-lab check {n}           # after each edit, until every line says PASS",
             "",
+            *([*stages, ""] if stages else []),
         ]))
     measured = (f"measured by `{times.get('command', 'scripts/time_chapters.py').strip()}` on "
                 f"{env.get('hardware', 'an unrecorded CPU')} with {env.get('torch_threads', '?')} torch threads, "
@@ -160,13 +165,46 @@ def render() -> str:
         *rows,
         "",
         f"In all: {total_run / 60:.0f} minutes of measured run time, about {total_read:.0f} minutes of reading "
-        f"and {total_ex / 60:.1f} hours of exercises.",
+        f"and {total_ex / 60:.1f} hours of exercises, and about {sum(s.minutes for s in track.stages()) / 60:.0f} "
+        "hours for the build track (below).",
         "",
         "## Chapter by chapter",
         "",
         *sections,
+        *track_section(track),
     ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def track_section(track) -> list[str]:
+    """The build track: every stage with its file, its check, the chapter to read first and its time."""
+    rows = [f"| {s.number} | {s.title} | `{track.DEFAULT_DIR}/{s.file}` | {s.task} | {s.chapter} | "
+            f"`infer-lab check engine {s.key}` | {s.minutes} |" for s in track.stages()]
+    return [
+        "## The build track: write the engine",
+        "",
+        "Beside the chapters you can write the serving engine itself, one component per stage, each in a",
+        f"file of your own in `./{track.DEFAULT_DIR}/`. A starter has the signatures and docstrings (units, "
+        "shapes,",
+        "invariants) of the library's own component, which is the reference. Each stage's check runs your",
+        "component inside the real engine on hidden traces and on a second, hidden model shape, and compares",
+        "every token with transformers' greedy output. A component you have not written yet is the",
+        "library's, so you can stop after any stage and still serve an engine. Minutes are our estimate.",
+        "",
+        "    infer-lab check engine --init    # copies the eight starters",
+        "",
+        "| # | Stage | Your file | What you write | Read chapter first | Check | Minutes |",
+        "|---|---|---|---|---|---|---:|",
+        *rows,
+        "",
+        "Then the whole engine, every component yours (the capstone):",
+        "",
+        "    infer-lab check engine           # every stage, then your engine at once on hidden traces",
+        "    infer-lab check engine --json    # per component: yours or the library's; tokens identical?",
+        "    infer-lab serve --engine mine    # your engine behind the OpenAI API (streaming included)",
+        "    infer-lab check engine --serve   # yours, the library's and transformers, under the same load",
+        "",
+    ]
 
 
 def main() -> int:

@@ -87,3 +87,14 @@ class TourRuns:
 @pytest.fixture(scope="session")
 def tour_runs(request, tmp_path_factory) -> TourRuns:
     return TourRuns(request.session, tmp_path_factory.mktemp("chapters"))
+
+
+@pytest.fixture(scope="session")
+def track_solutions():
+    """``infer-lab check engine --solution`` once per session (CI's seed): every stage's check on its
+    reference solution, then the engine they make together (tests/test_track*.py read it)."""
+    from track_helpers import SEED
+
+    from infer_lab.course.track import assemble
+
+    return assemble.check_engine(solution=True, seed=SEED)

@@ -56,8 +56,8 @@ def run_tour_half(config: str, only: list[str], out_dir: str, check_exercises: l
 
     models.load_model = forbidden
     try:
-        # The build tier runs the real engine on the embedded SmolLM2 by design (its checks compare
-        # with transformers greedy), on a GPU box too: every other exercise must not load a model.
+        # Chapter 06's build exercise runs the real engine on the embedded SmolLM2 by design (its checks
+        # compare with transformers greedy), on a GPU box too: every other exercise must not load a model.
         checks = {n: exercises.check_solution(n, only=[ex.name for ex in exercises.exercises(n)
                                                        if ex.kind != "build"]).passed
                   for n in check_exercises}

@@ -8,7 +8,10 @@ a result, and a greedy near-tie with it. What holds, and is asserted here:
   tokens for all 20 prompts;
 * the engine's own one-token attention in bf16 groups the query heads into rows (the faster call
   in bf16 on the course's CPU); SDPA rounds those rows differently, so there the tokens agree
-  without being identical: every first token (a prefill) is identical, and most whole answers are.
+  without being identical: most whole answers are. Every first token (a prefill) is identical too
+  where this CPU's bf16 GEMM rounds a row the same whatever rows share the call (AVX-512-bf16 on
+  the course's EPYC); with AMX tiles (a Sapphire Rapids Xeon) it does not, and the prompts that the
+  served engine prefills together in one step only agree. The test asks the machine which it is.
 """
 
 from __future__ import annotations
@@ -79,9 +82,24 @@ def test_one_users_decode_with_transformers_attention_call_is_token_identical(
     assert len(calls) >= len(prompts) * engine.model.shape.layers * (NEW_TOKENS - 1) // 2
 
 
+def _rows_round_alone(engine: Engine) -> bool:
+    """Whether this machine's bf16 GEMM, as the engine calls it, gives a row the same bits alone as
+    among other rows (then a prompt prefilled beside others is prefilled exactly as alone)."""
+    from infer_lab.engine.cpu.prepack import linear
+
+    w = engine.model.layers[0].gate_up_proj
+    x = torch.randn(48, engine.model.shape.hidden, generator=torch.Generator().manual_seed(0)).bfloat16()
+    return torch.equal(linear(x[:9], w), linear(x, w)[:9])
+
+
 def test_the_engines_own_bf16_attention_agrees_with_transformers(bf16_lm, prompts, bf16_reference):
-    got = _generate(Engine.from_loaded(bf16_lm, EngineConfig()), prompts)  # batched, as served
-    assert [g[0] for g in got] == [r[0] for r in bf16_reference]  # a prefill: exact
+    engine = Engine.from_loaded(bf16_lm, EngineConfig())
+    got = _generate(engine, prompts)  # batched, as served
+    first = sum(g[0] == r[0] for g, r in zip(got, bf16_reference, strict=True))
+    if _rows_round_alone(engine):
+        assert first == len(prompts)  # a prefill: exact
+    else:
+        assert first >= 0.75 * len(prompts), f"{first} of {len(prompts)} first tokens identical"
     whole = sum(g == r for g, r in zip(got, bf16_reference, strict=True))
     assert whole >= 0.75 * len(prompts), f"{whole} of {len(prompts)} answers identical"
 

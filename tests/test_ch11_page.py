@@ -35,8 +35,8 @@ def test_the_experiment_runs_from_the_notebook_file():
 def test_the_page_shows_the_schedulers_real_step():
     shown = ch11.schedule_code()
     assert inspect.getsource(Scheduler.schedule).strip().splitlines()[0] in shown
-    # the split the build exercise replaces is shown, and the step calls it through its plug point
-    assert inspect.getsource(split_budget).splitlines()[0] in shown and "self.split_rule(" in shown
+    # the split (stage 4 of the build track) is shown, and the step that calls it
+    assert inspect.getsource(split_budget).splitlines()[0] in shown and "split = split_budget(" in shown
     assert "n = min(n, budget)" in shown and "self.admit(out, budget)" in shown
     assert '"""' not in shown and len(shown.splitlines()) <= 36
 

@@ -1,4 +1,4 @@
-"""One-token steps compiled on a CPU (engine/cpu_decode.py): the same tokens as transformers.
+"""One-token steps compiled on a CPU (engine/cpu/cpu_decode.py): the same tokens as transformers.
 
 The compiled path changes only the order of float sums, so greedy tokens must still equal
 transformers' on the embedded model, and every one-token step must really take it.

@@ -291,17 +291,19 @@ def test_bench_engine_rejects_bad_sizes():
 
 def test_a_sampling_fault_fails_only_its_own_request(embedded, monkeypatch):
     engine = Engine.from_loaded(embedded, EngineConfig(max_num_seqs=4))
-    original = engine._verdict
+    original = engine.sampler.sample
+    bad = SamplingParams(max_tokens=4, ignore_eos=True, seed=13)  # told apart by its settings
 
-    def faulty(item, *args):
-        if item.seq.request_id == "bad":
+    def faulty(logits, params, generators):
+        if any(p is bad for p in params):
             raise RuntimeError("probability tensor contains inf")
-        return original(item, *args)
+        return original(logits, params, generators)
 
-    monkeypatch.setattr(engine, "_verdict", faulty)
+    monkeypatch.setattr(engine.sampler, "sample", faulty)
     ids = embedded.random_ids(1, 8)[0].tolist()
     for rid in ("good-1", "bad", "good-2"):
-        engine.add_request(ids, SamplingParams(max_tokens=4, ignore_eos=True), request_id=rid)
+        engine.add_request(ids, bad if rid == "bad" else SamplingParams(max_tokens=4, ignore_eos=True),
+                           request_id=rid)
     while engine.has_unfinished():
         engine.step()
     outs = {rid: engine.output(rid) for rid in ("good-1", "bad", "good-2")}

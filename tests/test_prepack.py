@@ -145,7 +145,7 @@ def test_bench_gemm_command_prints_json_and_refuses_bad_batches(capsys, tmp_path
 
 
 def test_a_gemm_plan_is_chosen_from_timings():
-    from infer_lab.engine.gemm_choice import GemmPlan, choose
+    from infer_lab.engine.cpu.gemm_choice import GemmPlan, choose
 
     # Slower prepacked at one row (as on a Sapphire Rapids), faster from 4 rows on.
     plan = choose([1, 4, 16], plain_ms=[10.0, 20.0, 30.0], prepacked_ms=[12.0, 10.0, 15.0])
@@ -181,7 +181,7 @@ def test_measured_plan_times_both_paths_on_a_model(model):
 
 def test_engine_follows_its_plan_per_step_and_stays_token_identical(model, prompts, reference, monkeypatch):
     from infer_lab.engine import gemm_choice
-    from infer_lab.engine.gemm_choice import choose
+    from infer_lab.engine.cpu.gemm_choice import choose
 
     # Plain at one row (a lone decode), prepacked from 2 rows: both paths run in one generation.
     fake = choose([1, 2], plain_ms=[1.0, 2.0], prepacked_ms=[2.0, 1.0])

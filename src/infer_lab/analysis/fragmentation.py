@@ -10,7 +10,7 @@ budget of ``budget_slots`` token slots, handed out by one of three layouts:
 * ``contiguous-exact``: each request reserves ``prompt + max_tokens`` contiguous slots, where
   ``max_tokens`` is the limit the client *declared*; it usually generates fewer. Reservations have
   different sizes, so the :class:`FirstFitAllocator` leaves holes between them.
-* ``paged``: blocks of ``block_size`` slots are taken from a :class:`~infer_lab.engine.kv_cache.BlockPool` as the
+* ``paged``: blocks of ``block_size`` slots are taken from a :class:`~infer_lab.engine.block_manager.BlockManager` as the
   request grows (``ceil(tokens / block_size)`` blocks), as in vLLM.
 
 After every step each slot of the budget is in exactly one class (:class:`StepSlots`):
@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..engine.kv_cache import BlockPool, OutOfKVMemory
+from ..engine.block_manager import BlockManager, OutOfKVMemory
 
 LAYOUTS = ("contiguous-max", "contiguous-exact", "paged")
 
@@ -193,7 +193,7 @@ class ContiguousLayout:
 
 
 class PagedLayout:
-    """Blocks of ``block_size`` slots on demand from a :class:`BlockPool` (vLLM's rule).
+    """Blocks of ``block_size`` slots on demand from the engine's :class:`BlockManager` (vLLM's rule).
 
     The pool has ``budget_slots // block_size`` blocks; a remainder under one block stays free.
     """
@@ -201,7 +201,7 @@ class PagedLayout:
     def __init__(self, budget_slots: int, block_size: int):
         self.name = "paged"
         self.block_size = block_size
-        self.pool = BlockPool(budget_slots // block_size)
+        self.blocks = BlockManager(budget_slots // block_size, block_size)
         self.tables: dict[int, list[int]] = {}  # request id -> its block table
 
     def blocks_for(self, tokens: int) -> int:
@@ -212,7 +212,7 @@ class PagedLayout:
         return self.blocks_for(tokens) * self.block_size
 
     def fits(self, req: Request, tokens: int) -> bool:
-        return self.blocks_for(tokens) <= self.pool.available()
+        return self.blocks_for(tokens) <= self.blocks.num_free_blocks()
 
     def admit(self, rid: int, req: Request, tokens: int) -> None:
         self.tables[rid] = []
@@ -221,23 +221,21 @@ class PagedLayout:
 
     def grow(self, rid: int, tokens: int) -> bool:
         """Make room for ``tokens`` tokens; False (nothing taken) when the pool runs short."""
-        table = self.tables[rid]
-        missing = self.blocks_for(tokens) - len(table)
-        if missing > self.pool.available():
+        try:
+            self.blocks.grow(self.tables[rid], tokens)
+        except OutOfKVMemory:
             return False
-        table.extend(self.pool.allocate() for _ in range(missing))
         return True
 
     def release(self, rid: int) -> None:
-        for block in self.tables.pop(rid):
-            self.pool.decref(block)
+        self.blocks.shrink(self.tables.pop(rid), 0)
 
     def reserved(self, rid: int) -> int:
         return len(self.tables[rid]) * self.block_size
 
     @property
     def num_free(self) -> int:
-        return self.pool.num_free * self.block_size
+        return self.blocks.num_free_blocks() * self.block_size
 
 
 Layout = ContiguousLayout | PagedLayout

@@ -7,7 +7,7 @@
   ``generate_batch``): paged KV, requests join and leave every step.
 * **HF padded batch, prepacked GEMMs** (CPU only): the padded batch with every ``nn.Linear``
   multiplying by the same oneDNN-prepacked weights the engine uses on a CPU
-  (:mod:`infer_lab.engine.prepack`). Not something transformers offers; it is here so the
+  (:mod:`infer_lab.engine.cpu.prepack`). Not something transformers offers; it is here so the
   engine's lead can be split into what the GEMM backend buys and what scheduling buys.
 * **HF compiled, one at a time** (one user): ``model.generate`` with a static KV cache and a
   ``torch.compile``d forward, transformers' own recipe for fast single-user decoding; what the

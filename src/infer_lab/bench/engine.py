@@ -62,7 +62,7 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
     itl = [x for o in outputs for x in o.itl_s]
     log = engine.step_log
     kv = engine.kv
-    pool = getattr(kv, "pool", None)
+    pool = kv if hasattr(kv, "num_used_blocks") else None  # paged KV
     pc = engine.prefix_cache
     return {
         "output_tokens": n_out,
@@ -203,7 +203,7 @@ def run_engine_benchmark(
         compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
         kv_dtype: the KV cache's storage (``None``: the model's dtype; ``int8``, ``fp8``).
         prepack_weights: GEMMs on oneDNN-prepacked weights (``None``: on a CPU when possible).
-        compiled_decode: one-token steps through :mod:`~infer_lab.engine.cpu_decode` (CPU).
+        compiled_decode: one-token steps through :mod:`~infer_lab.engine.cpu.cpu_decode` (CPU).
         workload_kind: ``uniform`` or ``mixed`` (seeded prompt and output lengths; see
             :func:`~infer_lab.bench.baselines.make_workload`).
     Returns:

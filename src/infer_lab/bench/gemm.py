@@ -4,7 +4,7 @@ A decode step multiplies every token's hidden state by every weight matrix of th
 per layer (q|k|v, o, gate|up, down) and the LM head. This times exactly those multiplications,
 over the model's real weights in layer order (so, as in a real step, a weight has left the
 cache by the time it is used again), for a few batch sizes, through both backends of
-:mod:`infer_lab.engine.prepack`. Median of ``repeats`` interleaved rounds after one warm-up pass.
+:mod:`infer_lab.engine.cpu.prepack`. Median of ``repeats`` interleaved rounds after one warm-up pass.
 CPU only: a CPU op is finished when it returns, so no synchronization is needed.
 """
 
@@ -104,7 +104,7 @@ def measure_one_row(lm: Any, repeats: int = 5, compiled: bool = True) -> dict[st
     """One user's step (one row) four ways over the same weights: ms and GB/s read.
 
     ``F.linear`` (plain), oneDNN on prepacked weights, the compiled multiply-sum GEMV of
-    :mod:`infer_lab.engine.cpu_decode` (when a C++ compiler is found; its first call compiles),
+    :mod:`infer_lab.engine.cpu.cpu_decode` (when a C++ compiler is found; its first call compiles),
     and ``Tensor.sum`` over every weight: no arithmetic worth the name, so the speed at which
     this machine reads those bytes, and the mark a GEMV could reach. ``compiled=False`` leaves
     the compiled GEMV out (it takes tens of seconds to compile the first time).

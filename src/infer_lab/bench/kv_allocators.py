@@ -2,7 +2,7 @@
 
 :func:`caches_in_budget` builds a :class:`~infer_lab.engine.ContiguousKVCache` (one
 ``max_model_len`` region per request) and a :class:`~infer_lab.engine.PagedKVCache` (blocks from
-the :class:`~infer_lab.engine.kv_cache.BlockPool`) of a model shape's real width in one KV budget.
+the :class:`~infer_lab.engine.block_manager.BlockManager`) of a model shape's real width in one KV budget.
 Their stores are on torch's ``meta`` device: the tensors have shapes and dtypes but no memory, so
 a 70B shape's budget of gigabytes costs nothing here, and every byte count comes from the
 allocators' own :class:`~infer_lab.engine.KVMemoryReport`.

@@ -36,15 +36,15 @@ def serve_and_load(
     timeout_s: float = 300.0,
     slo_ttft_ms: float | None = None,
     workload_options: dict[str, Any] | None = None,
-    plug: Callable[[Any], Any] | None = None,
+    parts: Any = None,
     before_load: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Serve ``lm`` with ``engine`` (``"ours"`` or ``"hf"``) and ``options`` (EngineConfig switches)
     and run ``requests`` requests of ``output_tokens`` tokens (EOS ignored) at each concurrency.
 
     ``max_num_seqs`` (our engine's batch slots) is set unless ``options`` sets it; ``slo_ttft_ms``
-    is the TTFT objective goodput counts against. ``plug(engine)`` swaps parts of our engine before
-    it serves (:func:`infer_lab.server.build_app`). ``before_load(url)`` runs once the server
+    is the TTFT objective goodput counts against. ``parts`` replaces components of our engine
+    (:func:`infer_lab.server.build_app`). ``before_load(url)`` runs once the server
     answers and before the load; what it returns is kept as ``results["before_load"]``. Returns
     loadgen's results dict: ``pooled`` (one row per concurrency, percentiles pooled over repeats),
     ``rows``, ``server``, ``config``.
@@ -52,7 +52,7 @@ def serve_and_load(
     engine_options = dict(options)
     if engine == "ours":
         engine_options.setdefault("max_num_seqs", max_num_seqs)
-    app = build_app(lm, engine, max_model_len=max_model_len, plug=plug, **engine_options)
+    app = build_app(lm, engine, max_model_len=max_model_len, parts=parts, **engine_options)
     with ServerThread(app) as srv:
         first = before_load(srv.url) if before_load is not None else None
         cfg = RunConfig(

@@ -49,7 +49,7 @@ the copy fits in half the free memory); off is F.linear, as transformers does.
 --compiled-decode (CPU): when one sequence decodes alone, a step is one matrix-vector product
 (GEMV) per weight matrix, and the GEMM kernels read the weights well below the memory's speed.
 This runs those steps through torch.compile'd layers whose GEMVs are fused multiply-and-sum
-loops, with the norms and RoPE fused around them (engine/cpu_decode.py). Measure one user with
+loops, with the norms and RoPE fused around them (engine/cpu/cpu_decode.py). Measure one user with
 --concurrency 1 --requests 4 --prompt-len 128 --output-len 128: with --compare-hf that also times
 the engine without it and transformers' own compiled path (static KV cache + torch.compile'd
 forward, compiled in the warm-up: a minute or more on 2 cores), compiled against compiled.
@@ -464,7 +464,7 @@ def run_engine(args) -> int:
     )
     print(f"GEMM path: {path['gemm_plan']['summary']} ({path['gemm_plan']['source']})")
     if path.get("compiled_decode"):
-        print("one-token steps: compiled GEMVs (engine/cpu_decode.py; compiled in the warm-up, "
+        print("one-token steps: compiled GEMVs (engine/cpu/cpu_decode.py; compiled in the warm-up, "
               "before the clock started)")
     for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
                        ("hf_continuous", "HF continuous batching"),

@@ -16,7 +16,7 @@ entry from the GPU catalog when there is one, and the *measured* ceilings: the c
 
 On a CPU it also names the CPU's AVX-512 / AMX flags and the GEMM path the engine would
 choose on this machine for the course model's shapes (prepacked oneDNN or plain F.linear, per
-number of rows in a step; measured in under a second, see infer_lab.engine.gemm_choice), and
+number of rows in a step; measured in under a second, see infer_lab.engine.cpu.gemm_choice), and
 whether the engine's compiled one-token decode step (compiled_decode) can run here.
 """
 

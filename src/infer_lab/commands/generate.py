@@ -139,7 +139,7 @@ def generate_text(
         speculative: a proposer for our engine (``"ngram"``, ``"ngram:N"``, ``"self:L"``) or None.
         num_speculative_tokens: most guesses per target pass (``k``) with ``speculative``.
         kv_dtype: ``None``, ``"int8"`` or ``"fp8"``: how the paged pool stores K/V.
-        compiled_decode: our engine's one-token steps compiled (:mod:`infer_lab.engine.cpu_decode`).
+        compiled_decode: our engine's one-token steps compiled (:mod:`infer_lab.engine.cpu.cpu_decode`).
     Returns:
         ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds); our
         engine adds ``target_passes``, ``proposed_tokens`` and ``accepted_tokens``.

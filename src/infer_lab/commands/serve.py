@@ -20,7 +20,7 @@ tokens generated). Streaming is SSE ending with `data: [DONE]`; add
   infer-lab serve --kv-dtype int8                     int8 KV blocks: about 3.8x the tokens per GB
   infer-lab serve --engine-option compiled_decode=on  CPU: a lone client's decode steps compiled
   infer-lab serve --model mistral-7b --weights random --device cuda --api-key secret
-  infer-lab serve --my-parts                          the capstone: your own build-exercise parts inside
+  infer-lab serve --engine mine                       the engine you wrote in the build track (./my_engine/)
 
 Then, from another terminal:
 
@@ -63,9 +63,10 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
     p.add_argument(
         "--engine",
-        choices=["ours", "hf"],
+        choices=["ours", "hf", "mine"],
         default="ours",
-        help="ours: the from-scratch engine; hf: transformers, one request at a time (default: ours)",
+        help="ours: the library's engine; hf: transformers, one request at a time; mine: the engine your "
+             "build-track files make (see --my-engine) (default: ours)",
     )
     p.add_argument(
         "--host",
@@ -143,9 +144,10 @@ def add_arguments(p) -> None:
         metavar="KEY=VALUE",
         help="passed to our engine's config, e.g. block_size=16 or prefix_cache=radix; repeatable",
     )
-    g.add_argument("--my-parts", nargs="?", const="exercises", default=None, metavar="DIR",
-                   help="the course's capstone: swap in every engine part you wrote in the build exercises "
-                        "(your files in DIR, default ./exercises/); `infer-lab check capstone` measures it")
+    g.add_argument("--my-engine", default="my_engine", metavar="DIR",
+                   help="with --engine mine: your build-track files (default ./my_engine/); every component you "
+                        "wrote replaces the library's, and the radix prefix cache, n-gram speculation and "
+                        "chunked prefill are on so that each of them runs (--engine-option overrides)")
 
 
 def _parse_options(items: list[str]) -> dict:
@@ -213,19 +215,23 @@ def run(args) -> int:
         options["kv_dtype"] = args.kv_dtype
     if args.speculative:
         options.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
-    if (options or args.my_parts) and args.engine == "hf":
-        raise ValueError("--engine-option, --kv-dtype, --speculative and --my-parts apply to --engine ours only")
-    plug = _learner_plug(args.my_parts) if args.my_parts else None
+    if options and args.engine == "hf":
+        raise ValueError("--engine-option, --kv-dtype and --speculative apply to --engine ours or mine only")
+    parts = None
+    if args.engine == "mine":
+        parts, defaults = _learner_engine(args.my_engine)
+        options = {**defaults, **options}
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
-        f"[serve] {lm.describe()} with engine {args.engine} on http://{args.host}:{args.port}",
+        f"[serve] {lm.describe()} with engine {args.engine} on http://{args.host}:{args.port}"
+        + (f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""),
         file=sys.stderr,
     )
     serve(
         lm,
-        engine=args.engine,
+        engine="hf" if args.engine == "hf" else "ours",
         host=args.host,
         port=args.port,
         api_key=api_key,
@@ -240,20 +246,24 @@ def run(args) -> int:
         max_queued=args.max_queued,
         queue_timeout_s=args.queue_timeout,
         stream_buffer_tokens=args.stream_buffer_tokens,
-        plug=plug,
+        parts=parts,
         **options,
     )
     return 0
 
 
-def _learner_plug(folder: str):
-    """The capstone's plug: every build-exercise part written in ``folder``, said on stderr."""
+def _learner_engine(folder: str):
+    """The components written in ``folder`` (said on stderr) and the switches that make them all run."""
     import sys
 
-    from ..course.exercises import capstone
+    from ..course.track import assemble
 
-    parts = capstone.learner_parts(folder)
-    print(f"[serve] your parts from {folder}/:\n{capstone.parts_text(parts)}", file=sys.stderr)
-    if not any(p.written for p in parts):
-        raise ValueError(f"no build exercise is written in {folder}/ yet: start with `infer-lab check 08 --init`")
-    return capstone.plug_for(parts)[0]
+    engine = assemble.learner_parts(folder)
+    print(f"[serve] your engine from {folder}/:\n{engine.text()}", file=sys.stderr)
+    if engine.reference_components == len(assemble.ALL_COMPONENTS):
+        raise ValueError(f"no stage of the build track is written in {folder}/ yet: start with "
+                         "`infer-lab check engine --init`")
+    if engine.owners["tp"] == "yours":
+        print("[serve] (your tensor-parallel layer runs in `infer-lab check engine tp`: this server is one "
+              "process)", file=sys.stderr)
+    return engine.parts, dict(assemble.SERVE_OPTIONS)

@@ -335,14 +335,15 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def paging_code() -> str:
     """The engine's real paging code, docstrings left out, as a markdown code block: the slot
-    lookup through a block table (``PagedKVCache.slot_lookup``), the count of new blocks a
-    request needs, and the block pool handing one out."""
-    from ..engine.kv_cache import BlockPool, paged_blocks_needed, paged_slots
+    lookup through a block table (``paged_slots``), the count of new blocks a request needs, and
+    the block manager growing a request's table from its free list."""
+    from ..engine.block_manager import BlockManager, paged_blocks_needed
+    from ..engine.kv_store import paged_slots
 
-    code = ["# PagedKVCache.slot_lookup: position -> slot through the block table", source_without_docstring(paged_slots),
-            "", "# PagedKVCache.block_count: new blocks for num_new_tokens more tokens",
-            source_without_docstring(paged_blocks_needed), "", "# BlockPool.allocate: one free block",
-            source_without_docstring(BlockPool.allocate)]
+    code = ["# kv_store.paged_slots: position -> slot through the block table", source_without_docstring(paged_slots),
+            "", "# block_manager.paged_blocks_needed: new blocks for num_new_tokens more tokens",
+            source_without_docstring(paged_blocks_needed), "", "# BlockManager.grow: free blocks join a table",
+            source_without_docstring(BlockManager.grow)]
     return "```python\n" + "\n".join(code).rstrip() + "\n```"
 
 # ---------------------------------------------------------------------------------------------

@@ -275,7 +275,7 @@ class ContenderRow:
 # baselines (transformers' padded batch and its own continuous batching) next to the engine. The
 # keys are :mod:`infer_lab.bench.baselines`' names and the engine's scheduling policies; the
 # notebook's ``contenders`` runs them.
-ENGINE_NOTE = "; on a CPU the engine, in both rows, multiplies by weights prepacked once for oneDNN (`engine/prepack.py`)"
+ENGINE_NOTE = "; on a CPU the engine, in both rows, multiplies by weights prepacked once for oneDNN (`engine/cpu/prepack.py`)"
 CONTENDERS: dict[str, tuple[str, str]] = {  # key -> (name, what it does)
     "hf-sequential": ("HF one at a time", "transformers `generate`, one request after another (a naive server)"),
     "hf-padded": ("HF padded batch", "transformers `generate` on left-padded groups of all batch slots, each group "

@@ -205,7 +205,7 @@ def prediction_text(sizes: Sizes) -> str:
 
 def schedule_code() -> str:
     """The scheduler's step and its split of the token budget among the running requests
-    (``split_budget``, the function chapter 11's build exercise replaces), the library's real code
+    (``split_budget``, which stage 4 of the build track has you write), the library's real code
     (docstrings left out: the words around it on the page say the same), as a markdown code block."""
     return code_block(split_budget, Scheduler.schedule)
 

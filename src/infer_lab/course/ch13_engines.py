@@ -547,7 +547,7 @@ OUR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "ours: contiguous KV, static batch": (
         "ours", {"kv_mode": "contiguous", "policy": "static", "prepack_weights": False}),
     "ours: paged + continuous": ("ours", {"kv_mode": "paged", "policy": "continuous", "prepack_weights": False}),
-    # On a CPU, GEMMs on weights reordered once for oneDNN (engine/prepack.py); on a GPU, the rung above.
+    # On a CPU, GEMMs on weights reordered once for oneDNN (engine/cpu/prepack.py); on a GPU, the rung above.
     "+ prepacked weights": ("ours", {"kv_mode": "paged", "policy": "continuous"}),
     "+ prefix cache (hash)": ("ours", {"prefix_cache": "hash"}),
     "+ prefix cache (radix)": ("ours", {"prefix_cache": "radix"}),

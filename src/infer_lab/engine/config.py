@@ -31,10 +31,10 @@ class EngineConfig:
         fuse_projections: run one GEMM for q|k|v and one for gate|up (the weights are stored
             stacked either way, since the model was loaded; off runs five GEMMs over their rows).
         prepack_weights: multiply by copies of the weights reordered once for oneDNN's GEMM
-            (:mod:`~.prepack`): on a CPU, 2-3x faster GEMMs at decode's small batches, for one
+            (:mod:`~.cpu.prepack`): on a CPU, 2-3x faster GEMMs at decode's small batches, for one
             more copy of the weights in memory. ``None``: on a CPU, with fused projections, not
             compiled, fp32 or bf16 weights, when the copy takes at most half the free memory,
-            at the step sizes where it measured faster on this machine (:mod:`~.gemm_choice`,
+            at the step sizes where it measured faster on this machine (:mod:`~.cpu.gemm_choice`,
             timed once per process); ``True``: at every step size; ``False``: never.
         static_decode: run pure-decode steps through :class:`~.graph_runner.StaticDecodeRunner`
             (fixed padded shapes; paged only; ``None``: on a CUDA device with paged KV).
@@ -44,7 +44,7 @@ class EngineConfig:
             halves of every decoder layer, on every path. Off by default: the first steps then
             pay the compilation (tens of seconds on a CPU).
         compiled_decode: run every step of exactly one token (one sequence decoding alone)
-            through :mod:`~.cpu_decode`: compiled half-layers whose GEMVs are fused
+            through :mod:`~.cpu.cpu_decode`: compiled half-layers whose GEMVs are fused
             multiply-and-sum loops over the plain weights. CPU only, needs a C++ compiler;
             compiled when the engine is built (tens of seconds on a 2-core CPU the first time,
             seconds once inductor's disk cache has it). Off by default for that cost.

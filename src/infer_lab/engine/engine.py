@@ -1,4 +1,4 @@
-"""The engine loop: requests in, one scheduled forward pass per ``step()``, tokens out.
+"""The engine: requests in, one scheduled forward pass per ``step()``, tokens out.
 
 Public API (small on purpose; an HTTP server drives it from a background thread)::
 
@@ -20,6 +20,14 @@ final one with ``finished=True`` and ``finish_reason`` in ``stop | length | canc
 Errors: bad input raises :class:`RequestRejected` (a ``ValueError``) from ``add_request`` and
 changes nothing else. If a forward pass raises, only the requests in that step finish with
 ``finish_reason="error"`` and ``error`` saying why; the others carry on.
+
+The engine is assembled from components (:mod:`.parts`): the execution of the forward pass
+(:mod:`.executor`), the KV cache (:mod:`.kv_cache`: a block manager and a KV store), the scheduler,
+the step loop (:mod:`.step_loop`), the sampler, the prefix cache and the speculative proposer.
+This file is their lifecycle: it builds them, takes requests, and around each step holds the
+lock, times and streams every new token, keeps the proposer in step with each request and logs
+the step. ``Engine(model, config, parts=EngineParts(...))`` swaps any of them for another with the
+same interface (the course's build track swaps in a learner's).
 """
 
 from __future__ import annotations
@@ -31,52 +39,25 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import cpu_decode, gemm_choice, prepack
-from .acceptance import Verdict, verify_greedy, verify_sampling
+from . import step_loop as library_step_loop
 from .config import EngineConfig
-from .gemm_choice import GemmPlan
-from .graph_runner import DecodeBatch, StaticDecodeRunner
-from .kv_cache import AttentionMetadata, ContiguousKVCache, NoKVCache, PagedKVCache
-from .layers import LayerFunctions
+from .cpu import prepack
+from .executor import Executor, gemm_plan, use_prepacked_weights
+from .kv_cache import ContiguousKVCache, NoKVCache, PagedKVCache
 from .model import EngineModel
+from .parts import EngineParts
 from .prefix_cache import HashPrefixCache, PrefixCache, RadixPrefixCache
 from .proposers import Proposer, check_same_tokenizer, make_proposer
-from .sampling import filter_logits, make_generator, sample_token
+from .sampling import Sampler, make_generator
 from .scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from .sequence import RequestOutput, SamplingParams, Sequence, SequenceStatus, TokenEvent
 
-
-def gemm_plan(config: EngineConfig, model: EngineModel) -> GemmPlan:
-    """Which GEMM path an engine with ``config`` takes at each step size (see ``prepack_weights``).
-
-    ``True``: prepacked at every size; ``False`` (or a model that cannot be packed): plain.
-    ``None`` (auto): where prepacking applies (a CPU, fused projections, not compiled, fp32/bf16,
-    a copy that fits in half the free memory), the plan measured on this machine
-    (:func:`~.gemm_choice.plan_for`), else plain.
-    """
-    wanted = config.prepack_weights
-    ok = prepack.supported(model.device, model.dtype)
-    if wanted and not ok:
-        raise ValueError(
-            f"prepack_weights is a CPU optimization for fp32/bf16 weights with oneDNN; this model is "
-            f"{model.dtype} on {model.device}" + ("" if prepack.available() else " (no oneDNN in this torch)")
-        )
-    if wanted is None:
-        if not (ok and config.fuse_projections and not config.compile_layers
-                and (model.is_prepacked or prepack.fits(model.gemm_weight_bytes()))):
-            return GemmPlan.always(False)
-        return gemm_choice.plan_for(model.plain.gemm_weights(), model.prepacked().gemm_weights())
-    return GemmPlan.always(bool(wanted))
-
-
-def use_prepacked_weights(config: EngineConfig, model: EngineModel) -> bool:
-    """Whether an engine with ``config`` multiplies by prepacked weights at any step size."""
-    return gemm_plan(config, model).any_prepacked
+__all__ = ["Engine", "RequestRejected", "StepRecord", "gemm_plan", "use_prepacked_weights"]
 
 
 class RequestRejected(ValueError):
@@ -102,140 +83,171 @@ class StepRecord:
     accepted: int = 0  # of which the target kept
 
 
-@dataclass
-class _Pending:
-    events: list[tuple[Callable[[TokenEvent], Any], TokenEvent]] = field(default_factory=list)
+class _RecordingScheduler:
+    """Passes every call to the scheduler and keeps the last ``schedule()`` output, for the step's log."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.last: SchedulerOutput | None = None
+
+    def schedule(self) -> SchedulerOutput:
+        self.last = self.inner.schedule()
+        return self.last
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class Engine:
     """A mini serving engine over an :class:`EngineModel` (see the module docstring for the API)."""
-
-    # Plug point (the course's build exercises swap in a learner's rule on one instance): greedy
-    # speculative verification, ``(drafts, target_argmax) -> Verdict``; the default is the engine's own.
-    verify_greedy: Callable[[list[int], list[int]], Verdict] = staticmethod(verify_greedy)
 
     def __init__(
         self,
         model: EngineModel,
         config: EngineConfig | None = None,
         draft_model: EngineModel | None = None,
+        parts: EngineParts | None = None,
     ):
         config = config or EngineConfig()
         config.validate()
-        if config.dtype is not None:
-            model = model.plain.cast({"fp32": torch.float32, "bf16": torch.bfloat16}[config.dtype])
-        if config.weight_quant is not None:
-            model = model.plain.quantized(config.weight_quant)
-            self.gemm_plan = GemmPlan((1,), (False,), source=f"quantized weights ({config.weight_quant})")
-        else:
-            self.gemm_plan = gemm_plan(config, model)
-        self.prepacked_weights = self.gemm_plan.any_prepacked
-        model = model.prepacked() if self.prepacked_weights else model.plain
-        if draft_model is not None:
-            pack_draft = self.prepacked_weights and prepack.supported(draft_model.device, draft_model.dtype)
-            draft_model = draft_model.prepacked() if pack_draft else draft_model.plain
-        self.model = model
-        self.config = config
-        shape = model.shape
-        self.max_model_len = config.max_model_len or min(shape.max_position_embeddings, 2048)
-        if self.max_model_len > shape.max_position_embeddings:
+        parts = parts or EngineParts()
+        if parts.needs_paged_kv and config.kv_mode != "paged":
+            raise ValueError(f"your {', '.join(parts.replaced())} work on paged KV: use kv_mode='paged'")
+        self.config, self.parts = config, parts
+        self.max_model_len = config.max_model_len or min(model.shape.max_position_embeddings, 2048)
+        if self.max_model_len > model.shape.max_position_embeddings:
             raise ValueError(
                 f"max_model_len {self.max_model_len} exceeds the model's "
-                f"{shape.max_position_embeddings} positions"
+                f"{model.shape.max_position_embeddings} positions"
             )
         on_cuda = model.device.type == "cuda"
         if config.cuda_graphs and not on_cuda:
             raise ValueError(f"cuda_graphs need a CUDA device; the model is on {model.device}")
-        self.layer_fns = LayerFunctions(fused=config.fuse_projections, compiled=config.compile_layers)
         static = config.static_decode
-        static = (on_cuda and config.kv_mode == "paged") if static is None else static
-        # compiled_decode: steps of one token run cpu_decode's compiled halves on the plain weights.
-        self.one_token_fns: LayerFunctions | None = None
-        self.compile_s: float | None = None  # seconds its compilation (or disk-cache load) took
-        if config.compiled_decode:
-            why = cpu_decode.unsupported_reason(model.device, model.dtype)
-            if why is None and static:
-                why = "the static decode path runs its own fixed-shape step"
-            if why is not None:
-                raise ValueError(f"compiled_decode cannot run here: {why}")
-            self.one_token_fns = cpu_decode.layer_functions()
-            self.compile_s = cpu_decode.compile_for(model.plain)
-        self.prefix_cache: PrefixCache | None = None
-        if config.kv_mode == "paged":
-            blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
-            num_blocks = config.num_blocks or config.max_num_seqs * blocks_per_seq
-            if num_blocks < blocks_per_seq:
-                raise ValueError(
-                    f"num_blocks={num_blocks} cannot hold even one request of max_model_len="
-                    f"{self.max_model_len} ({blocks_per_seq} blocks of {config.block_size}); "
-                    "raise num_blocks or lower max_model_len"
-                )
-            self.kv = PagedKVCache(
-                shape,
-                num_blocks,
-                config.block_size,
-                model.dtype,
-                model.device,
-                scratch_block=static,
-                kv_dtype=config.kv_dtype,
-            )
-            if config.prefix_cache == "hash":
-                self.prefix_cache = HashPrefixCache(self.kv)
-            elif config.prefix_cache == "radix":
-                self.prefix_cache = RadixPrefixCache(self.kv)
-        elif config.kv_mode == "contiguous":
-            self.kv = ContiguousKVCache(
-                shape, config.max_num_seqs, self.max_model_len, model.dtype, model.device
-            )
-        else:
-            self.kv = NoKVCache()
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                policy=config.policy,
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                chunked_prefill=config.chunked_prefill,
-            ),
-            self.kv,
-            self.prefix_cache,
-        )
-        self.decode_runner: StaticDecodeRunner | None = None
-        if static:
-            graphs = config.cuda_graphs if config.cuda_graphs is not None else on_cuda
-            self.decode_runner = StaticDecodeRunner(
-                model,
-                self.kv,
-                config.max_num_seqs,
-                self.max_model_len,
-                use_cuda_graphs=graphs,
-                layer_fns=self.layer_fns,
-            )
-        pool_blocks = self.kv.num_blocks if isinstance(self.kv, PagedKVCache) else (
-            config.max_num_seqs * math.ceil(self.max_model_len / config.block_size))
-        self.proposer: Proposer | None = make_proposer(config, model, pool_blocks, draft_model)
+        custom_kv = parts.kv_store is not None or parts.forward is not None
+        if static is None:
+            static = on_cuda and config.kv_mode == "paged" and not custom_kv
+        elif static and custom_kv:
+            raise ValueError("static_decode runs the library's forward pass over its own KV store")
+        self.executor = Executor(model, config, forward=parts.forward, static=static)
+        self.kv = self._build_kv(static)
+        self.executor.bind(self.kv, config.max_num_seqs, self.max_model_len)
+        self.prefix_cache = self._build_prefix_cache()
+        self.scheduler = _RecordingScheduler((parts.scheduler or Scheduler)(
+            SchedulerConfig(policy=config.policy, max_num_seqs=config.max_num_seqs,
+                            max_num_batched_tokens=config.max_num_batched_tokens,
+                            chunked_prefill=config.chunked_prefill),
+            self.kv))
+        self.step_loop = parts.step_loop or library_step_loop
+        self.sampler = (parts.sampler or Sampler)()
+        self.proposer = self._build_proposer(draft_model)
         # Since start: guesses verified, guesses kept, verification passes (for /metrics).
         self.spec_totals = {"proposed_tokens": 0, "accepted_tokens": 0, "verify_passes": 0}
-        self.eos_token_id = shape.eos_token_id
+        self.eos_token_id = model.shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
-        self.step_log: collections.deque[StepRecord] = collections.deque(
-            maxlen=config.step_log_limit
-        )
+        self.step_log: collections.deque[StepRecord] = collections.deque(maxlen=config.step_log_limit)
         self._ids = itertools.count()
         self._lock = threading.RLock()
+        self._draft_s = 0.0
+
+    def _build_kv(self, scratch_block: bool) -> Any:
+        """The KV cache ``config.kv_mode`` names, over the (possibly replaced) block manager and store."""
+        config, model, parts = self.config, self.model, self.parts
+        shape = model.shape
+        if config.kv_mode == "contiguous":
+            return ContiguousKVCache(shape, config.max_num_seqs, self.max_model_len, model.dtype, model.device)
+        if config.kv_mode != "paged":
+            return NoKVCache()
+        blocks_per_seq = math.ceil(self.max_model_len / config.block_size)
+        num_blocks = config.num_blocks or config.max_num_seqs * blocks_per_seq
+        if num_blocks < blocks_per_seq:
+            raise ValueError(
+                f"num_blocks={num_blocks} cannot hold even one request of max_model_len="
+                f"{self.max_model_len} ({blocks_per_seq} blocks of {config.block_size}); "
+                "raise num_blocks or lower max_model_len"
+            )
+        store = None
+        if parts.kv_store is not None:
+            if config.kv_dtype is not None:
+                raise ValueError(f"kv_dtype={config.kv_dtype!r} quantizes the library's KV store; "
+                                 "your store keeps the model's dtype")
+            store = parts.kv_store(num_blocks, config.block_size, shape.layers, shape.kv_heads, shape.head_dim,
+                                   model.dtype, model.device)
+        blocks = parts.block_manager(num_blocks, config.block_size) if parts.block_manager is not None else None
+        return PagedKVCache(shape, num_blocks, config.block_size, model.dtype, model.device,
+                            scratch_block=scratch_block, kv_dtype=config.kv_dtype, block_manager=blocks, store=store)
+
+    def _build_prefix_cache(self) -> PrefixCache | None:
+        kind = self.config.prefix_cache
+        if kind == "hash":
+            return HashPrefixCache(self.kv)
+        if kind == "radix":
+            cache = (self.parts.prefix_cache or RadixPrefixCache)(self.kv)
+            self.kv.prefix_cache = cache  # the KV cache asks this very object (a replacement may wrap its own)
+            return cache
+        return None
+
+    def _build_proposer(self, draft_model: EngineModel | None) -> Proposer | None:
+        config = self.config
+        if draft_model is not None:
+            pack = self.executor.prepacked_weights and prepack.supported(draft_model.device, draft_model.dtype)
+            draft_model = draft_model.prepacked() if pack else draft_model.plain
+        pool_blocks = self.kv.num_blocks if isinstance(self.kv, PagedKVCache) else (
+            config.max_num_seqs * math.ceil(self.max_model_len / config.block_size))
+        if self.parts.proposer is not None and config.speculative and config.speculative.startswith("ngram"):
+            arg = config.speculative.partition(":")[2]
+            return self.parts.proposer(int(arg) if arg else 3)
+        return make_proposer(config, self.model, pool_blocks, draft_model)
+
+    @property
+    def model(self) -> EngineModel:
+        """The model the engine runs (cast, quantized or prepacked for its config): the executor's."""
+        return self.executor.model
+
+    @model.setter
+    def model(self, model: EngineModel) -> None:
+        self.executor.model = model
+
+    # Read-only views the rest of the library uses.
+    @property
+    def gemm_plan(self) -> Any:
+        return self.executor.gemm_plan
+
+    @property
+    def prepacked_weights(self) -> bool:
+        return self.executor.prepacked_weights
+
+    @property
+    def compile_s(self) -> float | None:
+        return self.executor.compile_s
+
+    @property
+    def decode_runner(self) -> Any:
+        return self.executor.decode_runner
+
+    @property
+    def one_token_fns(self) -> Any:
+        return self.executor.one_token_fns
+
+    @property
+    def layer_fns(self) -> Any:
+        return self.executor.layer_fns
 
     @classmethod
-    def from_loaded(cls, lm: Any, config: EngineConfig | None = None, draft: Any = None) -> Engine:
+    def from_loaded(cls, lm: Any, config: EngineConfig | None = None, draft: Any = None,
+                    parts: EngineParts | None = None) -> Engine:
         """An engine over an :class:`infer_lab.models.LoadedModel`: the way to build one.
 
         The weights are shared with ``lm``, not copied (its projections were fused at load).
         ``draft`` is a second loaded model for ``speculative="draft"``; its tokenizer must be
-        ``lm``'s (checked: a different tokenizer is refused with the differences).
+        ``lm``'s (checked: a different tokenizer is refused with the differences). ``parts``
+        replaces components with others of the same interface (:class:`~.parts.EngineParts`).
         """
         draft_model = None
         if draft is not None:
             check_same_tokenizer(lm.tokenizer, draft.tokenizer)
             draft_model = EngineModel.from_hf(draft.model)
-        return cls(EngineModel.from_hf(lm.model), config, draft_model)
+        return cls(EngineModel.from_hf(lm.model), config, draft_model, parts)
 
     # ---------------------------------------------------------------------------------------
     # Requests
@@ -294,9 +306,9 @@ class Engine:
             seq = self.requests.get(request_id)
             if seq is None or seq.is_finished:
                 return False
-            pending = _Pending()
-            self._finish(seq, "cancelled", pending)
-        _dispatch(pending)
+            self._end(seq, "cancelled")
+            events = self._observe([seq], [len(seq.output_ids)], None, time.perf_counter())
+        _dispatch(events)
         return True
 
     def has_unfinished(self) -> bool:
@@ -327,43 +339,53 @@ class Engine:
     # The step
 
     def step(self) -> list[TokenEvent]:
-        """Schedule, guess (speculative decoding), run one forward pass, sample, stream.
+        """One step of the step loop (schedule, guess, forward, sample), then stream what it produced.
 
-        Returns the events of this step.
+        Returns the events of this step. A step that raises fails its requests (every unfinished
+        one, if it raised before scheduling) with the reason, and the engine goes on.
         """
-        pending = _Pending()
         with self._lock:
-            sched = self.scheduler.schedule()
-            if sched.scheduled:
-                t0 = time.perf_counter()
-                failed, draft_s = False, 0.0
-                try:
-                    if self.proposer is not None:
-                        draft_s = self._add_drafts(sched)
-                    logits = self._forward(sched)
-                    self._advance(sched, logits, pending)
-                except Exception as exc:  # a failing pass must not take the other requests down
-                    failed = True
-                    why = f"engine step failed: {type(exc).__name__}: {exc}"
-                    for item in sched.scheduled:
-                        if not item.seq.is_finished:
-                            self._finish(item.seq, "error", pending, error=why)
-                self._log(sched, time.perf_counter() - t0, failed, draft_s)
-        _dispatch(pending)
-        return [event for _, event in pending.events]
+            live = [s for s in self.requests.values() if not s.is_finished]
+            before = [len(s.output_ids) for s in live]
+            self.scheduler.last, self._draft_s = None, 0.0
+            t0 = time.perf_counter()
+            raised = False
+            try:
+                self.step_loop.step(self)
+            except Exception as exc:  # a failing step must not take the engine (or its other clients) down
+                raised = True
+                why = f"engine step failed: {type(exc).__name__}: {exc}"
+                batch = self.scheduler.last
+                for seq in [item.seq for item in batch.scheduled] if batch is not None else live:
+                    if not seq.is_finished:
+                        self._end(seq, "error", why)
+            now = time.perf_counter()
+            batch = self.scheduler.last
+            events = self._observe(live, before, batch, now)
+            if batch is not None and batch.scheduled:
+                failed = raised or any(item.seq.finish_reason == "error" for item in batch.scheduled)
+                self._log(batch, now - t0, failed, self._draft_s)
+        _dispatch(events)
+        return [event for _, event in events]
 
-    def _add_drafts(self, sched: SchedulerOutput) -> float:
-        """Ask the proposer for guesses for every decoding sequence and make room for them.
+    def execute(self, batch: SchedulerOutput) -> torch.Tensor:
+        """The forward pass over a scheduled step (:meth:`.executor.Executor.execute`): logits to sample."""
+        return self.executor.execute(batch)
 
-        A sequence may get up to ``num_speculative_tokens`` guesses, fewer near its
-        ``max_tokens`` or the context limit, and none when its KV blocks cannot grow (so a
-        guess never preempts anyone). Returns the seconds the proposer took.
+    def propose(self, batch: SchedulerOutput) -> None:
+        """Speculative decoding: ask the proposer for guesses for every decoding request and make room.
+
+        A request may get up to ``num_speculative_tokens`` guesses, fewer near its ``max_tokens``
+        or the context limit, and none when its KV blocks cannot grow (so a guess never preempts
+        anyone). Nothing happens when speculation is off.
         """
+        if self.proposer is None:
+            return
         t0 = time.perf_counter()
         k_max = self.config.num_speculative_tokens
-        budget = (self.config.max_num_batched_tokens - sched.num_tokens
+        budget = (self.config.max_num_batched_tokens - batch.num_tokens
                   if self.config.chunked_prefill else None)
-        decoding = [s for s in sched.scheduled if s.num_new_tokens == 1 and s.completes_context
+        decoding = [s for s in batch.scheduled if s.num_new_tokens == 1 and s.completes_context
                     and s.seq.prefill_done]
         ks = []
         for item in decoding:
@@ -376,173 +398,64 @@ class Engine:
             ks.append(max(k, 0))
         proposals = self.proposer.propose([s.seq for s in decoding], ks)
         for item, proposal in zip(decoding, proposals, strict=True):
-            drafts = proposal.tokens
+            drafts = list(proposal.tokens)
             if not drafts or not self.kv.can_allocate(item.seq, 1 + len(drafts)):
                 continue
             self.kv.allocate(item.seq, 1 + len(drafts))
             item.drafts, item.draft_probs = drafts, proposal.probs
             item.num_new_tokens = 1 + len(drafts)
-        return time.perf_counter() - t0
+        self._draft_s += time.perf_counter() - t0
 
-    def _forward(self, sched: SchedulerOutput) -> torch.Tensor:
-        if self.decode_runner is not None and all(
-            s.num_new_tokens == 1 and s.completes_context for s in sched.scheduled
-        ):
-            return self.decode_runner.run(self._decode_batch(sched))
-        ids, positions, slots, sample_rows = [], [], [], []
-        for item in sched.scheduled:
-            seq, start, n = item.seq, item.start, item.num_new_tokens
-            ids += seq.all_ids[start : start + item.num_real_tokens] + item.drafts
-            positions += range(start, start + n)
-            slots += self.kv.slots(seq, start, n)
-            if item.completes_context:  # one row per real last token and per guess
-                sample_rows += range(len(ids) - 1 - len(item.drafts), len(ids))
-        device = self.model.device
-        one_token = self.one_token_fns is not None and len(ids) == 1
-        model = self.model if self.gemm_plan.use_prepacked(len(ids)) and not one_token else self.model.plain
-        meta = AttentionMetadata(
-            query_lens=[s.num_new_tokens for s in sched.scheduled],
-            context_lens=[s.start + s.num_new_tokens for s in sched.scheduled],
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device)
-            if self.kv.stores_kv
-            else None,
-            sample_indices=sample_rows,
-        )
-        self.kv.fill_metadata(
-            meta, [s.seq for s in sched.scheduled], batched_decode=self.config.batched_decode
-        )
-        return model.forward(
-            torch.tensor(ids, dtype=torch.long, device=device),
-            torch.tensor(positions, dtype=torch.long, device=device),
-            meta,
-            self.kv if self.kv.stores_kv else None,
-            self.one_token_fns if one_token else self.layer_fns,
-        )
-
-    def _decode_batch(self, sched: SchedulerOutput) -> DecodeBatch:
-        """The host-side inputs of a pure-decode step, for the static runner."""
-        seqs = [s.seq for s in sched.scheduled]
-        positions = [s.start for s in sched.scheduled]
-        return DecodeBatch(
-            input_ids=[seq.token_at(p) for seq, p in zip(seqs, positions, strict=False)],
-            positions=positions,
-            slot_mapping=[
-                self.kv.slots(seq, p, 1)[0] for seq, p in zip(seqs, positions, strict=False)
-            ],
-            block_tables=[seq.block_table for seq in seqs],
-            context_lens=[p + 1 for p in positions],
-        )
-
-    def _advance(self, sched: SchedulerOutput, logits: torch.Tensor, pending: _Pending) -> None:
-        row = 0
-        now = time.perf_counter()
-        # One device-to-host copy for all rows (a per-row .cpu() would sync B times). A NaN or
-        # Inf anywhere in a row wins its argmax, so checking the chosen logit checks the row.
-        greedy = logits.argmax(dim=-1)
-        chosen = logits.gather(1, greedy[:, None])[:, 0]
-        greedy, finite = torch.stack((greedy, torch.isfinite(chosen).long())).tolist()
-        for item in sched.scheduled:
-            seq = item.seq
-            if self.kv.stores_kv:
-                seq.num_computed = item.start + item.num_real_tokens
-            if not item.completes_context:
-                continue
-            rows = range(row, row + 1 + len(item.drafts))
-            row += len(rows)
-            if not all(finite[r] for r in rows):  # a numerical fault: fail this request, not others
-                self._finish(seq, "error", pending, error="the model produced NaN/Inf logits")
-                continue
+    def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+        """Finish ``seq`` through the step loop's ``finish``; through the library's if that raises or
+        leaves it unfinished (a client must not wait for a request that can never end)."""
+        try:
+            self.step_loop.finish(self, seq, reason, error)
+        except Exception as exc:  # noqa: BLE001  (a replaced step loop's fault)
+            error = f"{error or reason}; finishing it also failed: {type(exc).__name__}: {exc}"
+        if not seq.is_finished:
             try:
-                verdict = self._verdict(item, logits, rows, greedy)
-            except Exception as exc:  # one request's sampling fault must not fail its neighbours
-                self._finish(seq, "error", pending, error=f"sampling failed: {type(exc).__name__}: {exc}")
-                continue
-            seq.num_target_passes += 1
-            if item.drafts:
-                seq.num_proposed += verdict.proposed
-                seq.num_accepted += verdict.accepted
-                item.accepted = verdict.accepted
-                self.spec_totals["proposed_tokens"] += verdict.proposed
-                self.spec_totals["accepted_tokens"] += verdict.accepted
+                library_step_loop.finish(self, seq, reason, error)
+            except Exception:  # noqa: BLE001  (its KV is past saving; the request itself must end)
+                seq.status, seq.finish_reason, seq.error = SequenceStatus.FINISHED, reason, error
+
+    def _observe(self, seqs: list[Sequence], before: list[int], batch: SchedulerOutput | None,
+                 now: float) -> list[tuple[Callable[[TokenEvent], Any], TokenEvent]]:
+        """What a step (or a cancel) changed in ``seqs``: time and stream each new token, send the final
+        event of each request that finished, count speculative guesses, keep the proposer in step."""
+        drafted = {id(item.seq): item for item in batch.scheduled if item.drafts} if batch is not None else {}
+        events = []
+        for seq, n0 in zip(seqs, before, strict=True):
+            new = seq.output_ids[n0:]
+            if new:
+                if seq.first_token_s is None:
+                    seq.first_token_s = now
+                seq.token_times_s.extend([now] * len(new))
+                seq.num_target_passes += 1
+            item = drafted.get(id(seq))
+            if item is not None and new:  # verified: every token but the target's own was a kept guess
+                item.accepted = min(len(item.drafts), len(new) - 1)
+                seq.num_proposed += len(item.drafts)
+                seq.num_accepted += item.accepted
+                self.spec_totals["proposed_tokens"] += len(item.drafts)
+                self.spec_totals["accepted_tokens"] += item.accepted
                 self.spec_totals["verify_passes"] += 1
-                seq.num_computed += verdict.accepted  # the kept guesses' K/V is valid
-                self.kv.truncate(seq, seq.num_computed)  # the rejected ones' blocks go back
-            if not seq.prefill_done:
-                seq.prefill_done = True
-                seq.first_token_s = now
-                if self.prefix_cache is not None:
-                    self.prefix_cache.insert(seq)
-            self._emit(seq, verdict.tokens, now, pending)
-            if self.proposer is not None and not seq.is_finished:
-                self.proposer.rollback(seq, seq.num_computed)
-
-    def _verdict(self, item: Any, logits: torch.Tensor, rows: range, greedy: list[int]) -> Verdict:
-        """The tokens this step appends to one sequence: its sample, or its verified guesses."""
-        seq, p = item.seq, item.seq.params
-        if p.greedy:
-            return self.verify_greedy(item.drafts, [greedy[r] for r in rows])
-        if not item.drafts:
-            return Verdict([sample_token(logits[rows[0]].cpu(), p, seq.generator)], 0, 0)
-        target = torch.stack([
-            torch.softmax(filter_logits(logits[r].cpu() / p.temperature, p.top_k, p.top_p), dim=-1)
-            for r in rows
-        ])
-        return verify_sampling(item.drafts, item.draft_probs, target, seq.generator)
-
-    def _emit(self, seq: Sequence, tokens: list[int], now: float, pending: _Pending) -> None:
-        """Append ``tokens`` one by one, streaming each; stop at the first stop condition."""
-        for token in tokens:
-            seq.output_ids.append(token)
-            seq.token_times_s.append(now)
-            reason = self._stop_reason(seq, token)
             if seq.on_token is not None:
-                pending.events.append((seq.on_token, TokenEvent(
-                    seq.request_id, token, len(seq.output_ids) - 1, finished=reason is not None,
-                    finish_reason=reason, time_s=now)))
-            if reason is not None:
-                self._finish(seq, reason, pending, notify=False)
-                return
-
-    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
-        p = seq.params
-        if (token == self.eos_token_id and not p.ignore_eos) or token in p.stop_token_ids:
-            return "stop"
-        if len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
-
-    def _finish(
-        self,
-        seq: Sequence,
-        reason: str,
-        pending: _Pending,
-        error: str | None = None,
-        notify: bool = True,
-    ) -> None:
-        if self.prefix_cache is not None and reason in ("stop", "length"):
-            seq.num_computed = min(seq.num_computed, seq.num_tokens)
-            self.prefix_cache.insert(seq)
-        if self.proposer is not None:
-            self.proposer.release(seq)
-        self.scheduler.remove(seq)
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason, seq.error = reason, error
-        seq.num_computed = 0
-        if notify and seq.on_token is not None:
-            pending.events.append(
-                (
-                    seq.on_token,
-                    TokenEvent(
-                        seq.request_id,
-                        None,
-                        len(seq.output_ids),
-                        finished=True,
-                        finish_reason=reason,
-                        error=error,
-                        time_s=time.perf_counter(),
-                    ),
-                )
-            )
+                for i, token in enumerate(new):
+                    last = seq.is_finished and i == len(new) - 1
+                    events.append((seq.on_token, TokenEvent(
+                        seq.request_id, token, n0 + i, finished=last,
+                        finish_reason=seq.finish_reason if last else None, time_s=now)))
+                if seq.is_finished and not new:
+                    events.append((seq.on_token, TokenEvent(
+                        seq.request_id, None, len(seq.output_ids), finished=True,
+                        finish_reason=seq.finish_reason, error=seq.error, time_s=now)))
+            if self.proposer is not None:
+                if seq.is_finished:
+                    self.proposer.release(seq)
+                elif new:
+                    self.proposer.rollback(seq, seq.num_computed)  # forget guesses the target did not keep
+        return events
 
     def _log(self, sched: SchedulerOutput, duration_s: float, failed: bool, draft_s: float = 0.0) -> None:
         prefill = sum(
@@ -550,7 +463,7 @@ class Engine:
             for s in sched.scheduled
             if s.num_real_tokens > 1 or not s.seq.prefill_done
         )
-        used = self.kv.pool.num_used if isinstance(self.kv, PagedKVCache) else 0
+        used = self.kv.num_used_blocks() if isinstance(self.kv, PagedKVCache) else 0
         self.step_log.append(
             StepRecord(
                 step=len(self.step_log),
@@ -630,6 +543,6 @@ def _as_id_list(prompt_ids: Seq[int] | torch.Tensor) -> list[int]:
         raise RequestRejected("prompt_ids must be a sequence of integer token ids") from None
 
 
-def _dispatch(pending: _Pending) -> None:
-    for callback, event in pending.events:
+def _dispatch(events: list[tuple[Callable[[TokenEvent], Any], TokenEvent]]) -> None:
+    for callback, event in events:
         callback(event)

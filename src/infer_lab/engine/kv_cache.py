@@ -7,27 +7,37 @@ slots are handed to requests:
 * :class:`NoKVCache` keeps nothing; every step recomputes every token (O(N^2) work).
 * :class:`ContiguousKVCache` reserves ``max_model_len`` slots per request up front, the way
   early servers did: simple, but a 50-token answer still holds memory for thousands.
-* :class:`PagedKVCache` hands out blocks of ``block_size`` slots on demand from a
-  :class:`BlockPool` (free list + reference counts), and each request keeps a *block table*
-  (logical block i -> physical block), as in vLLM's PagedAttention. Blocks can be shared
-  between requests (prefix caching) because they are reference counted.
+* :class:`PagedKVCache` hands out blocks of ``block_size`` slots on demand, as in vLLM's
+  PagedAttention. It joins two components: a :class:`~.block_manager.BlockManager` (the free
+  list, reference counts and block tables) and a :class:`~.kv_store.PagedKVStore` (the K/V
+  tensors, written and read through block tables). Either may be a learner's own
+  (the course's build track), given to the constructor.
 
-Every cache reports :class:`KVMemoryReport` (bytes used, reserved and wasted).
+The scheduler talks to all three the same way: ``can_allocate`` / ``allocate`` / ``free`` a
+request's KV, and ``attach_prefix`` / ``detach_prefix`` / ``cache_prefix`` for the prefix cache
+(no-ops without one). Every cache reports :class:`KVMemoryReport` (bytes used, reserved and wasted).
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..quant.kv_formats import quantize_kv
 from ..shape import ModelShape
+from .block_manager import BlockManager, OutOfKVMemory, paged_blocks_needed
+from .kv_store import KV_DTYPES, PagedKVStore, SlotStore, block_table_slots, paged_slots
 from .layers import context_mask
 from .sequence import Sequence
+
+__all__ = [
+    "KV_DTYPES", "AttentionMetadata", "BlockManager", "ContiguousKVCache", "KVMemoryReport", "NoKVCache",
+    "OutOfKVMemory", "PagedKVCache", "PagedKVStore", "SlotStore", "block_table_slots", "paged_blocks_needed",
+    "paged_slots",
+]
 
 
 @dataclass
@@ -74,37 +84,6 @@ class AttentionMetadata:
         return sum(self.query_lens)
 
 
-def block_table_slots(block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Block ids ``(B, blocks)`` -> the slot of every position ``(B, blocks * block_size)``.
-
-    Position ``p`` of a sequence lives in slot ``block_tables[p // block_size] * block_size +
-    p % block_size``: the paged equivalent of a virtual-to-physical address translation.
-    """
-    offsets = torch.arange(block_size, device=block_tables.device)
-    return (block_tables[:, :, None] * block_size + offsets).flatten(1)
-
-
-def paged_slots(block_table: list[int], block_size: int, start: int, count: int) -> list[int]:
-    """Slot ids of positions ``start .. start+count-1``: ``block_table[p // B] * B + p % B``.
-
-    The engine's own block-table lookup, and the default of the plug point
-    :attr:`PagedKVCache.slot_lookup`.
-    """
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + count)]
-
-
-def paged_blocks_needed(num_computed: int, num_new_tokens: int, blocks_held: int, block_size: int) -> int:
-    """New blocks a request holding ``blocks_held`` needs for ``num_new_tokens`` more tokens.
-
-    The engine's own rule, and the default of the plug point :attr:`PagedKVCache.block_count`.
-    """
-    return max(0, math.ceil((num_computed + num_new_tokens) / block_size) - blocks_held)
-
-
-class OutOfKVMemory(RuntimeError):
-    """No free slots or blocks are left for this request right now (the scheduler queues or preempts)."""
-
-
 @dataclass(frozen=True)
 class KVMemoryReport:
     """KV memory at one moment, in bytes. ``wasted = reserved - used``.
@@ -127,85 +106,22 @@ class KVMemoryReport:
         return self.wasted_bytes / self.reserved_bytes if self.reserved_bytes else 0.0
 
 
-KV_DTYPES = ("int8", "fp8")
+class _NothingShared:
+    """A cache whose requests share nothing: the scheduler's prefix-cache calls do nothing."""
+
+    prefix_cache = None
+
+    def attach_prefix(self, seq: Sequence) -> int:
+        return seq.num_computed
+
+    def detach_prefix(self, seq: Sequence) -> None:
+        pass
+
+    def cache_prefix(self, seq: Sequence) -> None:
+        pass
 
 
-class SlotStore:
-    """K and V of every layer in flat slots: ``(layers, num_slots, kv_heads, head_dim)`` each.
-
-    Plain, in the model's dtype; or quantized (``kv_dtype="int8"`` or ``"fp8"``, e4m3) with one
-    fp32 scale per token per head, written once when the token arrives and never re-scaled
-    (:func:`infer_lab.quant.kv_formats.quantize_kv`). Attention reads it back through :meth:`gather`,
-    dequantized to the model's dtype.
-    """
-
-    def __init__(self, shape: ModelShape, num_slots: int, dtype: torch.dtype, device: torch.device,
-                 kv_dtype: str | None = None):
-        if kv_dtype is not None and kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype must be None, {' or '.join(KV_DTYPES)}; got {kv_dtype!r}")
-        self.dtype, self.kv_dtype = dtype, kv_dtype
-        size = (shape.layers, num_slots, shape.kv_heads, shape.head_dim)
-        # fp8 codes are kept as their raw bytes: CPU kernels cannot index_copy float8 tensors.
-        code_dtype = {None: dtype, "int8": torch.int8, "fp8": torch.uint8}[kv_dtype]
-        # empty, not zeros: a slot is always written before it is read, and untouched pages cost no RAM.
-        self.k = torch.empty(size, dtype=code_dtype, device=device)
-        self.v = torch.empty_like(self.k)
-        self.k_scale = self.v_scale = None
-        if kv_dtype is not None:
-            self.k_scale = torch.ones(*size[:3], 1, dtype=torch.float32, device=device)
-            self.v_scale = torch.ones_like(self.k_scale)
-
-    @property
-    def bytes_per_token(self) -> int:
-        """K and V bytes of one token in every layer, scales included, from the tensors themselves."""
-        tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kv_dtype else [])
-        return sum(t[:, 0].numel() * t.element_size() for t in tensors)
-
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the K/V ``(T, kv_heads, d)`` of ``T`` new tokens at their ``slots``."""
-        if self.kv_dtype is None:
-            self.k[layer].index_copy_(0, slots, k)
-            self.v[layer].index_copy_(0, slots, v)
-            return
-        for store, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
-            q = quantize_kv(x, self.kv_dtype)
-            store[layer].index_copy_(0, slots, q.codes.view(store.dtype))
-            scale[layer].index_copy_(0, slots, q.scale)
-
-    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V at ``slots`` (any shape ``S``) as ``(*S, kv_heads, d)`` in the model's dtype.
-
-        One ``index_select`` over the flattened slots: on a CPU it is several times faster
-        than indexing with the 2-D slot matrix directly, for the same bytes.
-        """
-        flat = slots.reshape(-1)
-
-        def take(t: torch.Tensor) -> torch.Tensor:
-            return t[layer].index_select(0, flat).view(*slots.shape, *t.shape[2:])
-
-        if self.kv_dtype is None:
-            return take(self.k), take(self.v)
-        codes = torch.float8_e4m3fn if self.kv_dtype == "fp8" else torch.int8
-        return (
-            (take(self.k).view(codes).float() * take(self.k_scale)).to(self.dtype),
-            (take(self.v).view(codes).float() * take(self.v_scale)).to(self.dtype),
-        )
-
-    def span(self, layer: int, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Views (no copy) of K and V in slots ``start .. start + count - 1``, ``(count, kv_heads, d)``;
-        None for a quantized store (its codes must be dequantized, which copies anyway)."""
-        if self.kv_dtype is not None:
-            return None
-        return self.k[layer, start : start + count], self.v[layer, start : start + count]
-
-    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy every layer's K/V (and scales) of slots ``src`` into slots ``dst``."""
-        tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.kv_dtype else [])
-        for t in tensors:
-            t[:, dst] = t[:, src]
-
-
-class NoKVCache:
+class NoKVCache(_NothingShared):
     """No cache at all: the engine feeds every sequence's full token list every step."""
 
     kind = "nocache"
@@ -217,7 +133,7 @@ class NoKVCache:
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         pass
 
-    def free(self, seq: Sequence) -> None:
+    def free(self, seq: Sequence, cache_prefix: bool = False) -> None:
         pass
 
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
@@ -238,7 +154,7 @@ class NoKVCache:
         return None
 
 
-class ContiguousKVCache:
+class ContiguousKVCache(_NothingShared):
     """One ``max_model_len``-slot region reserved per request for its whole life.
 
     Args:
@@ -259,7 +175,8 @@ class ContiguousKVCache:
         device: torch.device | str = "cpu",
     ):
         self.shape, self.max_seqs, self.max_model_len = shape, max_seqs, max_model_len
-        self.store = SlotStore(shape, max_seqs * max_model_len, dtype, torch.device(device))
+        self.store = SlotStore(shape.layers, max_seqs * max_model_len, shape.kv_heads, shape.head_dim, dtype,
+                               torch.device(device))
         self.k, self.v = self.store.k, self.store.v
         self.bytes_per_token = self.store.bytes_per_token
         self.free_regions: deque[int] = deque(range(max_seqs))
@@ -277,7 +194,7 @@ class ContiguousKVCache:
                 raise OutOfKVMemory("all contiguous regions are reserved")
             seq.region = self.free_regions.popleft()
 
-    def free(self, seq: Sequence) -> None:
+    def free(self, seq: Sequence, cache_prefix: bool = False) -> None:
         if seq.region is not None:
             self.free_regions.append(seq.region)
             seq.region = None
@@ -330,63 +247,8 @@ class ContiguousKVCache:
         )
 
 
-class BlockPool:
-    """Fixed-size blocks with a free list and reference counts.
-
-    A block is free exactly when its reference count is 0. ``evict`` is called when the free
-    list is empty: a prefix cache plugs in there to give back blocks nobody is using.
-    """
-
-    def __init__(self, num_blocks: int):
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        self.num_blocks = num_blocks
-        self.ref_counts = [0] * num_blocks
-        self.free_list: deque[int] = deque(range(num_blocks))
-        self.evict: Callable[[], bool] | None = None  # frees at least one block, or returns False
-        self.num_evictable: Callable[[], int] = lambda: 0
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free_list)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self.free_list)
-
-    def available(self) -> int:
-        """Blocks that could be handed out now: free ones plus those a prefix cache would give back."""
-        return len(self.free_list) + self.num_evictable()
-
-    def allocate(self) -> int:
-        """A free block with reference count 1 (evicting from the prefix cache if needed)."""
-        while not self.free_list:
-            if self.evict is None or not self.evict():
-                raise OutOfKVMemory(f"all {self.num_blocks} KV blocks are in use")
-        block = self.free_list.popleft()
-        self.ref_counts[block] = 1
-        return block
-
-    def incref(self, block: int) -> None:
-        if self.ref_counts[block] <= 0:
-            raise RuntimeError(f"block {block} is free and cannot gain a reference")
-        self.ref_counts[block] += 1
-
-    def decref(self, block: int) -> None:
-        """Drop one reference; the block returns to the free list when none is left."""
-        if self.ref_counts[block] <= 0:
-            raise RuntimeError(f"block {block} is already free (double free)")
-        self.ref_counts[block] -= 1
-        if self.ref_counts[block] == 0:
-            self.free_list.append(block)
-
-    def all_free(self) -> bool:
-        """True when every block is on the free list and every count is 0 (no leak)."""
-        return len(self.free_list) == self.num_blocks and not any(self.ref_counts)
-
-
 class PagedKVCache:
-    """Blocks of ``block_size`` slots from a :class:`BlockPool`; each request keeps a block table.
+    """Paged KV: blocks from a :class:`BlockManager`, K/V in a :class:`PagedKVStore`, a block table per request.
 
     Args:
         shape: the model's shape.
@@ -395,16 +257,15 @@ class PagedKVCache:
         scratch_block: store one extra block outside the pool (id ``num_blocks``), where the
             padding rows of a fixed-shape decode batch write harmlessly.
         kv_dtype: ``None`` (the model's dtype), ``"int8"`` or ``"fp8"`` (see :class:`SlotStore`).
+        block_manager: a block manager of ``num_blocks`` blocks of ``block_size`` (default: the
+            library's :class:`BlockManager`); anything with its interface, a learner's included.
+        store: a K/V store with :class:`PagedKVStore`'s interface (default: the library's). The
+            engine's fast attention paths read the library's store directly; over any other store
+            attention goes through ``store.attend`` only.
     """
 
     kind = "paged"
     stores_kv = True
-    # Plug points (the course's build exercises swap in a learner's functions on one instance;
-    # the defaults are the engine's own): the position -> slot lookup through a block table,
-    # used for every K/V write and, when swapped, for every read too; and the count of new
-    # blocks a request needs, used by every allocation.
-    slot_lookup: Callable[[list[int], int, int, int], list[int]] = staticmethod(paged_slots)
-    block_count: Callable[[int, int, int, int], int] = staticmethod(paged_blocks_needed)
 
     def __init__(
         self,
@@ -415,53 +276,110 @@ class PagedKVCache:
         device: torch.device | str = "cpu",
         scratch_block: bool = False,
         kv_dtype: str | None = None,
+        block_manager: Any = None,
+        store: Any = None,
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        self.shape, self.block_size = shape, block_size
-        self.pool = BlockPool(num_blocks)
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.shape, self.block_size, self.num_blocks = shape, block_size, num_blocks
+        self.device = torch.device(device)
+        self.blocks = block_manager if block_manager is not None else BlockManager(num_blocks, block_size)
         self.scratch_block = num_blocks if scratch_block else None
-        stored = num_blocks + (1 if scratch_block else 0)
-        self.store = SlotStore(shape, stored * block_size, dtype, torch.device(device), kv_dtype)
-        self.k, self.v = self.store.k, self.store.v
-        self.bytes_per_token = self.store.bytes_per_token
+        if store is None:
+            store = PagedKVStore(num_blocks, block_size, shape.layers, shape.kv_heads, shape.head_dim, dtype,
+                                 self.device, kv_dtype, extra_blocks=1 if scratch_block else 0)
+        self.store = store
+        # The fast paths (batched gathers, in-place spans, static shapes) read the library's store.
+        self.library_store = isinstance(store, PagedKVStore)
+        if self.library_store:
+            self.k, self.v = store.k, store.v
+            self.bytes_per_token = store.bytes_per_token
+        else:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            self.bytes_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * itemsize
         self.block_fill = [0] * num_blocks  # slots of each block holding a token (for used bytes)
         self.peak_blocks_used = 0
+        self.prefix_cache: Any = None  # a prefix cache attaches itself here (it frees blocks when they run out)
 
     @property
-    def num_blocks(self) -> int:
-        return self.pool.num_blocks
+    def pool(self) -> Any:
+        """The block manager (the name older code and tests use)."""
+        return self.blocks
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.blocks.num_free_blocks()
+
+    def all_blocks_free(self) -> bool:
+        """Every block back on the free list with no holder: nothing leaked (asked through the interface)."""
+        return (self.blocks.num_free_blocks() == self.num_blocks
+                and all(self.blocks.ref_count(b) == 0 for b in range(self.num_blocks)))
+
+    def available_blocks(self) -> int:
+        """Blocks that could be handed out now: free ones plus those a prefix cache would give back."""
+        evictable = self.prefix_cache.num_evictable() if self.prefix_cache is not None else 0
+        return self.blocks.num_free_blocks() + evictable
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         """Extra blocks ``seq`` needs to hold ``num_new_tokens`` more tokens."""
-        return self.block_count(seq.num_computed, num_new_tokens, len(seq.block_table), self.block_size)
+        return self.blocks.blocks_needed(seq.num_computed, num_new_tokens, len(seq.block_table))
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        return self.blocks_needed(seq, num_new_tokens) <= self.pool.available()
+        return self.blocks_needed(seq, num_new_tokens) <= self.available_blocks()
+
+    def _make_room(self, blocks: int) -> None:
+        """Evict cached prefixes until ``blocks`` blocks are free (raises :class:`OutOfKVMemory`)."""
+        while self.blocks.num_free_blocks() < blocks:
+            if self.prefix_cache is None or not self.prefix_cache.evict_one():
+                raise OutOfKVMemory(f"{blocks} KV blocks needed, {self.blocks.num_free_blocks()} of "
+                                    f"{self.num_blocks} free and nothing left to evict")
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> None:
         """Grow ``seq.block_table`` to cover ``num_new_tokens`` more tokens (raises OutOfKVMemory)."""
-        for _ in range(self.blocks_needed(seq, num_new_tokens)):
-            seq.block_table.append(self.pool.allocate())
+        self._make_room(self.blocks_needed(seq, num_new_tokens))
         end = seq.num_computed + num_new_tokens
+        self.blocks.grow(seq.block_table, end)
         for i in range(seq.num_computed // self.block_size, len(seq.block_table)):
             block = seq.block_table[i]
-            self.block_fill[block] = max(
-                self.block_fill[block], min(self.block_size, end - i * self.block_size)
-            )
-        self.peak_blocks_used = max(self.peak_blocks_used, self.pool.num_used)
+            self.block_fill[block] = max(self.block_fill[block], min(self.block_size, end - i * self.block_size))
+        self.peak_blocks_used = max(self.peak_blocks_used, self.num_used_blocks())
+        if seq.prefix_hit is not None:  # admitted after a prefix lookup: count it once
+            if seq.num_preemptions == 0:
+                seq.num_cached_prompt_tokens = seq.prefix_hit
+                self.prefix_cache.record(seq, seq.prefix_hit)
+            seq.prefix_hit = None
 
-    def free(self, seq: Sequence) -> None:
-        """Drop ``seq``'s reference on each of its blocks (shared blocks stay with their other owners).
+    def take_block(self) -> int:
+        """One fresh block (evicting a cached prefix if none is free), for a prefix cache's copy-on-write."""
+        self._make_room(1)
+        table: list[int] = []
+        self.blocks.grow(table, 1)
+        return table[0]
 
+    def _let_go(self, seq: Sequence, num_tokens: int) -> None:
+        dropped = seq.block_table[-(-num_tokens // self.block_size):]
+        self.blocks.shrink(seq.block_table, num_tokens)
+        for block in dropped:
+            if self.blocks.ref_count(block) == 0:
+                self.block_fill[block] = 0
+
+    def free(self, seq: Sequence, cache_prefix: bool = False) -> None:
+        """Drop ``seq``'s hold on each of its blocks (shared blocks stay with their other holders).
+
+        ``cache_prefix``: first hand its computed tokens to the prefix cache (a request that
+        finished, or is preempted and will be recomputed), so a later request can reuse them.
         In table order, so the free list gets them back in order and the next request is
         handed consecutive blocks again (whose K/V attention can then read in place).
         """
-        for block in seq.block_table:
-            self.pool.decref(block)
-            if self.pool.ref_counts[block] == 0:
-                self.block_fill[block] = 0
+        if cache_prefix:
+            seq.num_computed = min(seq.num_computed, seq.num_tokens)
+            self.cache_prefix(seq)
+        self._let_go(seq, 0)
         seq.block_table = []
+        seq.prefix_hit = None
 
     def truncate(self, seq: Sequence, num_tokens: int) -> None:
         """Keep the blocks of ``seq``'s first ``num_tokens`` tokens and give the rest back.
@@ -469,20 +387,43 @@ class PagedKVCache:
         Rejected speculative tokens roll back this way: a block that held only rejected tokens
         returns to the pool, and the last kept block's fill counts only the kept tokens.
         """
-        keep = math.ceil(num_tokens / self.block_size)
-        for block in reversed(seq.block_table[keep:]):
-            self.pool.decref(block)
-            if self.pool.ref_counts[block] == 0:
-                self.block_fill[block] = 0
-        del seq.block_table[keep:]
+        self._let_go(seq, num_tokens)
+        keep = len(seq.block_table)
         if keep and num_tokens % self.block_size:
             last = seq.block_table[-1]
-            if self.pool.ref_counts[last] == 1:  # not shared: its fill is this sequence's alone
+            if self.blocks.ref_count(last) == 1:  # not shared: its fill is this sequence's alone
                 self.block_fill[last] = num_tokens - (keep - 1) * self.block_size
+
+    # -- the prefix cache, as the scheduler sees it -----------------------------------------
+
+    def attach_prefix(self, seq: Sequence) -> int:
+        """Before sizing a waiting request: find its prompt's longest cached prefix.
+
+        A fresh request's table starts with the cached blocks and ``seq.num_computed`` with the
+        tokens they hold; returns ``seq.num_computed`` (unchanged without a prefix cache, or for a
+        request that already holds blocks). Undo with :meth:`detach_prefix` if it is not admitted.
+        """
+        if self.prefix_cache is None or seq.num_computed or seq.block_table:
+            return seq.num_computed
+        seq.prefix_hit = self.prefix_cache.attach(seq)
+        return seq.num_computed
+
+    def detach_prefix(self, seq: Sequence) -> None:
+        """Undo :meth:`attach_prefix` for a request that stays in the queue (its blocks go back)."""
+        if seq.prefix_hit is not None:
+            self.prefix_cache.detach(seq)
+            seq.prefix_hit = None
+
+    def cache_prefix(self, seq: Sequence) -> None:
+        """Offer ``seq``'s computed tokens to the prefix cache (nothing without one)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(seq)
+
+    # -- slots and the store ----------------------------------------------------------------
 
     def slots(self, seq: Sequence, start: int, count: int) -> list[int]:
         """Slot ids of positions ``start .. start+count-1``: block_table[pos // B] * B + pos % B."""
-        return self.slot_lookup(seq.block_table, self.block_size, start, count)
+        return list(self.store.slots(list(seq.block_table), start, count))
 
     def fill_metadata(
         self, meta: AttentionMetadata, seqs: list[Sequence], batched_decode: bool = True
@@ -492,48 +433,30 @@ class PagedKVCache:
         Sequences decoding one token are gathered into one ``(B, L)`` slot matrix when
         ``batched_decode`` is on; the others (prefill chunks) get one slot vector each.
         """
-        bs, device = self.block_size, self.k.device
+        bs, device = self.block_size, self.device
         meta.block_tables = [list(s.block_table) for s in seqs]
         decode = _decode_indices(meta) if batched_decode else []
-        if self.slot_lookup is not paged_slots:  # a swapped-in lookup serves the reads as well
-            self._fill_with_lookup(meta, seqs, decode)
-            return
         meta.context_slots = [None] * len(seqs)
         batched = set(decode)
         for i, (s, n) in enumerate(zip(seqs, meta.context_lens, strict=False)):
             if i in batched:
                 continue
-            table = torch.tensor(
-                s.block_table[: math.ceil(n / bs)], dtype=torch.long, device=device
-            )
+            table = torch.tensor(s.block_table[: -(-n // bs)], dtype=torch.long, device=device)
             meta.context_slots[i] = block_table_slots(table[None], bs)[0, :n]
         if decode:
-            width = math.ceil(max(meta.context_lens[i] for i in decode) / bs)
+            width = -(-max(meta.context_lens[i] for i in decode) // bs)
             # Short tables are padded with block 0: any valid block, the length mask hides it.
             rows = [seqs[i].block_table[:width] for i in decode]
-            table = torch.tensor(
-                [r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device
-            )
+            table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
             _set_decode(meta, decode, block_table_slots(table, bs))
-
-    def _fill_with_lookup(self, meta: AttentionMetadata, seqs: list[Sequence], decode: list[int]) -> None:
-        """:meth:`fill_metadata` through :attr:`slot_lookup` (one call per sequence and step)."""
-        device = self.k.device
-        rows = [
-            torch.as_tensor(list(self.slot_lookup(list(s.block_table), self.block_size, 0, n)),
-                            dtype=torch.long, device=device)
-            for s, n in zip(seqs, meta.context_lens, strict=False)
-        ]
-        batched = set(decode)
-        meta.context_slots = [None if i in batched else row for i, row in enumerate(rows)]
-        if decode:
-            width = max(meta.context_lens[i] for i in decode)
-            # Padded with the row's first slot (a valid slot: the length mask hides it).
-            table = torch.stack([torch.cat([rows[i], rows[i][:1].expand(width - len(rows[i]))]) for i in decode])
-            _set_decode(meta, decode, table)
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.store.write(layer, slots, k, v)
+
+    def attend(self, layer: int, q: torch.Tensor, block_table: list[int], context_len: int,
+               scale: float) -> torch.Tensor:
+        """One request's queries over its context, through the store (see :meth:`PagedKVStore.attend`)."""
+        return self.store.attend(layer, q, list(block_table), context_len, scale)
 
     def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.store.gather(layer, slots)
@@ -563,12 +486,10 @@ class PagedKVCache:
 
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """Copy K/V of slots ``src`` into slots ``dst`` in every layer (copy-on-write for partial blocks)."""
-        s = torch.tensor(src, dtype=torch.long, device=self.k.device)
-        d = torch.tensor(dst, dtype=torch.long, device=self.k.device)
-        self.store.copy(s, d)
+        self.store.copy(list(src), list(dst))
 
     def memory_report(self, seqs: Iterable[Sequence] = ()) -> KVMemoryReport:
-        used_blocks = [b for b in range(self.num_blocks) if self.pool.ref_counts[b] > 0]
+        used_blocks = [b for b in range(self.num_blocks) if self.blocks.ref_count(b) > 0]
         return KVMemoryReport(
             capacity_bytes=self.num_blocks * self.block_size * self.bytes_per_token,
             reserved_bytes=len(used_blocks) * self.block_size * self.bytes_per_token,

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..shape import ModelShape
-from .prepack import linear
+from .cpu.prepack import linear
 
 # ---------------------------------------------------------------------------------------------
 # Normalization and rotary position embeddings
@@ -222,7 +222,7 @@ def attention_inputs(
     ``h`` is ``(T, hidden)``; returns q ``(T, heads, d)`` and k, v ``(T, kv_heads, d)``.
     ``fused``: one GEMM over the stacked q|k|v matrix; otherwise three GEMMs over its rows
     (the same numbers, for measuring what the fusion buys). ``mm(x, weight, bias)`` multiplies
-    (``x @ weight.T + bias``): the engine's GEMM, or :func:`~.cpu_decode.gemv` for one token.
+    (``x @ weight.T + bias``): the engine's GEMM, or :func:`~.cpu.cpu_decode.gemv` for one token.
     """
     x = rms_norm(h, input_norm, eps)
     sizes = (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
@@ -274,7 +274,7 @@ class LayerFunctions:
     Each engine has its own; the model's weights are the same either way. ``custom`` and
     ``logits`` replace the halves and the LM head outright (``custom``: ``(first, second)``
     with the signatures of :func:`attention_inputs` and :func:`layer_output`; ``logits``:
-    ``(h, final_norm, lm_head, eps) -> logits``); :mod:`.cpu_decode` gives such a set for one token.
+    ``(h, final_norm, lm_head, eps) -> logits``); :mod:`.cpu.cpu_decode` gives such a set for one token.
     """
 
     fused: bool = True

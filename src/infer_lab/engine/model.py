@@ -20,6 +20,7 @@ Attention has two paths inside :meth:`EngineModel.forward`:
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ import torch
 
 from ..quant.formats import quantize_int8_absmax
 from ..shape import ModelShape
-from . import prepack
+from .cpu import prepack
 from .kv_cache import AttentionMetadata, block_table_slots
 from .layers import (
     LayerFunctions,
@@ -228,7 +229,7 @@ class EngineModel:
         return sum(t.numel() * t.element_size() for t in self.plain.gemm_weights())
 
     def prepacked(self) -> EngineModel:
-        """The same model with its GEMM weights reordered for oneDNN (:mod:`.prepack`); CPU only.
+        """The same model with its GEMM weights reordered for oneDNN (:mod:`.cpu.prepack`); CPU only.
 
         Made once and kept while the plain weights are unchanged, so building many engines over
         one model packs once. Norms, embeddings and RoPE tables stay shared with this model.
@@ -473,3 +474,33 @@ class EngineModel:
         """Bytes of K/V one token occupies in a cache of this model's dtype (all layers, K and V)."""
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.shape.layers * self.shape.kv_heads * self.shape.head_dim * itemsize
+
+
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@torch.inference_mode()
+def forward_tokens(model: EngineModel, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend,
+                   rows: list[int]) -> torch.Tensor:
+    """The decoder over a flat batch of tokens, with attention left to ``attend``.
+
+    The interface of the forward pass the course's build track asks a learner to write (stage 1),
+    and the library's own version of it: embedding, then per layer RMSNorm, the q/k/v
+    projections (with their bias, if any), RoPE, ``attend``, the output projection and the
+    gated MLP, each half added to the residual; then the final RMSNorm and the LM head.
+
+    Args:
+        model: the weights (plain, prepacked or quantized: every GEMM goes through ``linear``).
+        token_ids, positions: ``(T,)`` int64: the new tokens of every request, concatenated.
+        attend: ``attend(layer, q, k, v)`` stores the layer's new K/V ``(T, kv_heads, d)`` and
+            returns each token's attention output over its own request's context, ``(T, heads, d)``.
+        rows: the rows of the flat batch whose logits are wanted.
+    Returns:
+        fp32 logits ``(len(rows), vocab)``.
+    """
+    h = model.embed[token_ids]
+    cos, sin = model._rope(positions)
+    fns = LayerFunctions()
+    for index, w in enumerate(model.layers):
+        h = decoder_layer(h, w, functools.partial(attend, index), cos, sin, model.shape, fns)
+    return model._logits(h[rows])

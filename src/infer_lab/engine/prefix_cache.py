@@ -1,6 +1,6 @@
 """Reusing the K/V of prompt prefixes that were computed before.
 
-Two designs over the same reference-counted :class:`~.kv_cache.BlockPool`:
+Two designs over the same reference-counted blocks (:class:`~.block_manager.BlockManager`):
 
 * :class:`HashPrefixCache` (vLLM style): a *full* block is named by a hash of its tokens and of
   the hash of the block before it, so equal hashes mean equal prefixes. Hits are block-aligned:
@@ -20,7 +20,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .kv_cache import PagedKVCache
+from .kv_cache import OutOfKVMemory, PagedKVCache
 from .sequence import Sequence
 
 
@@ -48,16 +48,21 @@ class PrefixCacheStats:
 
 
 class PrefixCache:
-    """Common interface: ``attach`` on admission, ``insert`` when K/V was computed, ``clear`` at the end."""
+    """Common interface: ``attach`` on admission, ``insert`` when K/V was computed, ``clear`` at the end.
+
+    The KV cache calls ``attach`` / ``detach`` / ``insert`` (through its ``attach_prefix``,
+    ``detach_prefix``, ``cache_prefix`` and ``free``), ``evict_one`` when it runs out of free blocks
+    and ``num_evictable`` when it counts what it could hand out; ``record`` counts an admitted
+    request's hit in :attr:`stats`.
+    """
 
     kind = "none"
 
     def __init__(self, kv: PagedKVCache):
         self.kv = kv
-        self.pool = kv.pool
+        self.blocks = kv.blocks  # the block manager: share / release / ref_count
         self.stats = PrefixCacheStats()
-        self.pool.evict = self.evict_one
-        self.pool.num_evictable = self.num_evictable
+        kv.prefix_cache = self  # the KV cache evicts through this cache when blocks run out
 
     def reusable_limit(self, seq: Sequence) -> int:
         """At most all tokens but the last: the last one must be computed to produce logits."""
@@ -120,7 +125,7 @@ class HashPrefixCache(PrefixCache):
             if block is None:
                 break
             self.block_of.move_to_end(h)
-            self.pool.incref(block)
+            self.blocks.share(block)
             hits.append(block)
         seq.block_table = hits
         seq.num_computed = len(hits) * self.kv.block_size
@@ -132,24 +137,24 @@ class HashPrefixCache(PrefixCache):
         for h, block in zip(self.block_hashes(seq.all_ids, full), seq.block_table, strict=False):
             if h not in self.block_of:
                 self.block_of[h] = block
-                self.pool.incref(block)
+                self.blocks.share(block)
 
     def num_evictable(self) -> int:
-        return sum(1 for b in self.block_of.values() if self.pool.ref_counts[b] == 1)
+        return sum(1 for b in self.block_of.values() if self.blocks.ref_count(b) == 1)
 
     def evict_one(self) -> bool:
         """Forget the least recently used block no request holds; False when there is none."""
         for h, block in self.block_of.items():
-            if self.pool.ref_counts[block] == 1:
+            if self.blocks.ref_count(block) == 1:
                 del self.block_of[h]
-                self.pool.decref(block)
+                self.blocks.release(block)
                 self.stats.evicted_blocks += 1
                 return True
         return False
 
     def clear(self) -> None:
         for block in self.block_of.values():
-            self.pool.decref(block)
+            self.blocks.release(block)
         self.block_of.clear()
 
 
@@ -180,7 +185,7 @@ class RadixPrefixCache(PrefixCache):
 
     def _hold(self, slots: list[int]) -> None:
         for b in self._blocks(slots):
-            self.pool.incref(b)
+            self.blocks.share(b)
             self.tree_refs[b] = self.tree_refs.get(b, 0) + 1
 
     def _release(self, slots: list[int]) -> None:
@@ -188,7 +193,7 @@ class RadixPrefixCache(PrefixCache):
             self.tree_refs[b] -= 1
             if not self.tree_refs[b]:
                 del self.tree_refs[b]
-            self.pool.decref(b)
+            self.blocks.release(b)
 
     def match(self, token_ids: list[int]) -> list[int]:
         """Slots of the longest cached prefix of ``token_ids`` (touching the nodes on the way)."""
@@ -216,22 +221,30 @@ class RadixPrefixCache(PrefixCache):
         """Share whole matching blocks by reference; copy a partly matching block into a new one."""
         bs = self.kv.block_size
         slots = self.match(seq.all_ids[: self.reusable_limit(seq)])
+        matched = self._blocks(slots)
+        for b in matched:  # held meanwhile, so making room for a copy cannot evict what is being reused
+            self.blocks.share(b)
         table: list[int] = []
         reused = 0
-        for i in range(math.ceil(len(slots) / bs)):
-            group = slots[i * bs : (i + 1) * bs]
-            first = group[0]
-            if len(group) == bs and first % bs == 0 and group == list(range(first, first + bs)):
-                self.pool.incref(first // bs)
-                table.append(first // bs)
-            else:
-                if self.pool.num_free == 0 and not self.evict_one():
-                    break
-                block = self.pool.allocate()
-                self.kv.copy_slots(group, list(range(block * bs, block * bs + len(group))))
-                self.kv.block_fill[block] = len(group)
-                table.append(block)
-            reused += len(group)
+        try:
+            for i in range(math.ceil(len(slots) / bs)):
+                group = slots[i * bs : (i + 1) * bs]
+                first = group[0]
+                if len(group) == bs and first % bs == 0 and group == list(range(first, first + bs)):
+                    self.blocks.share(first // bs)
+                    table.append(first // bs)
+                else:
+                    try:
+                        block = self.kv.take_block()
+                    except OutOfKVMemory:
+                        break
+                    self.kv.copy_slots(group, list(range(block * bs, block * bs + len(group))))
+                    self.kv.block_fill[block] = len(group)
+                    table.append(block)
+                reused += len(group)
+        finally:
+            for b in matched:
+                self.blocks.release(b)
         seq.block_table = table
         seq.num_computed = reused
         return reused
@@ -289,19 +302,19 @@ class RadixPrefixCache(PrefixCache):
         return out
 
     def num_evictable(self) -> int:
-        return sum(1 for b, n in self.tree_refs.items() if self.pool.ref_counts[b] == n)
+        return sum(1 for b, n in self.tree_refs.items() if self.blocks.ref_count(b) == n)
 
     def evict_one(self) -> bool:
         """Drop least-recently-used leaves until a block is freed; False when the tree is empty."""
-        free_before = self.pool.num_free
-        while self.pool.num_free == free_before:
+        free_before = self.blocks.num_free_blocks()
+        while self.blocks.num_free_blocks() == free_before:
             leaves = self._leaves()
             if not leaves:
                 return False
             leaf = min(leaves, key=lambda n: n.last_used)
             self._release(leaf.slots)
             del leaf.parent.children[leaf.tokens[0]]
-        self.stats.evicted_blocks += self.pool.num_free - free_before
+        self.stats.evicted_blocks += self.blocks.num_free_blocks() - free_before
         return True
 
     def clear(self) -> None:

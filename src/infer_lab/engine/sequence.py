@@ -93,9 +93,8 @@ class Sequence:
         default_factory=list
     )  # paged mode: physical block per logical block
     region: int | None = None  # contiguous mode: index of the reserved max-length region
-    num_cached_prompt_tokens: int = (
-        0  # prompt tokens found in the prefix cache on (first) admission
-    )
+    num_cached_prompt_tokens: int = 0  # prompt tokens found in the prefix cache on (first) admission
+    prefix_hit: int | None = None  # tokens a prefix lookup attached, until the request is admitted
     num_preemptions: int = 0
     prefill_done: bool = False
     first_token_s: float | None = None

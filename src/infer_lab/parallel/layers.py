@@ -66,7 +66,7 @@ class TPModel:
     """The decoder on one rank: replicated embedding and LM head, split layers, local KV cache.
 
     :attr:`layer_fn` is the layer every step runs, :func:`tp_decoder_layer` by default. It is a
-    plug point: chapter 14's build exercise sets it on a rank's model (``model.layer_fn = f``,
+    plug point: stage 8 of the course's build track sets it on a rank's model (``model.layer_fn = f``,
     through ``TPGroup(layer=f)``) to run a learner's layer in the worker processes.
     """
 

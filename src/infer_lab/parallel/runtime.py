@@ -333,7 +333,7 @@ class TPGroup:
     torch threads divided by the ranks (at least 1), so the group uses the same cores as a
     world-size-1 run here.
 
-    Two plug points (chapter 14's build exercise): ``split`` cuts each layer for each rank in
+    Two plug points (stage 8 of the course's build track): ``split`` cuts each layer for each rank in
     this process (:func:`~infer_lab.parallel.shard.shard_model`'s ``split``); ``layer`` replaces
     :attr:`TPModel.layer_fn` in every worker, so it must pickle (spawned workers import it: a
     module-level function, or a picklable callable). ``None``: the library's own.

@@ -229,7 +229,7 @@ def shard_model(model, world_size: int, split: Callable[[LayerWeights, ShardPlan
     """The ``world_size`` shards of an :class:`infer_lab.engine.EngineModel` (same weights, split).
 
     ``split(w, plan, share)`` cuts one layer for one rank: :func:`shard_layer` by default (a plug
-    point: chapter 14's build exercise passes a learner's own).
+    point: stage 8 of the course's build track passes a learner's own).
     """
     plan = plan_shards(model.shape, world_size)
     return [

@@ -13,7 +13,6 @@ import collections
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from .backends import FINISH_CANCELLED, GenerationRequest, OnFinish, OnToken, eos_token_ids
@@ -42,13 +41,14 @@ class OursBackend:
 
     ``engine_options`` are fields of :class:`infer_lab.engine.EngineConfig` (``kv_mode``,
     ``block_size``, ``num_blocks``, ``max_model_len``, ``policy``, ``max_num_seqs``,
-    ``chunked_prefill``, ``max_num_batched_tokens``, ``prefix_cache``). ``plug(engine)`` runs
-    once the engine is built, before it serves anything (it may swap one of its parts).
+    ``chunked_prefill``, ``max_num_batched_tokens``, ``prefix_cache``). ``parts``
+    (:class:`infer_lab.engine.EngineParts`) replaces components of the engine with others of the
+    same interface: ``infer-lab serve --engine mine`` serves the learner's this way.
     """
 
     engine_name = "ours"
 
-    def __init__(self, lm: Any, plug: Callable[[Any], Any] | None = None, **engine_options: Any):
+    def __init__(self, lm: Any, parts: Any = None, **engine_options: Any):
         try:
             from ..engine import Engine, EngineConfig
         except ImportError as exc:
@@ -64,9 +64,7 @@ class OursBackend:
         self.lm = lm
         # A server runs for days: keep a bounded window of step records.
         self.config = EngineConfig(**{"step_log_limit": 10_000, **engine_options})
-        self.engine = Engine.from_loaded(lm, self.config)
-        if plug is not None:
-            plug(self.engine)
+        self.engine = Engine.from_loaded(lm, self.config, parts=parts)
         self.max_model_len = self.engine.max_model_len
         # The engine stops on the model's EOS; chat models often end turns with another id too.
         self.stop_ids = tuple(
@@ -109,13 +107,10 @@ class OursBackend:
             "running": float(len(sched.running)),
             "waiting": float(len(sched.waiting) + queued),
         }
-        pool = getattr(self.engine.kv, "pool", None)
-        if pool is not None:
-            out["kv_blocks_used"], out["kv_blocks_total"] = (
-                float(pool.num_used),
-                float(pool.num_blocks),
-            )
-            out["kv_blocks_used_peak"] = float(self.engine.kv.peak_blocks_used)
+        kv = self.engine.kv
+        if hasattr(kv, "num_used_blocks"):  # paged KV (through its interface: the block manager may be a learner's)
+            out["kv_blocks_used"], out["kv_blocks_total"] = float(kv.num_used_blocks()), float(kv.num_blocks)
+            out["kv_blocks_used_peak"] = float(kv.peak_blocks_used)
         if self.engine.proposer is not None:
             out.update({f"spec_{k}": float(v) for k, v in self.engine.spec_totals.items()})
         if self.engine.prefix_cache is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .app import DEFAULT_MAX_BODY_BYTES, ServerConfig, create_app
@@ -32,17 +31,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def make_backend(lm: Any, engine: str = "hf", plug: Callable[[Any], Any] | None = None, **engine_options: Any):
+def make_backend(lm: Any, engine: str = "hf", parts: Any = None, **engine_options: Any):
     """The backend for ``engine``: ``"hf"`` (one request at a time) or ``"ours"`` (the from-scratch engine).
 
     ``engine_options`` go to :class:`infer_lab.engine.EngineConfig` (``kv_mode``, ``block_size``,
-    ``num_blocks``, ``max_num_seqs``, ``prefix_cache``, ``chunked_prefill``, ...). ``plug(engine)``
-    runs on our engine once it is built, before it serves anything: it may swap a part of the
-    engine for another (the course's capstone serves the learner's parts this way).
+    ``num_blocks``, ``max_num_seqs``, ``prefix_cache``, ``chunked_prefill``, ...). ``parts``
+    (:class:`infer_lab.engine.EngineParts`) replaces components of our engine with others of the
+    same interface (the course's build track serves the learner's engine this way).
     """
     if engine == "hf":
-        if plug is not None:
-            raise ValueError("the hf backend has no engine parts to plug in; use engine 'ours'")
+        if parts is not None:
+            raise ValueError("the hf backend has no engine components to replace; use engine 'ours'")
         if engine_options:
             raise ValueError(
                 f"the hf backend takes no engine options, got {sorted(engine_options)}"
@@ -53,7 +52,7 @@ def make_backend(lm: Any, engine: str = "hf", plug: Callable[[Any], Any] | None 
     if engine == "ours":
         from .ours import OursBackend
 
-        return OursBackend(lm, plug=plug, **engine_options)
+        return OursBackend(lm, parts=parts, **engine_options)
     raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
 
 
@@ -66,7 +65,7 @@ def build_app(
     default_max_tokens: int = 256,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     protect_metrics: bool = False,
-    plug: Callable[[Any], Any] | None = None,
+    parts: Any = None,
     **options: Any,
 ):
     """An app serving the loaded model ``lm`` (see :func:`infer_lab.models.load_model`).
@@ -74,7 +73,7 @@ def build_app(
     ``max_body_bytes``: larger request bodies get a 413. ``protect_metrics``: ``/metrics``
     needs the API key too (by default it is open, as in vLLM, for Prometheus scrapers).
     ``options`` named in :data:`SERVER_LIMITS` are :class:`.app.ServerConfig` fields (queue
-    and connection limits, timeouts in seconds); the others go to the engine. ``plug``: see
+    and connection limits, timeouts in seconds); the others go to the engine. ``parts``: see
     :func:`make_backend`.
     """
     limits = {k: options.pop(k) for k in SERVER_LIMITS if k in options}
@@ -90,7 +89,7 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if engine == "ours" and max_model_len:
         engine_options.setdefault("max_model_len", max_model_len)
-    backend = make_backend(lm, engine, plug=plug, **engine_options)
+    backend = make_backend(lm, engine, parts=parts, **engine_options)
     # The engine may hold a shorter context than the model allows (ours defaults to 2048).
     limit = min(limit, getattr(backend, "max_model_len", limit))
     cfg = ServerConfig(

@@ -52,9 +52,6 @@ class Exercise:
     functions: tuple[str, ...] = ()
     symbol: str = ""  # build tier: the engine's file::symbol the learner's code replaces
     timeout_s: float | None = None  # None: TIMEOUT_S
-    # build tier: ``install(engine, functions)`` wires the learner's functions into a serving engine
-    # (the capstone, ``infer-lab serve --my-parts``); it may return a function that undoes it
-    install: Callable[[Any, Any], Callable[[], None] | None] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -374,7 +371,26 @@ def exercises_markdown(number: str | int, heading: str = "## Exercises") -> str:
         "",
         f"In a cell instead: `from infer_lab.course.exercises import check; "
         f"check(\"{mod.NUMBER}\", {mod.EXERCISES[0].name}=your_function)`.",
+        *track_markdown(mod.NUMBER),
     ])
+
+
+def track_markdown(number: str) -> list[str]:
+    """The build track's stages that go with chapter ``number``: what to write, where, how to check it."""
+    from .. import track
+
+    own = [s for s in track.stages() if s.chapter == number]
+    if not own:
+        return []
+    lines = ["", "**The build track** (you write the serving engine itself, one component per stage, in "
+             f"`./{track.DEFAULT_DIR}/`; `infer-lab check engine --init` copies the starters):", ""]
+    for s in own:
+        lines.append(f"- Stage {s.number}, **{s.title}** (about {s.minutes} min): {s.task} Write "
+                     f"`{track.DEFAULT_DIR}/{s.file}`, check it with `infer-lab check engine {s.key}`; the library's "
+                     f"version is `{s.symbol}`.")
+    lines += ["", "After the last stage, `infer-lab check engine` checks your whole engine and "
+              "`infer-lab serve --engine mine` serves it (workshop/SELF_PACED.md has the whole track)."]
+    return lines
 
 
 def solution_markdown(number: str | int) -> str:

@@ -34,10 +34,11 @@ def sequence(request_id: str, prompt: list[int] | int, max_tokens: int = 1) -> S
 
 
 def scheduler(kv: PagedKVCache, policy: str = "continuous", max_num_seqs: int = 16,
-              budget: int | None = None, prefix_cache=None) -> Scheduler:
+              budget: int | None = None) -> Scheduler:
+    """The engine's scheduler over ``kv`` (a prefix cache built over ``kv`` is already attached to it)."""
     config = SchedulerConfig(policy=policy, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=budget or 512, chunked_prefill=budget is not None)
-    return Scheduler(config, kv, prefix_cache)
+    return Scheduler(config, kv)
 
 
 def advance(sched: Scheduler, out: SchedulerOutput) -> None:
@@ -50,6 +51,7 @@ def advance(sched: Scheduler, out: SchedulerOutput) -> None:
         seq.output_ids.append(0)
         if len(seq.output_ids) >= seq.params.max_tokens:
             sched.remove(seq)
+            sched.kv.free(seq)
             seq.status = SequenceStatus.FINISHED
 
 

@@ -493,20 +493,6 @@ def check_int8_engine(fns, r) -> None:
              "the engine's own int8", ok, detail)
 
 
-def install_int8(engine: Any, fns: Any) -> None:
-    """The capstone: your quantizer makes a serving engine's int8 weights when it serves int8
-    (``infer-lab serve --my-parts --engine-option weight_quant=int8``). An engine serving float
-    weights (the capstone's table, whose answers are compared with fp32 HF) is left as it is."""
-    if engine.model.quant_method != "int8" or engine.model.unquantized is None:
-        return
-
-    def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        got = fns.quantize_int8_absmax(weight.clone())
-        return _codes_and_scales(got, weight, "your quantize_int8_absmax")
-
-    _use_model(engine, engine.model.unquantized.quantized("int8", int8_quantizer=quantize))
-
-
 EXERCISES.append(
     Exercise("int8_engine", "Your int8 weights inside the engine", "build",
              "Your quantize_int8_absmax() makes the engine's int8 weights (every linear layer and the LM head, "
@@ -516,4 +502,4 @@ EXERCISES.append(
              "transformers within the library int8's bounds.", check_int8_engine,
              functions=("quantize_int8_absmax", "dequantize_int8"),
              symbol="src/infer_lab/engine/model.py::EngineModel.quantized(int8_quantizer)",
-             timeout_s=build.BUILD_TIMEOUT_S, install=install_int8))
+             timeout_s=build.BUILD_TIMEOUT_S))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -13,10 +11,9 @@ from ...analysis.memory import kv_bytes_per_token
 from ...attention.flash import flash_attention
 from ...attention.kv_sizing import mla_ratio_explained
 from ...attention.reference import expand_kv_heads, naive_attention, sdpa_attention
-from ...engine import model as engine_model
 from ...shape import model_shape
-from . import Exercise, build
-from .checking import Mistake, short_repr
+from . import Exercise
+from .checking import Mistake
 
 NUMBER = "07"
 SLUG = "attention_variants"
@@ -178,130 +175,3 @@ EXERCISES = [
              "Predict how many times less MLA caches than an MHA; checked against the library's ratios "
              "(57x, 71x, the per-layer 14x).", check_mla_ratio),
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Build it: your online-softmax update as the engine's attention, prefill and decode
-
-TILE = 16  # keys per tile: prompts of about 30 tokens take 2-3 tiles
-
-
-def _tiled_attend(update, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor,
-                  scale: float, broken: list[str], where: str) -> torch.Tensor:
-    """softmax(q k^T * scale, masked to ``allowed``) v one key tile at a time through ``update``.
-
-    ``q (..., n, d)``, ``k, v (..., ctx, d)``, ``allowed`` broadcastable to ``(..., n, ctx)``.
-    """
-    lead = q.shape[:-1]
-    running_max = torch.full((*lead, 1), float("-inf"), dtype=q.dtype)
-    running_sum = torch.zeros((*lead, 1), dtype=q.dtype)
-    output_acc = torch.zeros((*lead, v.shape[-1]), dtype=q.dtype)
-    for start in range(0, k.shape[-2], TILE):
-        scores = (q @ k[..., start:start + TILE, :].transpose(-1, -2)) * scale
-        scores = scores.masked_fill(~allowed[..., start:start + TILE], float("-inf"))
-        out = update(running_max, running_sum, output_acc, scores, v[..., start:start + TILE, :])
-        if not (isinstance(out, (tuple, list)) and len(out) == 3):
-            raise TypeError(f"online_softmax_update must return (new_max, new_sum, new_acc), got {short_repr(out, 60)}")
-        running_max, running_sum, output_acc = out
-    result = output_acc / running_sum
-    if not broken:
-        ref = torch.softmax((q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf")), dim=-1) @ v
-        worst = float((result - ref).abs().max())
-        if not worst <= ATOL:
-            huge = float((q @ k.transpose(-1, -2) * scale).abs().max())
-            broken.append(f"{where}: your tiled attention differs from softmax(QK^T)V by up to {worst:.3g} "
-                          f"(scores up to {huge:.3g}, tiles of {TILE} keys): " + _update_hint(update))
-    return result
-
-
-def _update_hint(update) -> str:
-    """Which part of the update is wrong, from the two-tile test of the implement exercise."""
-    g = torch.Generator().manual_seed(6)
-    q, k, v = torch.randn(3, 8, generator=g), torch.randn(40, 8, generator=g), torch.randn(40, 8, generator=g)
-    k[30] *= 30  # a later tile raises the max: the earlier tiles must be rescaled
-    try:
-        got = _tiled(update, q, k, v, TILE)
-    except Exception as exc:
-        return f"the update fails on plain 2-D tiles ({type(exc).__name__}: {exc})"
-    expected = flash_attention(q[None, None], k[None, None], v[None, None])[0, 0]
-    one_tile = _tiled(update, q, k[:TILE], v[:TILE], TILE)
-    if not isinstance(got, torch.Tensor) or not torch.allclose(got, expected, atol=ATOL):
-        if isinstance(one_tile, torch.Tensor) and torch.allclose(
-                one_tile, flash_attention(q[None, None], k[None, None, :TILE], v[None, None, :TILE])[0, 0], atol=ATOL):
-            return ("one tile is right, several are not: when a tile raises the max, rescale the running sum AND "
-                    "output_acc by exp(old max - new max)")
-        return "even one tile is wrong: probs = exp(scores - new max), sum them into running_sum, probs @ values"
-    scores_masked = (q @ k[:2 * TILE].T) / math.sqrt(q.shape[-1])
-    scores_masked[:, TILE:] = float("-inf")  # a tile the causal mask hides completely
-    state = (torch.full((3, 1), float("-inf")), torch.zeros(3, 1), torch.zeros(3, 8))
-    for start in (0, TILE):
-        state = update(*state, scores_masked[:, start:start + TILE], v[start:start + TILE])
-    if not bool(torch.isfinite(state[2] / state[1]).all()):
-        return ("a tile whose scores are all -inf (hidden by the causal mask) gives NaN: the new max must be "
-                "max(running max, tile max), never the tile's max alone")
-    return ("right on 2-D tiles, wrong with leading (batch, head) dimensions: reduce over the last dimension "
-            "(dim=-1, keepdim=True) and multiply with @, which broadcasts")
-
-
-def engine_attention(update: Any, broken: list[str]) -> tuple[Any, Any]:
-    """The engine's two attention functions (prefill, batched decode) as tiles of keys through ``update``
-    (the learner's online_softmax_update); the first violation found goes to ``broken``."""
-
-    def causal_attention(q, k, v, scale):
-        n, ctx = q.shape[2], k.shape[2]
-        allowed = torch.arange(ctx)[None, :] <= torch.arange(n)[:, None] + (ctx - n)
-        heads = q.shape[1]
-        k, v = expand_kv_heads(k, heads), expand_kv_heads(v, heads)
-        return _tiled_attend(update, q, k, v, allowed, scale, broken, f"prefill attention over {ctx} keys")
-
-    def grouped_decode_attention(q, k, v, visible, scale):
-        heads = q.shape[1]
-        k, v = expand_kv_heads(k.transpose(1, 2), heads), expand_kv_heads(v.transpose(1, 2), heads)
-        out = _tiled_attend(update, q[:, :, None, :], k, v, visible[:, None, None, :], scale, broken,
-                            f"decode attention of {q.shape[0]} sequences over up to {k.shape[2]} keys")
-        return out[:, :, 0, :]
-
-    return causal_attention, grouped_decode_attention
-
-
-def _swap_attention(update: Any, broken: list[str]) -> Callable[[], None]:
-    """Put :func:`engine_attention` in the engine module (every engine in this process uses it); returns
-    the function that puts the library's back."""
-    saved = engine_model.causal_attention, engine_model.grouped_decode_attention
-    engine_model.causal_attention, engine_model.grouped_decode_attention = engine_attention(update, broken)
-
-    def undo() -> None:
-        engine_model.causal_attention, engine_model.grouped_decode_attention = saved
-
-    return undo
-
-
-def install_flash(engine: Any, fns: Any) -> Callable[[], None]:
-    """The capstone: the engine's attention through your online_softmax_update() (for the whole process;
-    call what it returns to undo)."""
-    return _swap_attention(fns.online_softmax_update, [])
-
-
-def check_flash_engine(fns, r) -> None:
-    r.call(fns.online_softmax_update, torch.full((1, 1), float("-inf")), torch.zeros(1, 1), torch.zeros(1, 2),
-           torch.zeros(1, 1), torch.zeros(1, 2), case="setup")
-    broken: list[str] = []
-    undo = _swap_attention(fns.online_softmax_update, broken)
-    try:
-        run = build.run_engine(build.engine_config(), build.chat_prompts()[:2])
-    finally:
-        undo()
-    case = (f"the engine's attention (prefill and batched decode) as tiles of {TILE} keys through your "
-            "online_softmax_update(): 2 chat prompts, 8 greedy tokens each")
-    build.compare(r, case, run, build.reference(build.chat_prompts())[:2], hint=broken[0] if broken else "")
-    r.record(f"every attention call within {ATOL:g} of softmax(QK^T)V", not broken,
-             broken[0] if broken else "held in every layer and step")
-
-
-EXERCISES.append(
-    Exercise("flash_engine", "FlashAttention's tile loop inside the engine", "build",
-             "Your online_softmax_update() runs the engine's attention, prefill and decode, one tile of keys at a "
-             "time; checked by generating on the embedded model, token for token against transformers.",
-             check_flash_engine, functions=("online_softmax_update",),
-             symbol="src/infer_lab/engine/model.py::causal_attention, grouped_decode_attention",
-             timeout_s=build.BUILD_TIMEOUT_S, install=install_flash))

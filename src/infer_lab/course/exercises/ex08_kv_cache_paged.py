@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ...engine import ContiguousKVCache
 from ...engine.kv_cache import block_table_slots
-from . import Exercise, build
-from .checking import plain, short_repr
+from . import Exercise
+from .checking import plain
 from .engine_sim import paged_cache, sequence, tiny_shape
 
 NUMBER = "08"
@@ -103,100 +101,3 @@ EXERCISES = [
              "Predict the reserved-but-unused slots of paged blocks and of contiguous max-length regions; "
              "checked against the engine's allocators' memory reports.", check_waste),
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Build it: your lookup and block count inside the paged engine
-
-
-def _slot_violation(table: list[int], block_size: int, start: int, count: int, got: Any) -> str | None:
-    """What is wrong with the slots ``got`` for positions ``start..start+count-1``, or None.
-
-    The invariant: position p's K/V goes to offset p % B of the block its block table names for
-    logical block p // B (and nowhere else, or another position or request overwrites it).
-    """
-    if not isinstance(got, list) or len(got) != count:
-        return f"asked for {count} slots, got {short_repr(got)}"
-    for i, slot in enumerate(got):
-        p = start + i
-        if not isinstance(slot, int):
-            return f"position {p}: slot {slot!r} is not an integer"
-        block, offset = table[p // block_size], p % block_size
-        if slot == block * block_size + offset:
-            continue
-        where = f"position {p} (block table {short_repr(table, 40)}, blocks of {block_size}) went to slot {slot}"
-        if slot == p:
-            why = "the slot equals the position: the block table was not used (logical block -> physical block)"
-        elif slot == block + offset:
-            why = (f"that is physical block {block} + offset {offset}: a block id counts blocks, so multiply it "
-                   f"by the block size to get its first slot")
-        elif slot // block_size == block:
-            why = f"right block {block}, wrong offset {slot % block_size} instead of {offset} (p % block_size)"
-        elif slot // block_size in table:
-            why = (f"slot {slot} is in block {slot // block_size}, which this request holds for another "
-                   f"logical block: position {p} belongs to logical block {p // block_size}")
-        else:
-            why = f"slot {slot} is in block {slot // block_size}, which this request does not hold"
-        return f"{where}: {why}"
-    return None
-
-
-def check_paged_engine(fns, r) -> None:
-    r.call(fns.slots, [0], 4, 0, 1, case="setup")
-    r.call(fns.blocks_needed, 0, 1, 0, 4, case="setup")
-    broken: list[str] = []
-
-    def lookup(table, block_size, start, count):
-        got = plain(fns.slots(list(table), block_size, start, count))
-        if not broken:
-            why = _slot_violation(list(table), block_size, start, count, got)
-            if why:
-                broken.append(f"slot lookup: {why}")
-        return got
-
-    def count(num_computed, num_new, held, block_size):
-        got = plain(fns.blocks_needed(num_computed, num_new, held, block_size))
-        end = num_computed + num_new
-        if not broken and isinstance(got, int):
-            blocks = held + max(got, 0)
-            if blocks * block_size < end:
-                broken.append(f"block count: a request holding {held} block(s) of {block_size} with {num_computed} "
-                              f"tokens cached asked for {num_new} more and got {got} new block(s): {blocks} x "
-                              f"{block_size} = {blocks * block_size} slots for {end} tokens, a block short. "
-                              "A partly filled last block still needs a whole block: round UP")
-            elif (blocks - 1) * block_size >= end and got > 0:
-                broken.append(f"block count: {num_computed} tokens cached in {held} block(s) of {block_size}, "
-                              f"{num_new} new: {got} new block(s) make {blocks} blocks for {end} tokens, more "
-                              "than they need: subtract the blocks already held")
-        return got
-
-    def plug(engine):
-        engine.kv.slot_lookup = lookup
-        engine.kv.block_count = count
-
-    case = "the paged engine with your slots() and blocks_needed(): 4 chat prompts, 8 greedy tokens each, blocks of 4"
-    run = build.run_engine(build.engine_config(), build.chat_prompts(), plug)
-    hint = broken[0] if broken else ""
-    build.compare(r, case, run, hint=hint)
-    r.record("invariant: every K/V write lands in its own block's slot, every request holds the blocks its "
-             "tokens need", not broken, broken[0] if broken else "held throughout the run")
-    if run.finished:
-        build.pool_back(r, "invariant: the pool is full again after the run", run)
-
-
-def install_paged(engine: Any, fns: Any) -> None:
-    """The capstone: your slots() and blocks_needed() as a serving engine's block-table lookup and block count."""
-    engine.kv.slot_lookup = lambda table, block_size, start, count: plain(
-        fns.slots(list(table), block_size, start, count))
-    engine.kv.block_count = lambda computed, new, held, block_size: plain(
-        fns.blocks_needed(computed, new, held, block_size))
-
-
-EXERCISES.append(
-    Exercise("paged_engine", "PagedAttention inside the engine", "build",
-             "Your slots() and blocks_needed() replace the paged KV cache's block-table lookup (every K/V write "
-             "and every attention read goes through it) and its block count; checked by generating with the "
-             "engine on the embedded model, token for token against transformers, with every block back in the "
-             "pool afterwards.", check_paged_engine, functions=("slots", "blocks_needed"),
-             symbol="src/infer_lab/engine/kv_cache.py::PagedKVCache.slot_lookup, PagedKVCache.block_count",
-             timeout_s=build.BUILD_TIMEOUT_S, install=install_paged))

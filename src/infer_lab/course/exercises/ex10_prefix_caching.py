@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import random
-from functools import lru_cache
-from typing import Any
 
 from ...engine import HashPrefixCache, RadixPrefixCache
-from ...engine.prefix_cache import RadixNode
-from . import Exercise, build
-from .checking import plain, short_repr
+from . import Exercise
+from .checking import plain
 from .engine_sim import paged_cache, sequence
 
 NUMBER = "10"
@@ -133,93 +130,3 @@ EXERCISES = [
              "Predict the hit rate of a workload whose requests share a system prompt; checked against the "
              "engine's caches run over that workload.", check_hit_rate),
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Build it: your radix-tree match inside the engine's prefix cache
-
-
-def _radix_prompts() -> tuple[tuple[int, ...], ...]:
-    """The 4 chat prompts (they share the chat template's system prompt, then differ), and the
-    second one again: partly matching edges, a split node, and a whole-prompt hit."""
-    chats = build.chat_prompts()
-    return chats + (chats[1],)
-
-
-def _radix_config():
-    # one request at a time: each one finds what the ones before it left in the tree
-    return build.engine_config(prefix_cache="radix", max_num_seqs=1)
-
-
-@lru_cache(maxsize=1)
-def _reference_hits() -> int:
-    """Prompt tokens the engine's own radix match finds on the same requests."""
-    return build.run_engine(_radix_config(), _radix_prompts()).engine.prefix_cache.stats.hit_tokens
-
-
-def _diagnose(got: Any, want: list[int], tokens: list[int]) -> str:
-    """What is wrong with a match that returned ``got`` slots where the tree holds ``want``."""
-    where = f"looking up a {len(tokens)}-token prompt whose longest cached prefix is {len(want)} tokens"
-    if not isinstance(got, list) or not all(isinstance(s, int) for s in got):
-        return f"{where}: return the list of cache slots (ints), got {short_repr(got, 40)}"
-    if len(got) > len(want) and got[: len(want)] == want:
-        return (f"{where}: you returned {len(got)} slots, {len(got) - len(want)} past the last matching token: "
-                "a partly matching edge gives only the slots of its first n matching tokens")
-    if len(got) < len(want) and want[: len(got)] == got:
-        return (f"{where}: you returned only {len(got)} slots: keep walking while the edges match, and a partly "
-                "matching edge still gives the slots of the tokens that do match")
-    if len(got) == len(want):
-        return f"{where}: the right number of slots but not the tree's slots: take them from child.slots, in order"
-    return f"{where}: you returned {len(got)} slots that are not the tree's slots for this prefix"
-
-
-def check_radix_engine(fns, r) -> None:
-    r.call(fns.radix_match, RadixNode(tokens=[], slots=[], parent=None), [1, 2, 3], case="setup")  # an empty tree
-    broken: list[str] = []
-
-    def plug(engine):
-        cache = engine.prefix_cache
-        reference = cache.match  # the engine's own: it also marks the nodes it walked as recently used
-
-        def match(token_ids):
-            got = plain(fns.radix_match(cache.root, list(token_ids)))
-            want = reference(token_ids)
-            if got != want and not broken:
-                broken.append(_diagnose(got, want, list(token_ids)))
-            return got
-
-        cache.match = match
-
-    prompts = _radix_prompts()
-    case = (f"the radix prefix cache with your radix_match(): {len(prompts)} chat prompts one after another "
-            f"(they share the chat template's system prompt; the last repeats the second), {build.NEW_TOKENS} "
-            "greedy tokens each, blocks of 4")
-    run = build.run_engine(_radix_config(), prompts, plug)
-    build.compare(r, case, run, hint=broken[0] if broken else "")
-    r.record("invariant: every lookup returned the tree's slots for the longest cached prefix", not broken,
-             broken[0] if broken else "held at every admission")
-    if not run.finished:
-        return
-    hits, ref = run.engine.prefix_cache.stats.hit_tokens, _reference_hits()
-    r.record("prompt tokens found in the cache: the same as the engine's own match", hits == ref,
-             f"{hits} tokens (the engine's own match: {ref})" + ("" if hits == ref else
-             ": fewer means a prefix that was cached got computed again" if hits < ref else
-             ": more means tokens that do not match were handed over"))
-    build.pool_back(r, "invariant: the pool is full again after the cache is cleared", run)
-
-
-def install_radix_match(engine: Any, fns: Any) -> None:
-    """The capstone: your radix_match() as a serving engine's radix-tree lookup (engines with ``prefix_cache="radix"``)."""
-    cache = engine.prefix_cache
-    if isinstance(cache, RadixPrefixCache):
-        cache.match = lambda token_ids: plain(fns.radix_match(cache.root, list(token_ids)))
-
-
-EXERCISES.append(
-    Exercise("radix_engine", "The radix tree's match inside the engine", "build",
-             "Your radix_match() walks the engine's radix tree to find the cache slots of a prompt's longest "
-             "cached prefix; checked by serving chat prompts that share a system prompt through the engine's "
-             "radix prefix cache on the embedded model, token for token against transformers, with the hit "
-             "count and the pool checked.", check_radix_engine,
-             functions=("radix_match",), symbol="src/infer_lab/engine/prefix_cache.py::RadixPrefixCache.match",
-             timeout_s=build.BUILD_TIMEOUT_S, install=install_radix_match))

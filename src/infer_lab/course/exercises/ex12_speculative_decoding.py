@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import random
-from functools import lru_cache
-from typing import Any
 
 import torch
 
-from ...engine.acceptance import Verdict, expected_tokens_per_pass, verify_greedy, verify_sampling
+from ...engine.acceptance import expected_tokens_per_pass, verify_greedy, verify_sampling
 from ...engine.proposers import NgramProposer
-from . import Exercise, build
-from .checking import plain, short_repr
+from . import Exercise
+from .checking import plain
 
 NUMBER = "12"
 SLUG = "speculative_decoding"
@@ -179,125 +177,3 @@ EXERCISES = [
              "Propose drafts by finding the text's last n-gram earlier in it; checked against the engine's "
              "NgramProposer.lookup.", check_ngram),
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Build it: your verification rule and your prompt lookup inside the engine's speculative decoding
-
-SPEC_K = 4  # drafts per pass
-SPEC_MAX_N = 3
-
-
-def _verify_violation(drafts: list[int], target: list[int], got: Any) -> str | None:
-    """What breaks greedy verification's invariants in ``got`` = (tokens, accepted), or None."""
-    if not (isinstance(got, list) and len(got) == 2 and isinstance(got[0], list) and isinstance(got[1], int)):
-        return f"return (tokens, accepted), got {short_repr(got, 60)}"
-    tokens, accepted = got
-    where = f"drafts {drafts}, target argmax {target}: you returned tokens {tokens}, accepted {accepted}"
-    if not tokens:
-        return (f"{where}. A pass yielded no token, so the request never advances: after the kept drafts, "
-                "append the target's own token (the bonus token), also when no draft is kept")
-    if not 0 <= accepted <= len(drafts) or accepted != len(tokens) - 1 or tokens[:accepted] != drafts[:accepted]:
-        return (f"{where}. tokens must be the {accepted} kept drafts and then one token of the target's own "
-                "(accepted = len(tokens) - 1)")
-    bad = next((i for i in range(accepted) if drafts[i] != target[i]), None)
-    if bad is not None:
-        return (f"{where}. Draft {bad} ({drafts[bad]}) was kept although the target's argmax there is {target[bad]}: "
-                "stop at the first draft the target disagrees with")
-    if tokens[-1] != target[accepted]:
-        return (f"{where}. The token after the {accepted} kept draft(s) must be the target's argmax at that "
-                f"position, target_argmax[{accepted}] = {target[accepted]}, not {tokens[-1]}")
-    if accepted < len(drafts) and drafts[accepted] == target[accepted]:
-        return (f"{where}. Draft {accepted} equals the target's argmax but was not kept: keep drafts while they "
-                "agree")
-    return None
-
-
-@lru_cache(maxsize=1)
-def _reference_passes() -> tuple[int, int]:
-    """(target passes, tokens) of the engine's own speculative run on the grounded prompt."""
-    run = build.run_engine(_spec_config(), [build.repetitive_prompt()], new_tokens=SPEC_TOKENS)
-    return run.target_passes, sum(len(o) for o in run.outputs)
-
-
-SPEC_TOKENS = 12
-
-
-def _spec_config():
-    return build.engine_config(speculative=f"ngram:{SPEC_MAX_N}", num_speculative_tokens=SPEC_K)
-
-
-def check_spec_engine(fns, r) -> None:
-    r.call(fns.verify_greedy, [1], [1, 2], case="setup")
-    r.call(fns.ngram_lookup, [1, 2, 1], 2, SPEC_MAX_N, 1, case="setup")
-    broken: list[str] = []
-
-    def verify(drafts, target_argmax):
-        got = plain(fns.verify_greedy(list(drafts), list(target_argmax)))
-        why = _verify_violation(list(drafts), list(target_argmax), got)
-        if why and not broken:
-            broken.append(f"verify_greedy: {why}")
-        if isinstance(got, list) and len(got) == 2 and isinstance(got[0], list):
-            return Verdict(list(got[0]), int(got[1]) if isinstance(got[1], int) else 0, len(drafts))
-        return Verdict([], 0, len(drafts))
-
-    def plug(engine):
-        engine.verify_greedy = verify
-        proposer = engine.proposer
-
-        def lookup(tokens, k):
-            got = plain(fns.ngram_lookup(list(tokens), k, proposer.max_n, proposer.min_n))
-            if not (isinstance(got, list) and len(got) <= k and all(isinstance(t, int) for t in got)):
-                if not broken:
-                    broken.append(f"ngram_lookup: propose a list of at most k={k} token ids, got {short_repr(got, 60)}")
-                return []
-            return got
-
-        proposer.lookup = lookup
-
-    grounded = build.repetitive_prompt()
-    prompts = [grounded, *build.chat_prompts()[:2]]
-    new_tokens = SPEC_TOKENS
-    expected = [build.reference((grounded,), new_tokens)[0], *build.reference(build.chat_prompts()[:2], new_tokens)]
-    case = (f"speculative decoding (n-gram lookup, k={SPEC_K}) with your verify_greedy() and ngram_lookup(): a "
-            f"grounded prompt (16 ids three times) and 2 chat prompts, {new_tokens} greedy tokens each")
-    run = build.run_engine(_spec_config(), prompts, plug, new_tokens=new_tokens)
-    build.compare(r, case, run, expected, hint=broken[0] if broken else "")
-    r.record("invariant: each pass keeps the drafts the target agrees with, then adds the target's own token",
-             not broken, broken[0] if broken else "held at every verification")
-    if not run.finished or broken:
-        return
-    seq = run.engine.requests[next(iter(run.engine.requests))]
-    passes, tokens = seq.num_target_passes, len(seq.output_ids)
-    ref_passes, ref_tokens = _reference_passes()
-    ok = passes < tokens and passes <= ref_passes
-    detail = (f"the grounded prompt's {tokens} tokens took {passes} target passes (the engine's own lookup: "
-              f"{ref_passes} for {ref_tokens})")
-    if not ok:
-        detail += (": your drafts were kept less often. Propose what FOLLOWED the most recent earlier occurrence of "
-                   "the longest matching suffix (tokens[start + n : start + n + k])")
-    r.record("fewer target passes than tokens on a grounded prompt", ok, detail)
-
-
-def install_speculation(engine: Any, fns: Any) -> None:
-    """The capstone: your verify_greedy() (and, with n-gram speculation on, your ngram_lookup()) in a serving engine."""
-
-    def verify(drafts, target_argmax):
-        tokens, accepted = plain(fns.verify_greedy(list(drafts), list(target_argmax)))
-        return Verdict(list(tokens), int(accepted), len(drafts))
-
-    engine.verify_greedy = verify
-    proposer = engine.proposer
-    if isinstance(proposer, NgramProposer):
-        proposer.lookup = lambda tokens, k: plain(fns.ngram_lookup(list(tokens), k, proposer.max_n, proposer.min_n))
-
-
-EXERCISES.append(
-    Exercise("spec_engine", "Speculative decoding inside the engine", "build",
-             "Your verify_greedy() and ngram_lookup() replace the engine's greedy verification and its prompt-lookup "
-             "proposer; checked by generating with speculative decoding on the embedded model, token for token "
-             "against transformers, in fewer target passes than tokens on a grounded prompt.",
-             check_spec_engine, functions=("verify_greedy", "ngram_lookup"),
-             symbol="src/infer_lab/engine/engine.py::Engine.verify_greedy, "
-                    "src/infer_lab/engine/proposers.py::NgramProposer.lookup",
-             timeout_s=build.BUILD_TIMEOUT_S, install=install_speculation))

@@ -29,9 +29,3 @@ def batching_steps(output_lens: list[int], max_num_seqs: int, policy: str) -> in
         start = heapq.heappop(slots_free_at)
         heapq.heappush(slots_free_at, start + length)
     return max(slots_free_at)
-
-
-def admit_tokens(tokens_to_compute: int, token_budget: int | None, fits) -> int:
-    """The chunk that the budget leaves, admitted only if its blocks are free."""
-    n = tokens_to_compute if token_budget is None else min(tokens_to_compute, token_budget)
-    return n if n > 0 and fits(n) else 0

@@ -21,21 +21,3 @@ def shared_prompt_hit_rate(n_requests: int, system_tokens: int, user_tokens: int
     """Every request after the first reuses the system prompt (whole blocks of it for the hash cache)."""
     per_request = reused_tokens(system_tokens, system_tokens + user_tokens, block_size, cache)
     return (n_requests - 1) * per_request / (n_requests * (system_tokens + user_tokens))
-
-
-def radix_match(root, token_ids: list[int]) -> list[int]:
-    """Walk the edges while they match; a partly matching edge gives its first n slots and ends the walk."""
-    node, i, slots = root, 0, []
-    while i < len(token_ids):
-        child = node.children.get(token_ids[i])
-        if child is None:
-            break
-        n = 0
-        while n < len(child.tokens) and i + n < len(token_ids) and child.tokens[n] == token_ids[i + n]:
-            n += 1
-        slots += child.slots[:n]
-        i += n
-        if n < len(child.tokens):
-            break
-        node = child
-    return slots

@@ -16,15 +16,3 @@ def worst_step_tokens(prompt_len: int, num_decoding: int, budget: int, chunked: 
     if not chunked:
         return prompt_len + num_decoding
     return num_decoding + max(chunk_sizes(prompt_len, budget, num_decoding))
-
-
-def split_budget(tokens_to_compute: list[int], budget: int | None) -> list[int]:
-    """Oldest first, each request takes what it has, cut to what is left; the budget shrinks as it goes."""
-    if budget is None:
-        return list(tokens_to_compute)
-    split = []
-    for n in tokens_to_compute:
-        n = min(n, budget)
-        split.append(n)
-        budget -= n
-    return split

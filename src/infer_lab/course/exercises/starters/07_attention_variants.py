@@ -20,8 +20,9 @@ def online_softmax_update(
     QK^T and ``values`` its ``(tile, d)`` V. Keep the unnormalized sum of exp(score - max)
     times V in ``output_acc`` and the sum of exp(score - max) in ``running_sum``; when the
     max grows, what was accumulated must be brought to the new max. The caller finishes
-    with ``output_acc / running_sum``. Inside the engine (the build exercise) the same update
-    gets leading batch and head dimensions: ``(..., n, 1)``, ``(..., n, tile)``, ``(..., tile, d)``.
+    with ``output_acc / running_sum``. In a paged KV store's tile loop (stage 3 of the build
+    track) the same update gets leading head dimensions: ``(..., n, 1)``, ``(..., n, tile)``,
+    ``(..., tile, d)``.
 
     Returns:
         ``(new_max, new_sum, new_acc)``.

@@ -27,19 +27,3 @@ def batching_steps(output_lens: list[int], max_num_seqs: int, policy: str) -> in
     previous batch is done. ``"continuous"``: a free slot is refilled at the next step.
     """
     raise NotImplementedError
-
-
-def admit_tokens(tokens_to_compute: int, token_budget: int | None, fits) -> int:
-    """How many tokens of the request at the head of the waiting queue the engine schedules now.
-
-    Build it: the engine's scheduler calls this for the head of the queue while a batch slot is
-    free. ``tokens_to_compute`` is what the request still has to compute (its prompt, less any
-    prefix-cache hit). ``token_budget`` is what is left of this step's token budget, or ``None``
-    when chunked prefill is off (no budget: the whole prompt at once). ``fits(n)`` says whether
-    the KV cache has the free blocks for ``n`` more tokens of this request.
-
-    Returns:
-        the number of tokens to schedule (a chunk cut to the budget), or 0 when the request must
-        wait (then everyone behind it waits too: first come, first served).
-    """
-    raise NotImplementedError

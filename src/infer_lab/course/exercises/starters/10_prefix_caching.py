@@ -34,21 +34,3 @@ def shared_prompt_hit_rate(n_requests: int, system_tokens: int, user_tokens: int
     prompt tokens found in the cache / all prompt tokens (a fraction, 0..1).
     """
     raise NotImplementedError
-
-
-def radix_match(root, token_ids: list[int]) -> list[int]:
-    """The cache slots of the longest prefix of ``token_ids`` that the radix tree holds.
-
-    Build it: the engine's radix prefix cache (SGLang style) calls this when a request arrives.
-    ``root`` is the tree's root node. Every node has ``children`` (a dict: first token of a child's
-    edge -> child node), ``tokens`` (the token ids along the edge into it) and ``slots`` (the KV
-    cache slot of each of those tokens, one per token). The root's edge is empty.
-
-    Walk down from the root: pick the child whose edge starts with the next token, compare its
-    edge with the prompt token by token, and collect the slots of the tokens that match. An edge
-    that matches only partly ends the walk (after its matching tokens).
-
-    Returns:
-        the slots of the matched tokens, in prompt order ([] when nothing matches).
-    """
-    raise NotImplementedError

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .layers import LayerFunctions, attention_inputs, layer_output, rms_norm
+from ..layers import LayerFunctions, attention_inputs, layer_output, rms_norm
 
 DTYPES = (torch.float32, torch.bfloat16)
 

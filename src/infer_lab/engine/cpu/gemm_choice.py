@@ -196,7 +196,7 @@ def plan_for(weights: Sequence[torch.Tensor], packed: Sequence[torch.Tensor] | N
     Measured once per process for each CPU, thread count, dtype and list of weight shapes, then
     reused: every engine of a chapter or a test suite shares one measurement.
     """
-    from ..hardware import cpu_model
+    from ...hardware import cpu_model
 
     key = (cpu_model(), torch.get_num_threads(), weights[0].dtype, tuple(tuple(w.shape) for w in weights))
     if key not in _PLANS:
