@@ -158,6 +158,52 @@ class HashPrefixCache(PrefixCache):
         self.block_of.clear()
 
 
+def share_or_copy(kv: PagedKVCache, slots: list[int]) -> tuple[list[int], int]:
+    """A block table for a request whose first ``len(slots)`` tokens' K/V sit in cache ``slots``.
+
+    Each group of ``block_size`` slots that is one whole block, in order, is shared by reference
+    (one more holder). Any other group (a partly matching last block, or a block's worth of slots
+    from two blocks) is copied into a fresh block (``kv.take_block()``, which may evict, then
+    ``kv.copy_slots``), so the request can write its own tokens after it: copy-on-write.
+
+    The blocks of groups still to come are held meanwhile, so making room for a copy cannot evict
+    them. A copy's own sources may go: the copy reads them before anything is written, and with a
+    full pool the block handed back may be one of them. Returns ``(block_table, tokens reused)``;
+    fewer tokens than ``len(slots)`` only when no block could be found for a copy.
+    """
+    bs = kv.block_size
+    groups = [slots[i * bs : (i + 1) * bs] for i in range(math.ceil(len(slots) / bs))]
+    held = [{s // bs for s in group} for group in groups]
+    for blocks in held:
+        for b in blocks:
+            kv.blocks.share(b)
+    table: list[int] = []
+    reused = 0
+    try:
+        for i, group in enumerate(groups):
+            first = group[0]
+            if len(group) == bs and first % bs == 0 and group == list(range(first, first + bs)):
+                kv.blocks.share(first // bs)
+                table.append(first // bs)
+            else:
+                for b in held[i]:
+                    kv.blocks.release(b)
+                held[i] = set()
+                try:
+                    block = kv.take_block()
+                except OutOfKVMemory:
+                    break
+                kv.copy_slots(group, list(range(block * bs, block * bs + len(group))))
+                kv.block_fill[block] = len(group)
+                table.append(block)
+            reused += len(group)
+    finally:
+        for blocks in held:
+            for b in blocks:
+                kv.blocks.release(b)
+    return table, reused
+
+
 @dataclass(eq=False)
 class RadixNode:
     """An edge of the radix tree: a run of tokens and the cache slot of each of them."""
@@ -219,35 +265,8 @@ class RadixPrefixCache(PrefixCache):
 
     def attach(self, seq: Sequence) -> int:
         """Share whole matching blocks by reference; copy a partly matching block into a new one."""
-        bs = self.kv.block_size
-        slots = self.match(seq.all_ids[: self.reusable_limit(seq)])
-        matched = self._blocks(slots)
-        for b in matched:  # held meanwhile, so making room for a copy cannot evict what is being reused
-            self.blocks.share(b)
-        table: list[int] = []
-        reused = 0
-        try:
-            for i in range(math.ceil(len(slots) / bs)):
-                group = slots[i * bs : (i + 1) * bs]
-                first = group[0]
-                if len(group) == bs and first % bs == 0 and group == list(range(first, first + bs)):
-                    self.blocks.share(first // bs)
-                    table.append(first // bs)
-                else:
-                    try:
-                        block = self.kv.take_block()
-                    except OutOfKVMemory:
-                        break
-                    self.kv.copy_slots(group, list(range(block * bs, block * bs + len(group))))
-                    self.kv.block_fill[block] = len(group)
-                    table.append(block)
-                reused += len(group)
-        finally:
-            for b in matched:
-                self.blocks.release(b)
-        seq.block_table = table
-        seq.num_computed = reused
-        return reused
+        seq.block_table, seq.num_computed = share_or_copy(self.kv, self.match(seq.all_ids[: self.reusable_limit(seq)]))
+        return seq.num_computed
 
     def insert(self, seq: Sequence) -> None:
         """Add ``seq``'s computed tokens to the tree; only the part not already there takes new references."""

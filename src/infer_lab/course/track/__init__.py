@@ -91,11 +91,7 @@ class Stage:
 
 def stages() -> list[Stage]:
     """The eight stages, in order."""
-    return [import_module(f"{__name__}.{name}").STAGE for name in STAGE_MODULES if _exists(name)]
-
-
-def _exists(name: str) -> bool:
-    return (Path(__file__).parent / f"{name}.py").exists()
+    return [import_module(f"{__name__}.{name}").STAGE for name in STAGE_MODULES]
 
 
 def stage(key: str | int) -> Stage:

@@ -1,41 +1,9 @@
 """Stage 7 · The radix prefix cache: a reference solution."""
 
 import itertools
-import math
 from collections import Counter
 
-from infer_lab.engine.kv_cache import OutOfKVMemory
-from infer_lab.engine.prefix_cache import PrefixCache
-
-
-def share_or_copy(kv, slots: list[int]) -> tuple[list[int], int]:
-    """A block table for a request whose first ``len(slots)`` tokens sit in ``slots``: whole blocks shared,
-    a partly matching block copied into a fresh one (copy-on-write). Returns (table, tokens reused)."""
-    bs = kv.block_size
-    matched = {s // bs for s in slots}
-    for b in matched:  # held meanwhile, so making room for a copy cannot evict what is being reused
-        kv.blocks.share(b)
-    table, reused = [], 0
-    try:
-        for i in range(math.ceil(len(slots) / bs)):
-            group = slots[i * bs:(i + 1) * bs]
-            first = group[0]
-            if len(group) == bs and first % bs == 0 and group == list(range(first, first + bs)):
-                kv.blocks.share(first // bs)
-                table.append(first // bs)
-            else:
-                try:
-                    block = kv.take_block()
-                except OutOfKVMemory:
-                    break
-                kv.copy_slots(group, list(range(block * bs, block * bs + len(group))))
-                kv.block_fill[block] = len(group)
-                table.append(block)
-            reused += len(group)
-    finally:
-        for b in matched:
-            kv.blocks.release(b)
-    return table, reused
+from infer_lab.engine.prefix_cache import PrefixCache, share_or_copy
 
 
 class Node:
