@@ -178,7 +178,7 @@ def render() -> str:
 
 def track_section(track) -> list[str]:
     """The build track: every stage with its file, its check, the chapter to read first and its time."""
-    rows = [f"| {s.number} | {s.title} | `{track.DEFAULT_DIR}/{s.file}` | {s.task} | {s.chapter} | "
+    rows = [f"| {s.number} | {s.title} | `{track.DEFAULT_DIR}/{s.file}` | {s.task} | {', '.join(s.chapters)} | "
             f"`infer-lab check engine {s.key}` | {s.minutes} |" for s in track.stages()]
     return [
         "## The build track: write the engine",
@@ -189,7 +189,9 @@ def track_section(track) -> list[str]:
         "invariants) of the library's own component, which is the reference. Each stage's check runs your",
         "component inside the real engine on hidden traces and on a second, hidden model shape, and compares",
         "every token with transformers' greedy output. A component you have not written yet is the",
-        "library's, so you can stop after any stage and still serve an engine. Minutes are our estimate.",
+        "library's, so you can stop after any stage and still serve an engine, and take the stages in the",
+        "order of your chapters (each one's line in its chapter above) or in the order an engine is built",
+        "(this table). Minutes are our estimate.",
         "",
         "    infer-lab check engine --init    # copies the eight starters",
         "",

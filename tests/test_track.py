@@ -282,3 +282,11 @@ def test_the_hidden_model_depends_on_its_context_rarely_ties_and_sometimes_stops
     stats = h.hidden_model_stats()
     assert stats["distinct"] >= 200 and stats["context"] >= 0.9, stats
     assert stats["near_ties"] <= 0.005 and 0.05 <= stats["eos"] <= 0.6, stats
+
+
+def test_each_chapter_notebook_presents_its_stages_with_file_command_and_time():
+    for s in STAGES:
+        text = track.chapter_markdown(s.chapter)
+        assert f"`my_engine/{s.file}`" in text and f"infer-lab check engine {s.key}" in text
+        assert f"about {s.minutes} min" in text
+    assert track.chapter_markdown("05") == ""  # a chapter without a stage shows none

@@ -164,9 +164,47 @@ VARIANTS = {"float64-accumulation": FLOAT64_ACCUMULATION, "tiles-of-two-blocks":
             "finite-mask-value": FINITE_MASK}
 
 
-@pytest.mark.parametrize("name", [*VARIANTS, "gather-then-softmax"])
+# The gather version again, its attend a tile loop over the blocks: per-layer lists, tuples, generators.
+LISTS_AND_TUPLES = GATHER_THEN_SOFTMAX.replace('''    def attend(self, layer, q, block_table, context_len, scale):
+        n, heads, _ = q.shape
+        where = torch.tensor(paged_slots(block_table, self.size, 0, context_len))
+        k = self.keys[layer][where].float()
+        v = self.values[layer][where].float()
+        per_kv = heads // k.shape[1]
+        k = k[:, torch.arange(heads) // per_kv]  # head h -> KV head h // per_kv
+        v = v[:, torch.arange(heads) // per_kv]
+        scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+        visible = torch.arange(context_len)[None, :] <= torch.arange(context_len - n, context_len)[:, None]
+        scores = scores.masked_fill(~visible, -math.inf)
+        return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+''', '''    def attend(self, layer, q, block_table, context_len, scale):
+        n, heads, d = q.shape
+        qf = q.float().transpose(0, 1)  # (heads, n, d)
+        state = (torch.full((heads, n, 1), -math.inf), torch.zeros(heads, n, 1), torch.zeros(heads, n, d))
+        rows = torch.arange(context_len - n, context_len)[:, None]
+        for first in range(0, context_len, self.size):
+            where = torch.tensor(paged_slots(block_table, self.size, first, min(self.size, context_len - first)))
+            k, v = self.keys[layer][where].float(), self.values[layer][where].float()
+            per_kv = heads // k.shape[1]
+            k, v = k[:, torch.arange(heads) // per_kv], v[:, torch.arange(heads) // per_kv]
+            scores = torch.einsum("hqd,khd->hqk", qf, k) * scale
+            scores = scores.masked_fill(first + torch.arange(len(where))[None, :] > rows, -math.inf)
+            state = online_softmax_update(*state, scores, v.transpose(0, 1))
+        return (state[2] / state[1]).transpose(0, 1)
+''')
+
+
+@pytest.mark.parametrize("name", [*VARIANTS, "lists-and-tuples"])
 def test_a_correct_variant_passes(tmp_path, name):
-    text = GATHER_THEN_SOFTMAX if name == "gather-then-softmax" else mutated(KEY, VARIANTS[name])
+    text = LISTS_AND_TUPLES if name == "lists-and-tuples" else mutated(KEY, VARIANTS[name])
+    assert text != GATHER_THEN_SOFTMAX
     result = check_text(KEY, text, tmp_path)
     assert result.passed, failures(result)
     assert result.tokens_identical
+
+
+def test_attention_without_the_tile_loop_is_told_to_walk_the_blocks(tmp_path):
+    """Gather the whole context and take one softmax: right numbers, but not the stage's lesson."""
+    result = check_text(KEY, GATHER_THEN_SOFTMAX, tmp_path, fail_fast=True)
+    assert result.status == "fail"
+    assert "walk the block table one tile" in failures(result)

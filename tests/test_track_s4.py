@@ -12,6 +12,7 @@ from track_helpers import (
     failures,
     mutated,
     solution_result,
+    source,
 )
 
 from infer_lab.course import track
@@ -40,6 +41,8 @@ def test_the_starter_is_not_done_and_the_solution_passes(tmp_path, track_solutio
 
 
 NEAR_MISSES = [  # (name, old, new, what the check must say)
+    ("preempts-the-oldest", "self.preempt(self.running[-1], out)", "self.preempt(self.running[0], out)",
+     "also preempted in it"),
     ("admit-ignores-fits", "return n if n > 0 and fits(n) else 0", "return n", "OutOfKVMemory"),
     # Admission that never asks for free blocks, in the class itself: chunking off and a small pool crash the engine.
     ("admission-never-asks-kv", "lambda m, s=seq: self.kv.can_allocate(s, m)", "lambda m: True",
@@ -136,53 +139,53 @@ class Scheduler:
     def __init__(self, config, kv):
         self.cfg = config
         self.kv = kv
-        self.queue = []
-        self.active = []
+        self.waiting = []
+        self.running = []
 
     def add(self, seq):
-        self.queue.append(seq)
+        self.waiting.append(seq)
 
     def remove(self, seq):
-        self.queue = [s for s in self.queue if s is not seq]
-        self.active = [s for s in self.active if s is not seq]
+        self.waiting = [s for s in self.waiting if s is not seq]
+        self.running = [s for s in self.running if s is not seq]
 
     def has_unfinished(self):
-        return len(self.queue) + len(self.active) > 0
+        return len(self.waiting) + len(self.running) > 0
 
     def schedule(self):
         budget = self.cfg.max_num_batched_tokens if self.cfg.chunked_prefill else None
         items, preempted = [], []
-        todo = [s.num_tokens - s.num_computed for s in self.active]
-        for seq, n in list(zip(list(self.active), split_budget(todo, budget))):
-            if n == 0 or seq not in self.active:
+        todo = [s.num_tokens - s.num_computed for s in self.running]
+        for seq, n in list(zip(list(self.running), split_budget(todo, budget))):
+            if n == 0 or seq not in self.running:
                 continue
             while not self.kv.can_allocate(seq, n):
-                victim = self.active.pop()
+                victim = self.running.pop()
                 self.kv.free(victim, cache_prefix=True)
                 victim.num_computed = 0
                 victim.num_preemptions += 1
                 victim.status = SequenceStatus.WAITING
-                self.queue.insert(0, victim)
+                self.waiting.insert(0, victim)
                 preempted.append(victim)
                 if victim is seq:
                     break
-            if seq in self.active:
+            if seq in self.running:
                 self.kv.allocate(seq, n)
                 items.append(ScheduledSequence(seq, seq.num_computed, n))
                 if budget is not None:
                     budget -= n
-        if not preempted and not (self.cfg.policy == "static" and self.active):
-            while self.queue and len(self.active) < self.cfg.max_num_seqs and budget != 0:
-                head = self.queue[0]
+        if not preempted and not (self.cfg.policy == "static" and self.running):
+            while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget != 0:
+                head = self.waiting[0]
                 self.kv.attach_prefix(head)
                 n = admit_tokens(head.num_tokens - head.num_computed, budget,
                                  lambda m: self.kv.can_allocate(head, m))
                 if not n:
                     self.kv.detach_prefix(head)
                     break
-                self.queue.pop(0)
+                self.waiting.pop(0)
                 head.status = SequenceStatus.RUNNING
-                self.active.append(head)
+                self.running.append(head)
                 self.kv.allocate(head, n)
                 items.append(ScheduledSequence(head, head.num_computed, n))
                 if budget is not None:
@@ -195,3 +198,10 @@ class Scheduler:
 def test_a_correct_variant_passes(tmp_path, name):
     text = DECODES_FIRST if name == "decodes-first-file" else mutated(KEY, VARIANTS[name])
     assert_variant_passes(KEY, text, tmp_path)
+
+
+def test_a_scheduler_without_the_running_and_waiting_lists_is_told_to_keep_them(tmp_path):
+    """The server reports their lengths on /metrics; the starter says so, and the check asks for them."""
+    text = source(KEY).replace("self.running", "self.active")
+    result = check_text(KEY, text, tmp_path, fail_fast=True)
+    assert result.status == "fail" and "keep the running requests in self.running" in failures(result)

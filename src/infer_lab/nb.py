@@ -232,9 +232,11 @@ def exercises_section(number: str) -> Any:
     """A chapter's exercises with the commands that start and check them; solutions in a closed accordion."""
     import marimo as mo
 
-    from .course import exercises
+    from .course import exercises, track
 
+    stages = track.chapter_markdown(number)
     return mo.vstack([
         mo.md(exercises.exercises_markdown(number)),
         mo.accordion({"Reference solutions (open them after you have tried)": mo.md(exercises.solution_markdown(number))}),
+        *([mo.md(stages)] if stages else []),
     ])

@@ -37,8 +37,9 @@ The build track: write a whole serving engine, one component per stage, in ./my_
                                        the same load in interleaved rounds: one table
   infer-lab serve --engine mine        serve your engine over the OpenAI API
 
-A stage's check runs your component inside the real engine (the other components the
-library's, or yours where written) on hidden traces and on a second, hidden model shape, and
+A stage's check runs your component inside the real engine (every other component the
+library's; `infer-lab check engine` then runs all of yours together) on hidden traces and on a
+second, hidden model shape, and
 compares every token with transformers' greedy output; it also checks what the stage is about
 (blocks held, steps taken, the token budget, the numerics of huge scores). The traces' seed is
 new each run and printed on a failure; --seed N replays it, --full runs the larger set. An
@@ -82,7 +83,8 @@ def _list() -> str:
         lines += [f"    {e.name:<26} {e.title} ({ex.KINDS[e.kind]})" + (f"\n    {'':<26} plugs into {e.symbol}" if e.symbol else "")
                   for e in ex.exercises(n)]
     lines += ["", "The build track    (infer-lab check engine --init)"]
-    lines += [f"    {s.number}. {s.key:<10} {s.file:<24} {s.title} (about {s.minutes} min; chapter {s.chapter})"
+    lines += [f"    {s.number}. {s.key:<10} {s.file:<24} {s.title} (about {s.minutes} min; read chapter "
+              f"{', '.join(s.chapters)} first)"
               for s in track.stages()]
     return "\n".join(lines)
 

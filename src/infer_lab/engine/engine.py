@@ -229,6 +229,10 @@ class Engine:
     def one_token_fns(self) -> Any:
         return self.executor.one_token_fns
 
+    @one_token_fns.setter
+    def one_token_fns(self, fns: Any) -> None:
+        self.executor.one_token_fns = fns
+
     @property
     def layer_fns(self) -> Any:
         return self.executor.layer_fns

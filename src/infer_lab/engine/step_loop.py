@@ -72,7 +72,8 @@ def step(engine: Any) -> SchedulerOutput:
             finish(engine, item.seq, "error", f"engine step failed: {type(exc).__name__}: {exc}")
         return batch
 
-    finite = torch.isfinite(logits).all(dim=-1).tolist()  # one device-to-host copy for every row
+    # A NaN or an Inf anywhere in a row makes its sum non-finite: one pass, one device-to-host copy for all rows.
+    finite = torch.isfinite(logits.sum(dim=-1)).tolist()
     sampling, rows, at = [], [], 0  # requests that sample one token, and each one's logits row
     for item in batch.scheduled:
         seq = item.seq

@@ -103,9 +103,19 @@ class OursBackend:
         # Read without the engine lock: a scrape may see numbers a step old, never blocks.
         sched = self.engine.scheduler
         queued = sum(isinstance(cmd, _Add) for cmd in list(self._inbox))
+        running, waiting = getattr(sched, "running", None), getattr(sched, "waiting", None)
+        if running is None or waiting is None:  # a scheduler without the two lists: count by status instead
+            from ..engine.sequence import SequenceStatus
+
+            try:
+                statuses = [s.status for s in list(self.engine.requests.values())]
+            except RuntimeError:  # the engine thread changed the dict meanwhile: a scrape is a step old anyway
+                statuses = []
+            running = [x for x in statuses if x is SequenceStatus.RUNNING]
+            waiting = [x for x in statuses if x is SequenceStatus.WAITING]
         out = {
-            "running": float(len(sched.running)),
-            "waiting": float(len(sched.waiting) + queued),
+            "running": float(len(running)),
+            "waiting": float(len(waiting) + queued),
         }
         kv = self.engine.kv
         if hasattr(kv, "num_used_blocks"):  # paged KV (through its interface: the block manager may be a learner's)

@@ -371,26 +371,7 @@ def exercises_markdown(number: str | int, heading: str = "## Exercises") -> str:
         "",
         f"In a cell instead: `from infer_lab.course.exercises import check; "
         f"check(\"{mod.NUMBER}\", {mod.EXERCISES[0].name}=your_function)`.",
-        *track_markdown(mod.NUMBER),
     ])
-
-
-def track_markdown(number: str) -> list[str]:
-    """The build track's stages that go with chapter ``number``: what to write, where, how to check it."""
-    from .. import track
-
-    own = [s for s in track.stages() if s.chapter == number]
-    if not own:
-        return []
-    lines = ["", "**The build track** (you write the serving engine itself, one component per stage, in "
-             f"`./{track.DEFAULT_DIR}/`; `infer-lab check engine --init` copies the starters):", ""]
-    for s in own:
-        lines.append(f"- Stage {s.number}, **{s.title}** (about {s.minutes} min): {s.task} Write "
-                     f"`{track.DEFAULT_DIR}/{s.file}`, check it with `infer-lab check engine {s.key}`; the library's "
-                     f"version is `{s.symbol}`.")
-    lines += ["", "After the last stage, `infer-lab check engine` checks your whole engine and "
-              "`infer-lab serve --engine mine` serves it (workshop/SELF_PACED.md has the whole track)."]
-    return lines
 
 
 def solution_markdown(number: str | int) -> str:

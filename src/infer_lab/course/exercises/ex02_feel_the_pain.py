@@ -21,7 +21,8 @@ DTYPES = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2)}
 
 def _store_bytes_per_token(model: str, dtype: torch.dtype) -> int:
     """K and V bytes of one token in every layer, from the engine's own KV tensors (numel x element size)."""
-    return SlotStore(model_shape(model), 1, dtype, torch.device("cpu")).bytes_per_token
+    shape = model_shape(model)
+    return SlotStore(shape.layers, 1, shape.kv_heads, shape.head_dim, dtype, torch.device("cpu")).bytes_per_token
 
 
 def check_kv_cache_bytes(fns, r) -> None:

@@ -81,6 +81,11 @@ class Stage:
     requires: tuple[str, ...] = ()
     adapters: dict[str, Adapter] = field(default_factory=dict)
     symbol: str = ""  # the library's component: file::name
+    reads: tuple[str, ...] = ()  # the chapters to have read first (default: ``chapter``)
+
+    @property
+    def chapters(self) -> tuple[str, ...]:
+        return self.reads or (self.chapter,)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -102,6 +107,23 @@ def stage(key: str | int) -> Stage:
             return s
     known = ", ".join(f"{s.key} ({s.number})" for s in stages())
     raise KeyError(f"no stage {key!r}; the stages are {known}")
+
+
+def chapter_markdown(number: str) -> str:
+    """The stages that go with chapter ``number`` (its notebook's exercise section): what to write, where,
+    how to check it; empty for a chapter with none."""
+    own = [s for s in stages() if s.chapter == number]
+    if not own:
+        return ""
+    lines = ["**The build track** (you write the serving engine itself, one component per stage, in "
+             f"`./{DEFAULT_DIR}/`; `infer-lab check engine --init` copies the starters):", ""]
+    for s in own:
+        lines.append(f"- Stage {s.number}, **{s.title}** (about {s.minutes} min; read chapter "
+                     f"{', '.join(s.chapters)} first): {s.task} Write `{DEFAULT_DIR}/{s.file}`, check it with "
+                     f"`infer-lab check engine {s.key}`; the library's version is `{s.symbol}`.")
+    lines += ["", "After the last stage, `infer-lab check engine` checks your whole engine and "
+              "`infer-lab serve --engine mine` serves it (workshop/SELF_PACED.md has the whole track)."]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------

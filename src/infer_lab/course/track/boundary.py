@@ -95,26 +95,28 @@ def _learner_frame(exc: BaseException, path: Path) -> tuple[int, str] | None:
     return found
 
 
-# Hints, each given only when its pattern matches the error: (exception type name, text in the message, hint).
+# Hints, each given only when its pattern matches the error and the function is one it was written for:
+# (exception type name, text in the message, words of the function's label (any: ()), hint).
 HINTS = (
-    ("OutOfKVMemory", "", "the KV cache ran out of blocks: ask kv.can_allocate(seq, n) before kv.allocate(seq, n), "
-                          "and let the request wait (or preempt the newest) when it says no"),
-    ("RuntimeError", "expected scalar type", "the engine computes in the model's dtype (float32 here): convert with "
-                                             ".to(x.dtype) before mixing tensors"),
-    ("RuntimeError", "same dtype", "the engine computes in the model's dtype (float32 here): convert with "
-                                   ".to(x.dtype) before mixing tensors"),
-    ("RuntimeError", "must match the size", "two tensors' shapes disagree: print their .shape; q is (tokens, heads, "
-                                            "head_dim) and k, v are (tokens, kv_heads, head_dim)"),
-    ("IndexError", "deque", "a pop from an empty free list: check that enough blocks are free before taking them"),
-    ("KeyError", "", "a lookup of a key that is not there: print the dict's keys where the line above reads it"),
-    ("ZeroDivisionError", "", "a division by zero: which count can be 0 here (an empty list, a block size)?"),
+    ("OutOfKVMemory", "", (), "the KV cache ran out of blocks: ask kv.can_allocate(seq, n) before kv.allocate(seq, "
+                              "n), and let the request wait (or preempt the newest) when it says no"),
+    ("RuntimeError", "expected scalar type", (), "the engine computes in the model's dtype (float32 here): convert "
+                                                 "with .to(x.dtype) before mixing tensors"),
+    ("RuntimeError", "same dtype", (), "the engine computes in the model's dtype (float32 here): convert with "
+                                       ".to(x.dtype) before mixing tensors"),
+    ("RuntimeError", "must match the size", ("forward", "attention", "PagedKVStore"),
+     "two tensors' shapes disagree: print their .shape; q is (tokens, heads, head_dim) and k, v are (tokens, "
+     "kv_heads, head_dim)"),
+    ("IndexError", "deque", ("BlockManager",), "a pop from an empty free list: check that enough blocks are free "
+                                               "before taking any"),
+    ("ZeroDivisionError", "", (), "a division by zero: which count can be 0 here (an empty list, a block size)?"),
 )
 
 
-def _hint(exc: BaseException) -> str:
+def _hint(exc: BaseException, label: str) -> str:
     name, text = type(exc).__name__, str(exc)
-    for exc_name, pattern, hint in HINTS:
-        if name == exc_name and pattern in text:
+    for exc_name, pattern, where, hint in HINTS:
+        if name == exc_name and pattern in text and (not where or any(w in label for w in where)):
             return hint
     return ""
 
@@ -150,7 +152,7 @@ def guard_function(fn: Callable[..., Any], label: str, path: Path, adapt: Adapte
             message = f"{label} raised {type(exc).__name__}: {exc}\n    called as {_call_text(label, args, kwargs, params)}"
             if where:
                 message += f"\n    at {path.name}:{where[0]}: {where[1]}"
-            hint = _hint(exc)
+            hint = _hint(exc, label)
             if hint:
                 message += f"\n    hint: {hint}"
             raise LearnerCodeError(message, label, where[0] if where else None) from exc

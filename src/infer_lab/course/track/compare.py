@@ -4,8 +4,8 @@
 the library's engine with the same switches, and transformers one request at a time, each over the
 same OpenAI-compatible server, in interleaved rounds. Each is asked the same chat questions
 greedily (their answers compared with transformers') and then driven by the load generator's
-shared-prefix workload. The table gives the answers that equal transformers', output tokens/s
-(the median over rounds) and the TTFT and ITL medians pooled over rounds.
+shared-prefix workload. The table gives the answers that equal transformers', and the median over
+rounds of each round's output tokens/s, TTFT p50 and ITL p50.
 """
 
 from __future__ import annotations

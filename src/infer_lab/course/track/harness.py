@@ -111,8 +111,9 @@ def _reference(model_name: str, prompt: tuple[int, ...], max_tokens: int, ignore
     model = embedded() if model_name == "smollm2-135m" else hidden()
     hf = model.lm.model
     eos = None if ignore_eos else model.eos
-    with torch.inference_mode():
-        out = hf.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False,
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():  # an explicit mask: without one, generate masks every token equal to the pad id
+        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False,
                           output_scores=True, return_dict_in_generate=True, eos_token_id=eos,
                           pad_token_id=eos if eos is not None else 0, min_new_tokens=0)
     tokens = out.sequences[0, len(prompt):].tolist()
@@ -381,10 +382,12 @@ def hidden_model_stats(prompts: int = 128, prompt_len: int = 12, new_tokens: int
     ids = torch.tensor([random_prompt(rng, HIDDEN_CONFIG["vocab_size"], prompt_len) for _ in range(prompts)])
     other = ids.clone()
     other[:, 0] = (other[:, 0] + 17) % (HIDDEN_CONFIG["vocab_size"] - 4) + 4
+    mask = torch.ones_like(ids)
     with torch.inference_mode():
-        out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0,
-                             output_scores=True, return_dict_in_generate=True)
-        moved = model.generate(other, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                             pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+        moved = model.generate(other, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)
     answers = out.sequences[:, prompt_len:]
     top = torch.stack([torch.topk(s.float(), 2).values for s in out.scores])
     return {"distinct": float(len(set(answers.flatten().tolist()))),

@@ -514,7 +514,7 @@ def check(ctx: StageContext) -> None:
 
 STAGE = Stage(
     number=1, key="forward", title="The forward pass", file="01_forward.py",
-    components={"forward": "forward"}, chapter="01", minutes=120,
+    components={"forward": "forward"}, chapter="01", reads=("01", "03"), minutes=120,
     task="The decoder on real weights: RMSNorm, RoPE, grouped-query causal attention, then the whole forward pass "
          "(embedding, every layer with its q/k/v bias if any, the final norm, the LM head) over a flat batch of "
          "tokens, and greedy decoding with a KV cache of your own.",

@@ -476,6 +476,9 @@ def check_store(ctx: StageContext) -> bool:
                                      f"{kv_heads} KV heads)", False, f"{exc}{fixed}")
         sixteen_passed = sixteen_passed or bs == 16
         calls += case.calls + wide.calls
+    why = _tile_loop_problem(ctx, case)
+    if why:
+        return ctx.report.record("attend walks the block table tile by tile", False, why)
     sizes = ", ".join(str(c[0]) for c in configs)
     ctx.report.record(f"the store alone: {len(configs)} stores (blocks of {sizes}), non-contiguous block tables", True,
                       f"{calls} attend calls within {ATOL:g} of a float64 gather + causal softmax: whole prompts (the "
@@ -501,6 +504,32 @@ def check_store(ctx: StageContext) -> bool:
             "(its tensors were not found among its attributes, so their bytes were not counted)")
     return ctx.report.record(case, True, f"{bf16.calls} attend calls within {BF16_ATOL:g} of float64 attention over "
                                          f"the same bf16 K/V; {size}")
+
+
+def _tile_loop_problem(ctx: StageContext, case: _StoreCase) -> str | None:
+    """The lesson of the stage: ``attend`` folds the context in tile by tile with ``online_softmax_update``
+    (more than one tile for a context of several blocks), instead of gathering it whole."""
+    r = max(range(len(case.lengths)), key=lambda i: case.lengths[i])
+    length, table = case.lengths[r], case.tables[r]
+    blocks = math.ceil(length / case.bs)
+    calls = [0]
+    update = ctx.module.online_softmax_update
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return update(*args, **kwargs)
+
+    ctx.module.online_softmax_update = counted
+    try:
+        case.attend(0, case.query(1, "plain"), table, length)
+    finally:
+        ctx.module.online_softmax_update = update
+    if calls[0] >= 2:
+        return None
+    return (f"one decoding query over a context of {length} tokens in {blocks} blocks of {case.bs} called "
+            f"online_softmax_update {calls[0]} time(s): walk the block table one tile (a block, or a few) at a "
+            "time and fold each tile into the running max, sum and output with online_softmax_update; the "
+            "context is never gathered whole (that is what a paged attention kernel does)")
 
 
 def _tensor_bytes(obj: Any) -> int:
@@ -600,7 +629,7 @@ def check(ctx: StageContext) -> None:
 
 STAGE = Stage(
     number=3, key="paged", title="Paged KV", file="03_paged_kv.py",
-    components={"kv_store": "PagedKVStore"}, chapter="08", minutes=120,
+    components={"kv_store": "PagedKVStore"}, chapter="08", reads=("07", "08"), minutes=120,
     task="The K/V store behind PagedAttention: write each token's K/V to the slot its block table names, and "
          "attend one request's queries to its context one block (a tile) at a time with an online softmax, "
          "exact for huge scores and fully masked tiles; copy slots for the prefix cache.",

@@ -272,12 +272,18 @@ class _Watch:
     def _broken(self, out: SchedulerOutput, live: list[Sequence], before: set[int]) -> str | None:
         cfg, bs = self.config, self.kv.block_size
         seen: set[int] = set()
+        preempted = {id(p) for p in out.preempted}
         for item in out.scheduled:
             seq, start, n = item.seq, item.start, item.num_new_tokens
             rid = seq.request_id
             if id(seq) in seen:
                 return f"{rid} is scheduled twice in one step"
             seen.add(id(seq))
+            if id(seq) in preempted:
+                return (f"{rid} is scheduled in this step and also preempted in it: its blocks were given back "
+                        "after it was scheduled, so the forward pass would write into blocks it no longer holds. "
+                        "Preempt a request that is not scheduled yet (the library takes the newest running one, "
+                        "whose turn comes last)")
             if seq.finish_reason is not None:
                 return (f"{rid} is scheduled, but it finished ({seq.finish_reason}): remove(seq) must take it out "
                         "of the queue and the running list")
@@ -326,6 +332,18 @@ class _Watch:
                 return (f"{seq.request_id} is waiting (it was not scheduled) but holds {len(seq.block_table)} KV "
                         f"blocks that no one else can use{how}")
         running = [s.request_id for s in live if id(s) in self.admitted]
+        for name, want in (("running", len(running)), ("waiting", len(live) - len(running))):
+            queue = getattr(self.inner, name, None)
+            if queue is None or not hasattr(queue, "__len__"):
+                return (f"your Scheduler has no {name} list: keep the running requests in self.running and the "
+                        "waiting ones in self.waiting (the server reports their lengths on /metrics)")
+            done = [s for s in list(queue) if getattr(s, "finish_reason", None) is not None]
+            if done:
+                return (f"self.{name} still holds {done[0].request_id}, which finished ({done[0].finish_reason}): "
+                        "remove(seq) must take it out of the queue and the running list")
+            if len(queue) != want:
+                return (f"self.{name} holds {len(queue)} requests, but {want} are {name} (scheduled since they last "
+                        "held no blocks, or not): keep the two lists up to date")
         if len(running) > cfg.max_num_seqs:
             return (f"{len(running)} requests are running ({', '.join(running)}), more than max_num_seqs="
                     f"{cfg.max_num_seqs}: a request joins only while a batch slot is free")
@@ -534,7 +552,7 @@ def check(ctx: StageContext) -> None:
 
 STAGE = Stage(
     number=4, key="scheduler", title="The scheduler", file="04_scheduler.py",
-    components={"scheduler": "Scheduler"}, chapter="09", minutes=90,
+    components={"scheduler": "Scheduler"}, chapter="09", reads=("09", "10", "11"), minutes=90,
     task="Who runs each step and how many of their tokens: continuous and static batching, admission by free "
          "KV blocks, chunked prefill under a token budget, preemption by recompute, the prefix cache at admission.",
     check=check, requires=("admit_tokens", "split_budget"),

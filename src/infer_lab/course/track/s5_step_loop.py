@@ -617,7 +617,7 @@ def check(ctx: StageContext) -> None:
 
 STAGE = Stage(
     number=5, key="steploop", title="The step loop", file="05_step_loop.py",
-    components={"step_loop": None}, chapter="09", minutes=75,
+    components={"step_loop": None}, chapter="09", reads=("09", "10", "12"), minutes=75,
     task="One engine step: schedule, run the forward pass, sample (or verify speculative guesses), move num_computed, "
          "append tokens up to the first stop, and finish requests (their blocks back, out of the scheduler).",
     check=check, requires=("stop_reason", "finish", "step"), adapters={"stop_reason": as_reason},

@@ -516,8 +516,8 @@ def check_pressure(ctx: StageContext) -> bool:
 
     Exact equality would refuse correct caches: a tie among equally old leaves broken the other way,
     a split's tail that keeps its own age, or a trie of one token per node (it evicts a token at a
-    time, the radix tree a whole edge) reuse more or fewer tokens on some traces under this much
-    pressure (on 300 hidden traces: from 0.83x to 1.25x the library's). The eviction order itself is
+    time, the radix tree a whole edge) reuse more or fewer tokens than the library's on some traces
+    under this much pressure, by tens of percent either way. The eviction order itself is
     checked exactly by :func:`check_lru`, and without eviction the reuse is checked exactly by
     :func:`check_match`.
     """

@@ -5,8 +5,14 @@ step and, for each, a run of its tokens to compute (a whole prompt, a chunk of o
 token a decoding request computes), and it gets their KV blocks before it returns. The step loop
 then runs one forward pass over exactly that.
 
-Your scheduler keeps a waiting queue (first come, first served) and a running list, and keeps
-these promises, which the check tests on hidden traces:
+Your scheduler keeps a waiting queue and a running list, as the attributes ``waiting`` and
+``running`` (the server reports their lengths on ``/metrics``). On hidden traces the check holds
+you to: at most ``config.max_num_seqs`` running, the token budget, static batching's closed
+batch, a request's blocks allocated before it is scheduled and from its ``num_computed``,
+nothing scheduled twice or after it finished, no waiting request holding blocks, every request
+finished with transformers' tokens, and **no more steps than the library's scheduler x 1.1**
+on the same trace. Below is how the library's scheduler decides (first come, first served); a
+policy of yours may differ where it still keeps all of that:
 
 * **Continuous batching** (``config.policy == "continuous"``): every step, after the running
   requests, waiting ones join while a batch slot is free (at most ``config.max_num_seqs``

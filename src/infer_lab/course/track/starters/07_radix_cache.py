@@ -34,9 +34,10 @@ Write ``match`` first (chapter 10's tree walk), then ``insert``, ``attach``, and
 into a block table (whole blocks shared by reference, a partly matching block copied into a fresh
 block: copy-on-write).
 
-Check it: ``infer-lab check engine radix``. Your cache then runs on hidden trees of any depth and
-under memory pressure against the library's (the same hits, nothing leaked, no block freed under a
-running request), and inside the real engine, every token compared with transformers. The
+Check it: ``infer-lab check engine radix``. Your cache then runs on hidden trees of any depth (the
+same hits as the library's), in eviction scenarios (the least recently used text goes first), and
+under memory pressure beside the library's (hits close to its own, nothing leaked, no block freed
+under a running request), and inside the real engine, every token compared with transformers. The
 library's version: ``src/infer_lab/engine/prefix_cache.py`` (``RadixPrefixCache``).
 """
 
