@@ -35,29 +35,29 @@ def _tiled(update, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int
     return output_acc / running_sum
 
 
-def _no_acc_rescale(m, s, acc, scores, values):
+def no_acc_rescale(m, s, acc, scores, values):
     new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - new_m)
     return new_m, s * torch.exp(m - new_m) + p.sum(-1, keepdim=True), acc + p @ values
 
 
-def _no_sum_rescale(m, s, acc, scores, values):
+def no_sum_rescale(m, s, acc, scores, values):
     new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - new_m)
     return new_m, s + p.sum(-1, keepdim=True), acc * torch.exp(m - new_m) + p @ values
 
 
-def _last_tile_only(m, s, acc, scores, values):
+def last_tile_only(m, s, acc, scores, values):
     new_m = scores.amax(-1, keepdim=True)
     p = torch.exp(scores - new_m)
     return new_m, p.sum(-1, keepdim=True), p @ values
 
 
 KNOWN_BUGS = {
-    "output_acc was not rescaled by exp(old_max - new_max) when the max grew": _no_acc_rescale,
-    "running_sum was not rescaled by exp(old_max - new_max) when the max grew": _no_sum_rescale,
+    "output_acc was not rescaled by exp(old_max - new_max) when the max grew": no_acc_rescale,
+    "running_sum was not rescaled by exp(old_max - new_max) when the max grew": no_sum_rescale,
     "only the last tile counts: the update must carry the running max, sum and accumulator forward":
-        _last_tile_only,
+        last_tile_only,
 }
 
 SOFTMAX_CASES = (("one tile of 64 keys", 64, 1.0), ("tiles of 16", 16, 1.0), ("tiles of 7 (a short last one)", 7, 1.0),

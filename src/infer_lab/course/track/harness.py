@@ -281,6 +281,19 @@ def run(model: CheckModel, config: EngineConfig, parts: EngineParts | None, trac
                passes=sum(s.num_target_passes for s in seqs if s is not None))
 
 
+def count_prompt_chunks(counts: list[int]) -> Callable[[Any, int], None]:
+    """An ``on_step`` for :func:`run`: adds to ``counts[0]`` every scheduled piece that continued a prompt
+    (a chunk that starts inside it: chunked prefill at work, so a check can say it happened)."""
+
+    def on_step(engine: Any, step: int) -> None:
+        last = engine.scheduler.last
+        for item in last.scheduled if last is not None else ():
+            if 0 < item.start < len(item.seq.prompt_ids):
+                counts[0] += 1
+
+    return on_step
+
+
 def tokens_text(model: CheckModel, ids: Sequence[int], limit: int = 50) -> str:
     """Token ids as text for the embedded model, as ids for the hidden one."""
     tok = model.lm.tokenizer

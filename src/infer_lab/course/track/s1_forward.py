@@ -467,18 +467,6 @@ def check_generate(ctx: StageContext, model: h.CheckModel, prompt: list[int], ma
 # 4. Inside the engine
 
 
-def _count_chunks(counts: list[int]) -> Callable[[Any, int], None]:
-    """After every step: how many scheduled pieces continued a prompt (a chunk shorter than its context)."""
-
-    def on_step(engine: Any, step: int) -> None:
-        last = engine.scheduler.last
-        for item in last.scheduled if last is not None else ():
-            if 0 < item.start < len(item.seq.prompt_ids):
-                counts[0] += 1
-
-    return on_step
-
-
 def check_engine(ctx: StageContext) -> None:
     parts = ctx.parts()
     chat = h.chat_trace(QUESTIONS, max_tokens=8)
@@ -492,7 +480,7 @@ def check_engine(ctx: StageContext) -> None:
                            new_tokens=(6, 16), arrival_steps=3, name="a hidden trace on the hidden model")
     config = h.engine_config(block_size=bs, max_model_len=64, chunked_prefill=True, max_num_batched_tokens=budget)
     chunks = [0]
-    result = h.run(model, config, parts, trace, on_step=_count_chunks(chunks))
+    result = h.run(model, config, parts, trace, on_step=h.count_prompt_chunks(chunks))
     h.compare(ctx.report, f"inside the engine: {trace.describe()}, blocks of {bs}, chunked prefill under "
                           f"{budget} tokens a step ({chunks[0]} chunks continued a prompt)", result)
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ...engine.kv_store import paged_slots as library_slots
+from ..exercises.ex07_attention_variants import last_tile_only, no_acc_rescale, no_sum_rescale
 from . import Stage, StageContext
 from . import harness as h
 from .boundary import BadResult, LearnerCodeError, as_int_list, as_tensor_like, describe
@@ -127,30 +128,12 @@ def _fold(update: Callable[..., Any], scores: torch.Tensor, values: torch.Tensor
     return state[2] / state[1]
 
 
-def _no_acc_rescale(m, s, acc, scores, values):
-    new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
-    p = torch.exp(scores - new_m)
-    return new_m, s * torch.exp(m - new_m) + p.sum(-1, keepdim=True), acc + p @ values
-
-
-def _no_sum_rescale(m, s, acc, scores, values):
-    new_m = torch.maximum(m, scores.amax(-1, keepdim=True))
-    p = torch.exp(scores - new_m)
-    return new_m, s + p.sum(-1, keepdim=True), acc * torch.exp(m - new_m) + p @ values
-
-
-def _last_tile_only(m, s, acc, scores, values):
-    new_m = scores.amax(-1, keepdim=True)
-    p = torch.exp(scores - new_m)
-    return new_m, p.sum(-1, keepdim=True), p @ values
-
-
 RESCALE_HINT = ("a later tile raised the max: rescale the running sum AND output_acc by exp(old max - new max) before "
                 "adding the tile's share")
 KNOWN_UPDATES = {
-    RESCALE_HINT + " (output_acc was not)": _no_acc_rescale,
-    RESCALE_HINT + " (the running sum was not)": _no_sum_rescale,
-    "only the last tile counts: carry the running max, sum and output from tile to tile": _last_tile_only,
+    RESCALE_HINT + " (output_acc was not)": no_acc_rescale,
+    RESCALE_HINT + " (the running sum was not)": no_sum_rescale,
+    "only the last tile counts: carry the running max, sum and output from tile to tile": last_tile_only,
 }
 OVERFLOW_HINT = ("scores this large overflow exp() in float32 (above about 88): subtract the running max before exp(), "
                  "so every exponent is <= 0")
@@ -588,16 +571,6 @@ class _CountingStore:
         return getattr(self._store, name)
 
 
-def _count_chunks(counts: list[int]) -> Callable[[Any, int], None]:
-    def on_step(engine: Any, step: int) -> None:
-        last = engine.scheduler.last
-        for item in last.scheduled if last is not None else ():
-            if 0 < item.start < len(item.seq.prompt_ids):
-                counts[0] += 1
-
-    return on_step
-
-
 def check_engine(ctx: StageContext) -> None:
     parts = ctx.parts()
     chat = h.chat_trace(QUESTIONS, max_tokens=8)
@@ -615,7 +588,7 @@ def check_engine(ctx: StageContext) -> None:
                            name="a hidden trace on the hidden model")
     config = h.engine_config(block_size=bs, max_model_len=64, max_num_seqs=3, chunked_prefill=True,
                              max_num_batched_tokens=budget, prefix_cache="radix")
-    result = h.run(model, config, parts, trace, on_step=_count_chunks(chunks))
+    result = h.run(model, config, parts, trace, on_step=h.count_prompt_chunks(chunks))
     reused = result.engine.prefix_cache.stats.hit_tokens if result.finished else 0
     h.compare(ctx.report, f"inside the engine: {trace.describe()}, blocks of {bs}, chunked prefill under {budget} "
                           f"tokens a step ({chunks[0]} chunks continued a prompt), radix prefix cache ({reused} prompt "
