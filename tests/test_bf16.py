@@ -10,7 +10,7 @@ a result, and a greedy near-tie with it. What holds, and is asserted here:
   in bf16 on the course's CPU); SDPA rounds those rows differently, so there the tokens agree
   without being identical: most whole answers are. Every first token (a prefill) is identical too
   where this CPU's bf16 GEMM rounds a row the same whatever rows share the call (AVX-512-bf16 on
-  the course's EPYC); with AMX tiles (a Sapphire Rapids Xeon) it does not, and the prompts that the
+  the course's EPYC); with AMX tiles (the Xeon of the 2026-12-03 session) it does not, and the prompts that the
   served engine prefills together in one step only agree. The test asks the machine which it is.
 """
 
