@@ -165,19 +165,8 @@ VARIANTS = {"float64-accumulation": FLOAT64_ACCUMULATION, "tiles-of-two-blocks":
 
 
 # The gather version again, its attend a tile loop over the blocks: per-layer lists, tuples, generators.
-LISTS_AND_TUPLES = GATHER_THEN_SOFTMAX.replace('''    def attend(self, layer, q, block_table, context_len, scale):
-        n, heads, _ = q.shape
-        where = torch.tensor(paged_slots(block_table, self.size, 0, context_len))
-        k = self.keys[layer][where].float()
-        v = self.values[layer][where].float()
-        per_kv = heads // k.shape[1]
-        k = k[:, torch.arange(heads) // per_kv]  # head h -> KV head h // per_kv
-        v = v[:, torch.arange(heads) // per_kv]
-        scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
-        visible = torch.arange(context_len)[None, :] <= torch.arange(context_len - n, context_len)[:, None]
-        scores = scores.masked_fill(~visible, -math.inf)
-        return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
-''', '''    def attend(self, layer, q, block_table, context_len, scale):
+_GATHER_ATTEND = GATHER_THEN_SOFTMAX[GATHER_THEN_SOFTMAX.index("    def attend("):GATHER_THEN_SOFTMAX.index("    def copy(")]
+LISTS_AND_TUPLES = GATHER_THEN_SOFTMAX.replace(_GATHER_ATTEND, '''    def attend(self, layer, q, block_table, context_len, scale):
         n, heads, d = q.shape
         qf = q.float().transpose(0, 1)  # (heads, n, d)
         state = (torch.full((heads, n, 1), -math.inf), torch.zeros(heads, n, 1), torch.zeros(heads, n, d))
