@@ -23,7 +23,9 @@ import pytest
 import torch
 
 import infer_lab.engine.model as engine_model
+from infer_lab import fast_paths
 from infer_lab.engine import AttentionMetadata, Engine, EngineConfig, EngineModel, SamplingParams
+from infer_lab.engine.cpu import prepack
 from infer_lab.engine.layers import span_decode_attention
 
 from engine_helpers import NEW_TOKENS, assert_pool_clean, greedy_reference
@@ -50,11 +52,20 @@ def _generate(engine: Engine, prompts: list[list[int]], max_tokens: int = NEW_TO
     return [o.token_ids for o in outs]
 
 
-def test_a_prompts_forward_in_bf16_is_transformers_bit_for_bit(embedded, bf16_lm, prompts):
+def _bf16_models(embedded, bf16_lm, prepacked: bool) -> tuple[EngineModel, ...]:
     cast = EngineModel.from_hf(embedded.model).plain.cast(torch.bfloat16)
     loaded = EngineModel.from_hf(bf16_lm.model).plain
     assert loaded.dtype == cast.dtype == torch.bfloat16
-    models = (cast, cast.prepacked(), loaded)
+    return (cast.prepacked(),) if prepacked else (cast, loaded)
+
+
+@pytest.mark.parametrize("prepacked", [False, True], ids=["plain", "prepacked"])
+def test_a_prompts_forward_in_bf16_is_transformers_bit_for_bit(embedded, bf16_lm, prompts, prepacked):
+    """Plain F.linear everywhere; oneDNN's prepacked bf16 GEMM where this CPU runs it (else skipped,
+    with the probe's reason: an AVX2-only CPU refuses it, and the engine then runs the plain path)."""
+    if prepacked and (why := prepack.refusal("cpu", torch.bfloat16)) is not None:
+        pytest.skip(why)
+    models = _bf16_models(embedded, bf16_lm, prepacked)
     for p in prompts[::3]:
         n = len(p)
         meta = AttentionMetadata(query_lens=[n], context_lens=[n], sample_indices=list(range(n)))
@@ -64,9 +75,14 @@ def test_a_prompts_forward_in_bf16_is_transformers_bit_for_bit(embedded, bf16_lm
                 assert torch.equal(model.forward(torch.tensor(p), torch.arange(n), meta, None), expected)
 
 
+@pytest.mark.parametrize("bf16_kernel", ["as this CPU has it", "refused"])
 def test_one_users_decode_with_transformers_attention_call_is_token_identical(
-    embedded, bf16_lm, prompts, bf16_reference, monkeypatch
+    embedded, bf16_lm, prompts, bf16_reference, monkeypatch, bf16_kernel
 ):
+    """Whatever GEMM path this CPU takes for bf16, and with oneDNN's bf16 GEMM refused as on an
+    AVX2-only laptop (then plain F.linear on the bf16 weights, the fallback), the same tokens."""
+    if bf16_kernel == "refused":
+        monkeypatch.setattr(fast_paths, "_FORCED", {"prepack-bf16"})
     calls = []
 
     def transformers_call(*args, **kwargs):
@@ -77,6 +93,7 @@ def test_one_users_decode_with_transformers_attention_call_is_token_identical(
     # the engine's bf16 option on the fp32 model (its weights cast are the bf16 load's: see above)
     engine = Engine.from_loaded(embedded, EngineConfig(max_num_seqs=1, dtype="bf16"))
     assert engine.model.dtype == torch.bfloat16
+    assert (engine.gemm_plan.refused is not None) == (bf16_kernel == "refused" or not prepack.supported("cpu", torch.bfloat16))
     assert _generate(engine, prompts) == bf16_reference
     # the decode steps read their context in place, through that call
     assert len(calls) >= len(prompts) * engine.model.shape.layers * (NEW_TOKENS - 1) // 2

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from . import fast_paths
 from .hardware import cpu_features, detect, device_label
 from .progress import progress  # noqa: F401  (re-exported: measurements import it from here)
 from .timing import Stats, summarize, synchronize, time_call  # noqa: F401  (re-exported)
@@ -208,6 +209,7 @@ def env_metadata(lm=None) -> dict[str, Any]:
     }
     if info.kind == "cpu" or (lm is not None and lm.device.type == "cpu"):
         meta["cpu"] = cpu_features()  # model, AVX-512 / AMX flags: what the CPU kernels can use
+        meta["fast_paths"] = fast_paths.asked()  # which kernels this run could take here, and why not
     if lm is not None:
         meta.update({"model": lm.name, "weights": lm.source, "dtype": str(lm.dtype).replace("torch.", ""),
                      "n_params": lm.n_params, "weight_bytes": lm.weight_bytes})

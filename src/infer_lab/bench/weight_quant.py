@@ -167,13 +167,30 @@ def _kernel(model: EngineModel) -> str:
     return getattr(model.layers[0].qkv_proj, "kernel", "F.linear")
 
 
+def refused_methods(methods: tuple[str, ...]) -> dict[str, str]:
+    """The quantization methods whose kernels this machine refuses (probed once), with why.
+
+    ``bf16`` is never among them: where oneDNN's bf16 GEMM is refused, the engine multiplies
+    bf16 weights with plain ``F.linear``, and its ``gemm_path`` says so.
+    """
+    from ..quant.kernels import refusal
+
+    return {m: why for m in methods if m not in DTYPES and (why := refusal(m)) is not None}
+
+
 def weight_quant_benchmark(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 128,
                            new_tokens: int = 128, rounds: int = 3, eval_tokens: int = 1024,
                            window: int = 256, with_quality: bool = True, llama_cpp: bool = False) -> dict[str, Any]:
-    """:func:`decode_speed` and (with a tokenizer) :func:`quality`, as JSON with the environment."""
+    """:func:`decode_speed` and (with a tokenizer) :func:`quality`, as JSON with the environment.
+
+    A method whose kernel this machine refuses is left out, with the reason under ``skipped``.
+    """
     t0 = time.perf_counter()
+    skipped = refused_methods(methods)
+    methods = tuple(m for m in methods if m not in skipped)
     result: dict[str, Any] = {
         "speed": decode_speed(lm, methods, prompt_len, new_tokens, rounds, llama_cpp=llama_cpp),
+        "skipped": skipped,
         "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": rounds,
         "threads": torch.get_num_threads(),
     }

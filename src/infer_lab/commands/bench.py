@@ -200,7 +200,7 @@ def add_arguments(p) -> None:
                    help="KV cache storage: the model's dtype (auto), int8 with per-token scales, or fp8 e4m3")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument(
-        "--save", default=None, help="also write the JSON to this path (e.g. assets/results/x.json)"
+        "--save", default=None, help="also write the JSON to this path (e.g. src/infer_lab/results/x.json)"
     )
     p.add_argument("--json", action="store_true", help="print JSON only")
     p.add_argument("--weight-quant", choices=["none", "int8", "int4"], default="none",
@@ -351,6 +351,8 @@ def run_quant(args) -> int:
               + f"; its first {r['same_greedy_tokens_as_base']} of {args.output_len} greedy tokens equal the "
               f"engine's (the same weight values, but its activations are rounded to 8 bits)")
         print(f"          llama.cpp build: {r['build']['system_info']}")
+    for name, why in result["skipped"].items():
+        print(f"{name:>8}: not measured, {why}")
     for name, q in result.get("quality", {}).items():
         print(f"{name:>8}: perplexity {q['perplexity']:.3f} ({100 * q['perplexity_change']:+.2f}%), top-1 "
               f"agreement {100 * q['top1_agreement']:.1f}% over {q['scored_tokens']} tokens")

@@ -17,7 +17,17 @@ entry from the GPU catalog when there is one, and the *measured* ceilings: the c
 On a CPU it also names the CPU's AVX-512 / AMX flags and the GEMM path the engine would
 choose on this machine for the course model's shapes (prepacked oneDNN or plain F.linear, per
 number of rows in a step; measured in under a second, see infer_lab.engine.cpu.gemm_choice), and
-whether the engine's compiled one-token decode step (compiled_decode) can run here.
+which of the engine's CPU fast paths run here. Each is tried once on a tiny tensor, because
+PyTorch decides at the call what a CPU can do (infer_lab.fast_paths):
+
+  prepack-fp32, prepack-bf16   oneDNN GEMMs on prepacked weights (bf16 needs AVX-512 or
+                               AVX-NE-CONVERT; refused, the engine runs plain F.linear)
+  int8-kernel, int4-kernel     fused weight-only matmuls (weight_quant='int8' / 'int4')
+  compiled-decode              torch.compile'd one-token step (needs a working C++ compiler;
+                               its probe compiles a tiny function: seconds)
+
+INFER_LAB_REFUSE_FAST_PATHS=prepack-bf16,int8-kernel (or =all) refuses paths as if this
+machine lacked them: the plain path's speed, or what a laptop without the kernel gets.
 """
 
 
@@ -47,13 +57,27 @@ def gemm_plan(model: str = "smollm2-135m") -> dict:
     from ..engine import gemm_choice, prepack
     from ..shape import model_shape
 
-    if not prepack.available():
-        return {"source": "no oneDNN in this torch", "summary": "plain F.linear at every batch size"}
+    why = prepack.refusal("cpu", torch.float32)
+    if why is not None:
+        return {"source": "refused here", "refused": why, "summary": f"plain F.linear at every batch size ({why})",
+                "model": model, "dtype": "float32"}
     s = model_shape(model)
     weights = gemm_choice.shape_weights(s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate,
                                         s.layers, s.vocab)
     plan = gemm_choice.plan_for(weights).as_dict()
     return {**plan, "model": model, "dtype": str(torch.float32).replace("torch.", "")}
+
+
+def fast_path_verdicts() -> dict[str, dict]:
+    """Every CPU fast path's verdict on this machine (each probed once, on a tiny tensor), as JSON."""
+    import torch
+
+    from ..engine.cpu import cpu_decode, prepack
+    from ..quant import kernels
+
+    verdicts = [prepack.verdict(torch.float32), prepack.verdict(torch.bfloat16), kernels.verdict("int8"),
+                kernels.verdict("int4"), cpu_decode.verdict()]
+    return {v.path: v.as_dict() for v in verdicts}
 
 
 def run(args) -> int:
@@ -72,6 +96,7 @@ def run(args) -> int:
 
         data["cpu"] = {**hardware.cpu_features(), "threads": torch.get_num_threads()}
         data["gemm_plan"] = gemm_plan()
+        data["fast_paths"] = fast_path_verdicts()
         from ..engine import cpu_decode
 
         why = cpu_decode.unsupported_reason("cpu", torch.float32)
@@ -95,6 +120,8 @@ def run(args) -> int:
             if b["plain_ms"] is not None:
                 print(f"  {b['rows']:>4} rows: plain {b['plain_ms']:.2f} ms, prepacked {b['prepacked_ms']:.2f} ms"
                       f" -> {'prepacked' if b['prepacked'] else 'plain'}")
+        for v in data["fast_paths"].values():
+            print(f"fast path   {v['path']:<16}" + ("runs" if v["supported"] else f"refused: {v['reason']}"))
         cd = data["compiled_decode"]
         print("one token   " + (f"compiled_decode available (C++ compiler {cd['compiler']})" if cd["available"]
                                 else f"compiled_decode unavailable: {cd['reason']}"))

@@ -43,19 +43,21 @@ def gemm_plan(config: EngineConfig, model: EngineModel) -> GemmPlan:
     """Which GEMM path an engine with ``config`` takes at each step size (see ``prepack_weights``).
 
     ``True``: prepacked at every size; ``False`` (or a model that cannot be packed): plain.
-    ``None`` (auto): where prepacking applies (a CPU, fused projections, not compiled, fp32/bf16,
-    a copy that fits in half the free memory), the plan measured on this machine
-    (:func:`~.cpu.gemm_choice.plan_for`), else plain.
+    ``None`` (auto): where prepacking applies (a CPU whose oneDNN runs it for this dtype, fused
+    projections, not compiled, fp32/bf16, a copy that fits in half the free memory), the plan
+    measured on this machine (:func:`~.cpu.gemm_choice.plan_for`), else plain. A CPU that
+    refuses the kernel (:func:`~.cpu.prepack.verdict`: bf16 on an AVX2-only CPU) gets the plain
+    plan with the refusal as its reason; ``True`` there is an error that says so.
     """
     wanted = config.prepack_weights
-    ok = prepack.supported(model.device, model.dtype)
-    if wanted and not ok:
-        raise ValueError(
-            f"prepack_weights is a CPU optimization for fp32/bf16 weights with oneDNN; this model is "
-            f"{model.dtype} on {model.device}" + ("" if prepack.available() else " (no oneDNN in this torch)")
-        )
+    why_not = prepack.refusal(model.device, model.dtype)
+    if wanted and why_not is not None:
+        raise ValueError(f"prepack_weights=True cannot run here: {why_not}. "
+                         "Leave prepack_weights at None (auto) or set it to False for plain F.linear")
     if wanted is None:
-        if not (ok and config.fuse_projections and not config.compile_layers
+        if why_not is not None and model.device.type == "cpu" and model.dtype in prepack.DTYPES:
+            return GemmPlan.refused_here(why_not)  # this CPU lacks the kernel: plain, and it says why
+        if not (why_not is None and config.fuse_projections and not config.compile_layers
                 and (model.is_prepacked or prepack.fits(model.gemm_weight_bytes()))):
             return GemmPlan.always(False)
         return gemm_choice.plan_for(model.plain.gemm_weights(), model.prepacked().gemm_weights())
@@ -104,7 +106,8 @@ class Executor:
             if why is None and forward is not None:
                 why = "it compiles the library's forward pass, and this engine runs another"
             if why is not None:
-                raise ValueError(f"compiled_decode cannot run here: {why}")
+                raise ValueError(f"compiled_decode cannot run here: {why}. Set compiled_decode=False "
+                                 "(the default) for the engine's usual one-token step")
             self.one_token_fns = cpu_decode.layer_functions()
             self.compile_s = cpu_decode.compile_for(self.model.plain)
         self.static = static

@@ -304,10 +304,13 @@ class EngineModel:
         source = self.plain
         if self.quant_method is not None:
             raise ValueError(f"this model is already quantized ({self.quant_method})")
-        if self.device.type != "cpu" or not kernels.available():
-            raise ValueError(f"quantized weights use PyTorch's CPU kernels; this model is on {self.device}"
-                             + ("" if kernels.available() else " and this torch lacks them"))
+        if self.device.type != "cpu":
+            raise ValueError(f"quantized weights use PyTorch's CPU kernels; this model is on {self.device}")
         kernels.parse_method(method)  # refuse a bad name before any work
+        why = kernels.refusal(method)  # the kernels probed on this machine
+        if why is not None:
+            raise ValueError(f"weight_quant={method!r} cannot run here: {why}. Leave weight_quant at None "
+                             "to run the model's own weights")
         own = int8_quantizer is quantize_int8_absmax
         key = (method, tuple(t._version for t in source.gemm_weights()))
         cached = source._quantized.get(method)

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from .. import fast_paths
 from .formats import Int4Weight, quantize_int8_absmax, quantize_q4_1, unpack_int4
 
 ACT_DTYPE = torch.bfloat16  # what the kernels' vectorized paths multiply in
@@ -43,6 +45,42 @@ def available() -> bool:
     ops = torch.ops.aten
     return all(hasattr(ops, name) for name in
                ("_weight_int8pack_mm", "_weight_int4pack_mm_for_cpu", "_convert_weight_to_int4pack_for_cpu"))
+
+
+def _probe(scheme: str) -> str | None:
+    if not available():
+        return "this PyTorch build lacks the CPU kernels (aten._weight_int8pack_mm, _weight_int4pack_mm_for_cpu)"
+    w, x = fast_paths.numbers(16, 64, 2), fast_paths.numbers(3, 64, 3)
+    weight = quantize_weight(w, scheme)
+    if isinstance(weight, Int8KernelWeight):
+        reference = F.linear(x.to(ACT_DTYPE).float(), weight.codes.float() * weight.scales.float()[:, None])
+        rel = 2e-2  # the same codes: bf16 rounding only
+    else:
+        reference, rel = F.linear(x, w), 0.25  # 4 bits of 16 numbers: loosely, against the float weight
+    if not fast_paths.close(weight.linear(x), reference, rel):
+        return f"the {scheme} kernel gave other numbers than its dequantized weights"
+    return None
+
+
+def verdict(method: str) -> fast_paths.Verdict:
+    """Whether this PyTorch runs ``method``'s fused kernel (int8, or int4 in any group size) here:
+    probed once per process on a tiny weight (:mod:`infer_lab.fast_paths`)."""
+    scheme, _ = parse_method(method)
+    return fast_paths.ask(f"{scheme}-kernel", lambda: _probe(scheme))
+
+
+def refusal(method: str) -> str | None:
+    """Why an engine model quantized by ``method`` cannot run here, or None when it can.
+
+    A 4-bit model keeps its LM head in int8 (:meth:`~infer_lab.engine.model.EngineModel.quantized`),
+    so it needs both kernels.
+    """
+    scheme, _ = parse_method(method)
+    for needed in (("int8",) if scheme == "int8" else ("int4", "int8")):
+        why = verdict(needed).refusal()
+        if why is not None:
+            return why
+    return None
 
 
 @dataclass(frozen=True)
@@ -176,8 +214,8 @@ def from_dequant_linear(layer: Any) -> KernelWeight | None:
 def kernel_linears(model: nn.Module) -> Iterator[list[str]]:
     """Run every :class:`~.linear.DequantLinear` of ``model`` through its fused kernel while inside.
 
-    Yields the kernels used (empty when no layer has one: NF4, fp8, or a group size the kernel
-    does not take). The kernel weights are built on entry and dropped on exit; the reference
+    Yields the kernels used (empty when no layer has one: NF4, fp8, a group size the kernel
+    does not take, or a kernel this machine refuses, :func:`verdict`). The kernel weights are built on entry and dropped on exit; the reference
     layers are unchanged afterwards.
     """
     from .linear import DequantLinear
@@ -189,8 +227,8 @@ def kernel_linears(model: nn.Module) -> Iterator[list[str]]:
             for module in model.modules():
                 if isinstance(module, DequantLinear):
                     w = from_dequant_linear(module)
-                    if w is None:
-                        continue
+                    if w is None or not verdict("int8" if isinstance(w, Int8KernelWeight) else "int4").supported:
+                        continue  # no kernel for it here: the reference layer runs
                     module.forward = lambda x, _w=w, _b=module.bias: _w.linear(x, _b)
                     swapped.append(module)
                     if w.kernel not in kernels:

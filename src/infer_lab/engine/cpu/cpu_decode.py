@@ -8,7 +8,7 @@ sets the bound; how close a step comes depends on how fast each GEMV streams its
 PyTorch's CPU GEMMs are built for many rows. At one row they read the weights well below the
 speed at which ``Tensor.sum`` reads the same tensors: ``infer-lab bench gemm`` times one row
 through ``F.linear``, oneDNN's prepacked GEMM (:mod:`.prepack`), the compiled GEMV below and
-a plain sum (the course's 2-core EPYC: ``assets/results/gemm-cpu-t2-2026-12-02.json``,
+a plain sum (the course's 2-core EPYC: ``infer_lab/results/gemm-cpu-t2-2026-12-02.json``,
 ``one_row``). Written as ``(weight * x).sum(-1)``, a GEMV is one elementwise
 product and one row reduction: nothing a GEMM kernel's blocking helps with. ``torch.compile``
 (its CPU backend, inductor, which writes C++ and compiles it with the machine's compiler)
@@ -34,7 +34,9 @@ import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
+from ... import fast_paths
 from ..layers import LayerFunctions, attention_inputs, layer_output, rms_norm
 
 DTYPES = (torch.float32, torch.bfloat16)
@@ -61,15 +63,28 @@ def compiler() -> str | None:
     return next((path for name in ("g++", "c++", "clang++") if (path := shutil.which(name))), None)
 
 
+def _probe() -> str | None:
+    if compiler() is None:
+        return "torch.compile on a CPU needs a C++ compiler (g++ or clang++), and none was found"
+    w, x = fast_paths.numbers(8, 32, 4), fast_paths.numbers(1, 32, 5)
+    if not fast_paths.close(torch.compile(gemv, dynamic=False)(x, w), F.linear(x, w), 1e-4):
+        return "the compiled GEMV gave other numbers than F.linear"
+    return None
+
+
+def verdict() -> fast_paths.Verdict:
+    """Whether torch.compile builds and runs a GEMV here: probed once per process by compiling a
+    tiny one (a few seconds; more the first time on a machine, before inductor's disk cache)."""
+    return fast_paths.ask("compiled-decode", _probe)
+
+
 def unsupported_reason(device: torch.device | str, dtype: torch.dtype) -> str | None:
     """Why one-token compiled decode cannot run for this model, or None when it can."""
     if torch.device(device).type != "cpu":
         return f"it is a CPU path (the model is on {device}; a GPU runs CUDA graphs instead)"
     if dtype not in DTYPES:
         return f"it compiles fp32 or bf16 weights, not {dtype}"
-    if compiler() is None:
-        return "torch.compile on a CPU needs a C++ compiler (g++ or clang++), and none was found"
-    return None
+    return verdict().refusal()
 
 
 @functools.cache

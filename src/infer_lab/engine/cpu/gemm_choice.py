@@ -40,8 +40,9 @@ class GemmPlan:
         prepacked: for each bucket, True when the prepacked (oneDNN) path is used.
         plain_ms, prepacked_ms: the timings the choice was made from (ms per measured pass;
             empty when the plan was not measured).
-        source: ``"measured"``, ``"forced on"`` or ``"forced off"``.
+        source: ``"measured"``, ``"forced on"``, ``"forced off"`` or ``"refused here"``.
         threads: torch threads when it was made.
+        refused: why this machine cannot prepack (:func:`.prepack.refusal`), when it cannot.
     """
 
     rows: tuple[int, ...]
@@ -50,6 +51,7 @@ class GemmPlan:
     prepacked_ms: tuple[float, ...] = ()
     source: str = "measured"
     threads: int = 0
+    refused: str | None = None
 
     def __post_init__(self) -> None:
         if not self.rows or len(self.rows) != len(self.prepacked):
@@ -62,6 +64,11 @@ class GemmPlan:
         """One path at every size (``prepack_weights=True`` or ``False``)."""
         return cls((1,), (prepacked,), source="forced on" if prepacked else "forced off",
                    threads=torch.get_num_threads())
+
+    @classmethod
+    def refused_here(cls, why: str) -> GemmPlan:
+        """Plain at every size because this machine refuses prepacking (``why``, from its probe)."""
+        return cls((1,), (False,), source="refused here", threads=torch.get_num_threads(), refused=why)
 
     def use_prepacked(self, rows: int) -> bool:
         """The path for a step that multiplies ``rows`` rows (tokens)."""
@@ -80,7 +87,7 @@ class GemmPlan:
         if all(self.prepacked):
             return "prepacked (oneDNN) at every batch size"
         if not any(self.prepacked):
-            return "plain F.linear at every batch size"
+            return "plain F.linear at every batch size" + (f" ({self.refused})" if self.refused else "")
         parts = []
         for i, (edge, packed) in enumerate(zip(self.rows, self.prepacked, strict=True)):
             if i and packed == self.prepacked[i - 1]:
@@ -92,6 +99,7 @@ class GemmPlan:
         return {
             "source": self.source,
             "threads": self.threads,
+            "refused": self.refused,
             "summary": self.describe(),
             "buckets": [
                 {"rows": r, "prepacked": p,

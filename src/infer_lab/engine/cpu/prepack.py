@@ -14,6 +14,11 @@ as fast at decode's batch sizes and still ahead at prefill's. The results differ
 The price is memory: the packed copy sits next to the plain weights, which the transformers
 model still uses. So the engine prepacks by default only on a CPU, for fp32 or bf16 weights,
 and only when the copy fits comfortably in the free memory.
+
+Not every CPU runs it: oneDNN's bf16 GEMM needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, which
+AVX2-only laptops lack. :func:`verdict` asks once per process by packing and multiplying a tiny
+weight (:mod:`infer_lab.fast_paths`); where it is refused, :func:`supported` says no and the
+engine multiplies the plain weights with ``F.linear`` in the same dtype.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from ... import fast_paths
+
 DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -31,9 +38,36 @@ def available() -> bool:
     return bool(torch.backends.mkldnn.is_available())
 
 
+def _probe(dtype: torch.dtype) -> str | None:
+    if not available():
+        return "this PyTorch build has no oneDNN (mkldnn)"
+    w, x = fast_paths.numbers(16, 64, 0, dtype), fast_paths.numbers(3, 64, 1, dtype)
+    got = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w), None, "none", [], "")
+    if not fast_paths.close(got, F.linear(x, w), 1e-4 if dtype == torch.float32 else 2e-2):
+        return f"oneDNN's {dtype} GEMM gave other numbers than F.linear"
+    return None
+
+
+def verdict(dtype: torch.dtype) -> fast_paths.Verdict:
+    """Whether this CPU and PyTorch prepack and multiply ``dtype`` (fp32 or bf16) weights: probed once."""
+    if dtype not in DTYPES:
+        raise ValueError(f"only {' and '.join(map(str, DTYPES))} weights are prepacked, not {dtype}")
+    name = "prepack-fp32" if dtype == torch.float32 else "prepack-bf16"
+    return fast_paths.ask(name, lambda: _probe(dtype))
+
+
+def refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why weights of ``dtype`` on ``device`` cannot be prepacked here, or None when they can."""
+    if torch.device(device).type != "cpu" or dtype not in DTYPES:
+        return (f"prepacking is a CPU optimization for {' or '.join(map(str, DTYPES))} weights; "
+                f"these are {dtype} on {device}")
+    return verdict(dtype).refusal()
+
+
 def supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether weights of ``dtype`` on ``device`` can be prepacked (CPU, fp32 or bf16, oneDNN built in)."""
-    return torch.device(device).type == "cpu" and dtype in DTYPES and available()
+    """Whether weights of ``dtype`` on ``device`` can be prepacked: a CPU, fp32 or bf16, and this
+    machine's oneDNN runs it (:func:`verdict`)."""
+    return refusal(device, dtype) is None
 
 
 def free_memory_bytes() -> int | None:
@@ -58,11 +92,9 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     """
     if weight.dim() != 2:
         raise ValueError(f"only 2-D (out, in) weights are prepacked, got shape {tuple(weight.shape)}")
-    if not supported(weight.device, weight.dtype):
-        raise ValueError(
-            f"prepacking needs a {' or '.join(map(str, DTYPES))} weight on a CPU with oneDNN; "
-            f"got {weight.dtype} on {weight.device}"
-        )
+    why = refusal(weight.device, weight.dtype)
+    if why is not None:
+        raise ValueError(f"cannot prepack this weight: {why}")
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous())
 
 
