@@ -114,11 +114,14 @@ def test_without_a_quantized_kernel_the_reference_layers_run(embedded):
         torch.testing.assert_close(model(x), model[0].__class__.forward(model[0], x))
 
 
-def test_without_a_compiler_compiled_decode_is_refused_by_name(embedded, monkeypatch):
-    with fast_paths.refused("compiled-decode"):
+def test_without_a_compiler_compiled_decode_and_compiled_layers_are_refused_by_name(embedded, monkeypatch):
+    with fast_paths.refused("torch-compile"):
         with pytest.raises(ValueError, match=r"compiled_decode cannot run here: .*torch.compile.*"
                                              r"Set compiled_decode=False"):
             Engine.from_loaded(embedded, EngineConfig(max_num_seqs=1, compiled_decode=True))
+        with pytest.raises(ValueError, match=r"compile_layers cannot run here: .*torch.compile.*"
+                                             r"Set compile_layers=False"):
+            Engine.from_loaded(embedded, EngineConfig(prepack_weights=False, compile_layers=True))
     # a machine with no C++ compiler at all: the probe itself says so, without compiling anything
     monkeypatch.setattr(fast_paths, "_VERDICTS", {})
     monkeypatch.setattr(cpu_decode, "compiler", lambda: None)

@@ -2,13 +2,14 @@
 
 The engine's CPU speed-ups call kernels that a machine may lack. oneDNN's prepacked bf16 GEMM
 needs AVX-512 (bw, vl, dq) or AVX-NE-CONVERT, so an AVX2-only laptop refuses it; the int8 and
-int4 kernels are PyTorch internals that a build may not have; the compiled decode needs a C++
-compiler that works. Reading ``/proc/cpuinfo`` cannot tell: PyTorch decides at the call, from
+int4 kernels are PyTorch internals that a build may not have; torch.compile (the compiled
+one-token decode, the compiled layers) needs a C++ compiler that works. Reading ``/proc/cpuinfo`` cannot tell: PyTorch decides at the call, from
 its own checks. So each path is asked the only reliable way, by running it: once per process,
 on a few numbers, compared with the plain computation. A refusal (an exception, or a wrong
 answer) is caught and kept as the reason, and the caller takes the plain path instead
 (``F.linear`` on the same weights, in the same dtype) or refuses the option clearly where no
-plain path does the same job (the engine's quantized weights, ``compiled_decode``).
+plain path does the same job (the engine's quantized weights, ``compiled_decode``,
+``compile_layers``).
 
 This module keeps the verdicts; each path's owner holds its probe and asks through
 :func:`ask`: :func:`infer_lab.engine.cpu.prepack.verdict`,
@@ -38,7 +39,8 @@ PATHS: dict[str, str] = {
     "prepack-bf16": "prepacked oneDNN GEMM on bf16 weights (EngineConfig.prepack_weights with dtype='bf16')",
     "int8-kernel": "fused int8 weight-only matmul, aten._weight_int8pack_mm (weight_quant='int8')",
     "int4-kernel": "fused int4 weight-only matmul, aten._weight_int4pack_mm_for_cpu (weight_quant='int4')",
-    "compiled-decode": "one token's decode through torch.compile, C++ from inductor (compiled_decode=True)",
+    "torch-compile": "torch.compile on this CPU, C++ written and built by inductor (compiled_decode=True, "
+                     "compile_layers=True)",
 }
 
 

@@ -194,6 +194,11 @@ def hf_compiled(lm: Any, workload: Workload) -> ContenderRun:
     if len({len(p) for p in workload.prompts}) > 1 or len(set(workload.output_lens)) > 1:
         raise ValueError("hf-compiled runs equal-length requests only (the uniform workload): every other "
                          "length would compile a graph of its own")
+    if lm.device.type == "cpu":
+        from ..engine.cpu import cpu_decode
+
+        if (why := cpu_decode.verdict().refusal()) is not None:
+            raise ValueError(f"hf-compiled cannot run here: {why}")
     with compiled_static_generate(lm.model):
         run = hf_sequential(lm, workload)
     return dataclasses.replace(run, name="hf-compiled")

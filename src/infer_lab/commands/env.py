@@ -23,8 +23,8 @@ PyTorch decides at the call what a CPU can do (infer_lab.fast_paths):
   prepack-fp32, prepack-bf16   oneDNN GEMMs on prepacked weights (bf16 needs AVX-512 or
                                AVX-NE-CONVERT; refused, the engine runs plain F.linear)
   int8-kernel, int4-kernel     fused weight-only matmuls (weight_quant='int8' / 'int4')
-  compiled-decode              torch.compile'd one-token step (needs a working C++ compiler;
-                               its probe compiles a tiny function: seconds)
+  torch-compile                torch.compile on the CPU: compiled_decode, compile_layers (needs
+                               a working C++ compiler; its probe compiles a tiny function: seconds)
 
 INFER_LAB_REFUSE_FAST_PATHS=prepack-bf16,int8-kernel (or =all) refuses paths as if this
 machine lacked them: the plain path's speed, or what a laptop without the kernel gets.

@@ -95,6 +95,8 @@ class Executor:
             self.gemm_plan = gemm_plan(config, model)
         self.prepacked_weights = self.gemm_plan.any_prepacked
         self.model = model.prepacked() if self.prepacked_weights else model.plain
+        if config.compile_layers and self.model.device.type == "cpu" and (why := cpu_decode.verdict().refusal()):
+            raise ValueError(f"compile_layers cannot run here: {why}. Set compile_layers=False (the default)")
         self.layer_fns = LayerFunctions(fused=config.fuse_projections, compiled=config.compile_layers)
         # compiled_decode: steps of one token run cpu_decode's compiled halves on the plain weights.
         self.one_token_fns: LayerFunctions | None = None

@@ -73,9 +73,10 @@ def _probe() -> str | None:
 
 
 def verdict() -> fast_paths.Verdict:
-    """Whether torch.compile builds and runs a GEMV here: probed once per process by compiling a
+    """Whether torch.compile builds and runs a GEMV on this CPU (what ``compiled_decode`` and
+    ``compile_layers`` need): probed once per process by compiling a
     tiny one (a few seconds; more the first time on a machine, before inductor's disk cache)."""
-    return fast_paths.ask("compiled-decode", _probe)
+    return fast_paths.ask("torch-compile", _probe)
 
 
 def unsupported_reason(device: torch.device | str, dtype: torch.dtype) -> str | None:
