@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 setup:
 	@bash scripts/setup.sh
 
-## Open the course index (notebooks/index.py) in the browser, served by marimo from notebooks/;
+## Open the course index (src/infer_lab/notebooks/index.py) in the browser, served by marimo from that folder;
 ## a notebook's kernel stops a few seconds after its tab closes (scripts/workshop.py).
 workshop: setup
 	$(PY) scripts/workshop.py
@@ -36,7 +36,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests notebooks
+	$(BIN)/ruff check src tests
 
 clean:
 	rm -rf $(VENV) tour-report .pytest_cache

@@ -4,7 +4,8 @@
     python scripts/build_jupyter.py --check   # exit 1 and name the notebooks that are out of date
 
 Each generated notebook has, in order: a header; a setup cell that makes infer_lab importable (it
-installs the clone it sits in, or clones ``REPO_URL`` on Colab); the imports of the marimo notebook;
+installs the clone it sits in, else a wheel or sdist beside it, else the package from ``REPO_URL``);
+the imports of the marimo notebook;
 then, cell by cell, the marimo notebook's narrative markdown (its hidden cells; an f-string becomes a code cell that renders it
 with the same chapter functions), the chapter panel's run button wherever the marimo notebook has a
 part's run button, the ipywidgets explorers where it has live controls, and its saved GPU view.
@@ -30,21 +31,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "jupyter"
-NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(ROOT / "src"))
+from infer_lab.package_files import notebooks_dir  # noqa: E402
+
+NOTEBOOKS = notebooks_dir()
 
 CONTROL_FACTORIES = {"dropdown", "slider", "number", "radio", "switch", "checkbox", "text", "range_slider"}
 CALCULATORS = {"kv_controls": "jupyter.kv_visualizer()", "capacity_controls": "jupyter.capacity_calculator()"}
 
 SETUP = '''\
-# Setup: makes infer_lab importable, then checks the embedded model. It does its work once per
-# runtime: when infer_lab is already importable (a second run, or a notebook opened in the same
-# runtime), it installs nothing. In a clone of the repository it installs that clone (pip install
-# -e, which only adds packages that are missing or too old). Elsewhere (Colab) it clones REPO_URL
-# first. __REPO_NOTE__
+# Setup: makes infer_lab importable, then checks the embedded model. It installs nothing when
+# infer_lab is already importable (a second run, or another notebook in the same runtime).
+# Otherwise it installs the first of: the clone of the repository this notebook sits in
+# (pip install -e); a wheel or sdist of infer-lab in the current folder (infer_lab-*.whl or
+# infer_lab-*.tar.gz: upload one to Colab's /content to work offline); REPO_URL (pip install
+# from git). Every one of them carries the notebooks and the saved results.
 REPO_URL = __REPO_URL__
 
-import importlib, importlib.util, os, subprocess, sys
+import importlib, importlib.util, subprocess, sys
 from pathlib import Path
 
 
@@ -56,14 +60,26 @@ def _find_repo():
     return None
 
 
+def _find_package_file():
+    found = sorted(Path.cwd().glob("infer_lab-*.whl")) or sorted(Path.cwd().glob("infer[_-]lab-*.tar.gz"))
+    return found[-1] if found else None
+
+
 if importlib.util.find_spec("infer_lab") is None:
-    repo = _find_repo()
-    if repo is None and REPO_URL:
-        repo = Path(os.environ.get("INFER_LAB_CLONE_DIR", "/content/infer-lab" if Path("/content").is_dir() else "infer-lab"))
-        subprocess.check_call(["git", "clone", "--depth", "1", REPO_URL, str(repo)])
-    if repo is None:
-        raise RuntimeError("infer_lab is not installed and no clone of the repository was found: set REPO_URL "
-                           "above, or open this notebook from a clone (see workshop/README.md)")
+    repo, package = _find_repo(), _find_package_file()
+    if repo is not None:
+        target = ["-e", f"{repo.resolve()}[widgets]"]
+    elif package is not None:
+        target = [f"{package.resolve()}[widgets]"]
+    elif REPO_URL:
+        target = [f"infer-lab[widgets] @ git+{REPO_URL}"]
+    else:
+        raise RuntimeError(
+            "infer_lab is not installed and this notebook does not know where to install it from: no clone of "
+            "the repository around it, no infer_lab-*.whl or infer_lab-*.tar.gz in " + str(Path.cwd()) + ", and "
+            "REPO_URL is empty (this edition was generated from a checkout without a remote). Put a wheel or an "
+            "sdist of infer-lab in that folder (in a clone: pip wheel --no-deps . or python -m build), or set "
+            "REPO_URL to the repository's address, then run this cell again.")
     from importlib.metadata import PackageNotFoundError, version
 
     def _installed(name):
@@ -75,8 +91,9 @@ if importlib.util.find_spec("infer_lab") is None:
     # Packages this kernel has already imported: if pip replaces one, the kernel must restart.
     _before = {m: _installed(m) for m in ("torch", "transformers", "ipywidgets", "matplotlib", "numpy")
                if m in sys.modules}
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", f"{repo.resolve()}[widgets]"])
-    sys.path.insert(0, str(repo.resolve() / "src"))  # this kernel started before the install
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *target])
+    if repo is not None:
+        sys.path.insert(0, str(repo.resolve() / "src"))  # this kernel started before the editable install
     importlib.invalidate_caches()
     _changed = [f"{m} {v} -> {_installed(m)}" for m, v in _before.items() if _installed(m) != v]
     if _changed:
@@ -97,7 +114,7 @@ if nb.embedded_model_missing():
 
 
 def repository_url() -> str:
-    """The address a Colab runtime clones: ``$INFER_LAB_REPO_URL``, else this checkout's ``origin``
+    """The address a Colab runtime installs from: ``$INFER_LAB_REPO_URL``, else this checkout's ``origin``
     remote (an scp-style ``git@host:owner/repo`` becomes ``https://host/owner/repo``), else ''."""
     url = os.environ.get("INFER_LAB_REPO_URL", "").strip()
     if not url:
@@ -110,13 +127,10 @@ def repository_url() -> str:
 
 
 def setup_cell(url: str | None = None) -> str:
-    """The setup cell with the repository's address built in (see :func:`repository_url`)."""
+    """The setup cell with the repository's address built in (see :func:`repository_url`); ``""``
+    when it is unknown, which the cell says only if it has nothing else to install from."""
     url = repository_url() if url is None else url
-    note = ("REPO_URL below is this repository's address, filled in when the notebooks were generated." if url else
-            "This edition was generated from a checkout without a remote, so it does not know the "
-            "repository's address:\n# on Colab, put it in REPO_URL (or upload and unzip the repository into "
-            "/content/infer-lab).")
-    return SETUP.replace("__REPO_NOTE__", note).replace("__REPO_URL__", repr(url) if url else '""')
+    return SETUP.replace("__REPO_URL__", repr(url) if url else '""')
 
 
 @dataclass
@@ -344,10 +358,12 @@ def build(chapter) -> Built:
     out = Built()
     out.markdown(
         f"# {chapter.TITLE}\n\n"
-        f"*Jupyter / Colab edition, generated by `scripts/build_jupyter.py` from `notebooks/{source.name}` and "
+        f"*Jupyter / Colab edition, generated by `scripts/build_jupyter.py` from "
+        f"`src/infer_lab/notebooks/{source.name}` and "
         f"`src/infer_lab/course/{chapter.__name__.rsplit('.', 1)[-1]}.py`: edit those, then rebuild.* The controls "
         "are ipywidgets over the same chapter functions as the marimo notebook. Run the cells from the top; the "
-        "first one installs the repository when needed (on Colab, set `REPO_URL` in it first).")
+        "first one installs infer_lab when it is missing (from a clone, a wheel or sdist beside the notebook, "
+        "or the repository's address).")
     out.code(setup_cell() + (EMBEDDED if chapter.NEEDS_MODEL else ""))
     header = ["from infer_lab.course import calculator, jupyter"] + [i for i in imports if "calculator" not in i]
     out.code("\n".join(header) + f"\n\nsizes = {alias}.sizes()  # this device's sizes, as the prose below quotes them"

@@ -2,7 +2,7 @@
 
 Everything in the file comes from the repository: the chapters and their titles from the chapter
 modules, the exercises from ``infer_lab.course.exercises``, the run time of each chapter's
-buttons from the newest ``assets/results/chapter-times-cpu-*.json`` (``scripts/time_chapters.py``),
+buttons from the newest ``src/infer_lab/results/chapter-times-cpu-*.json`` (``scripts/time_chapters.py``),
 the reading time from the words of each notebook's text. A test checks that the committed file is
 what this script writes, so after changing any of those, run:
 
@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "workshop" / "SELF_PACED.md"
+# Where a clone keeps the package's notebooks and saved results (infer_lab.package_files finds them).
+NOTEBOOKS_IN_CLONE = "src/infer_lab/notebooks"
+RESULTS_IN_CLONE = "src/infer_lab/results"
 WORDS_PER_MINUTE = 200  # an assumption: reading technical prose with figures in between
 EXERCISE_MINUTES = {"predict": 10, "implement": 20, "build": 40}  # our estimate per exercise, not a measurement
 
@@ -58,7 +61,10 @@ def reading_minutes(words: int) -> int:
 
 
 def newest_times() -> tuple[Path | None, dict]:
-    files = sorted((ROOT / "assets" / "results").glob("chapter-times-cpu-*.json"))
+    sys.path.insert(0, str(ROOT / "src"))
+    from infer_lab.package_files import results_dir
+
+    files = sorted(results_dir().glob("chapter-times-cpu-*.json"))
     return (files[-1], json.loads(files[-1].read_text())) if files else (None, {})
 
 
@@ -81,6 +87,7 @@ def render() -> str:
     from infer_lab.course import chapter as course_chapter
     from infer_lab.course import exercises as ex
     from infer_lab.course import track
+    from infer_lab.package_files import notebooks_dir
 
     times_file, times = newest_times()
     entries = times.get("data", {}).get("chapters", {})
@@ -93,7 +100,7 @@ def render() -> str:
         except KeyError:
             chapter = None
         title = ex.chapter_title(n)
-        notebook = ROOT / "notebooks" / ex.file_name(n)
+        notebook = notebooks_dir() / ex.file_name(n)
         exercises = ex.exercises(n)
         ex_min = sum(EXERCISE_MINUTES[e.kind] for e in exercises)
         words = notebook_words(notebook) + chapter_prose_words(Path(chapter.__file__)) if chapter else 0
@@ -108,8 +115,8 @@ def render() -> str:
         total_ex += ex_min
         rows.append(f"| {title} | {model} | {run_text} | {read_min if read_min else '—'} | "
                     f"{len(exercises)} ({ex_min} min) | {run_min + (read_min or 0) + ex_min} |")
-        where = (f"Open `marimo edit notebooks/{notebook.name}` (or run it headless: "
-                 f"`python notebooks/{notebook.name}`)." if notebook.exists()
+        where = (f"Open `marimo edit {NOTEBOOKS_IN_CLONE}/{notebook.name}` (or run it headless: "
+                 f"`python {NOTEBOOKS_IN_CLONE}/{notebook.name}`)." if notebook.exists()
                  else "Its notebook has not landed yet: do the exercises, they need only the library.")
         tiers = [(e, i) for i, e in enumerate(exercises, 1)]
         items = [f"{i}. **{e.title}** ({ex.KINDS[e.kind]}; {', '.join(f'`{f}()`' for f in e.functions)}): {e.task}"
@@ -132,7 +139,7 @@ def render() -> str:
         ]))
     measured = (f"measured by `{times.get('command', 'scripts/time_chapters.py').strip()}` on "
                 f"{env.get('hardware', 'an unrecorded CPU')} with {env.get('torch_threads', '?')} torch threads, "
-                f"{env.get('date', '?')[:10]} ([{times_file.name}](../assets/results/{times_file.name}))"
+                f"{env.get('date', '?')[:10]} ([{times_file.name}](../{RESULTS_IN_CLONE}/{times_file.name}))"
                 if times_file else "not measured yet: run `python scripts/time_chapters.py`")
     note = times.get("note")
     lines = [
@@ -149,6 +156,8 @@ def render() -> str:
         "reference solution, and the notebook has it in a closed accordion at the end.",
         "",
         "Setup once: `make setup` in a clone (or `pip install -e .`), then `infer-lab env` to see your machine.",
+        "Without a clone, a plain `pip install` of a wheel, an sdist or `git+<address>` carries the notebooks too:",
+        "`infer-lab notebooks 00` prints where chapter 00's is (`marimo edit \"$(infer-lab notebooks 00)\"`).",
         "",
         "## Time per chapter",
         "",

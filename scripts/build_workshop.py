@@ -3,7 +3,7 @@
 Between the markers ``<!-- generated:start -->`` and ``<!-- generated:end -->`` everything
 comes from the repository: the agenda from ``data/agenda.json`` (the deck follows the same
 file), the talking points from the deck's section notes, each chapter's run buttons from its
-``PARTS``, and their measured CPU times from the newest ``assets/results/chapter-times-cpu-*.json``
+``PARTS``, and their measured CPU times from the newest ``src/infer_lab/results/chapter-times-cpu-*.json``
 (``scripts/time_chapters.py``), and GPU times from saved results when there are any. A test
 checks that the committed file is current, so after changing any of those, run:
 
@@ -38,7 +38,7 @@ def block() -> str:
     timing = load_saved("chapter-times-cpu-*.json")
     times = timing[0].data.get("chapters", {}) if timing else {}
     source = (f"{timing[0].raw['environment'].get('hardware')}, {timing[0].raw['environment'].get('torch_threads')} "
-              f"torch threads, {timing[0].date} ([{timing[0].file}](../assets/results/{timing[0].file}))"
+              f"torch threads, {timing[0].date} ([{timing[0].file}](../src/infer_lab/results/{timing[0].file}))"
               if timing else "not measured yet: run `python scripts/time_chapters.py`")
     by_number = {m.NUMBER: m for m in chapters()}
     agenda = load_agenda()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check: the whole tour on a Mistral-7B-shape model with random bf16 weights,
 # built on the GPU (no download). Run it in one go on a lent GPU machine, then copy
-# $OUT/results-*.json into assets/results/ (it records hardware, versions, date and command).
+# $OUT/results-*.json into src/infer_lab/results/ (it records hardware, versions, date and command).
 #
 #   OUT=/some/dir bash scripts/gpu_tour.sh          # defaults: mistral-7b, random, cuda, full sizes
 #   MODEL=smollm2-135m WEIGHTS=pretrained DEVICE=cpu ONLY="m00" QUICK=--quick bash scripts/gpu_tour.sh

@@ -1,6 +1,6 @@
 """Open every notebook as a learner does, in headless Chromium, and screenshot it.
 
-`make workshop` runs ``marimo edit notebooks/``, and the project's marimo configuration
+`make workshop` runs ``marimo edit`` on the notebooks' folder (``src/infer_lab/notebooks``), and the project's marimo configuration
 (``auto_instantiate = true``) runs the cells when a notebook opens. This script serves the
 notebooks the same way, opens each one in Debian's chromium through Playwright, waits until
 the kernel has finished the run it started on open (without pressing any button), saves a
@@ -8,7 +8,7 @@ full-page screenshot and prints what a learner would see: error boxes ("Ancestor
 "Ancestor prevented", exceptions), tracebacks, stderr in the console area (tqdm bars show up
 there as red boxes) and which cells have output.
 
-    python scripts/screenshot_notebooks.py                       # every notebooks/NN_*.py
+    python scripts/screenshot_notebooks.py                       # every notebook NN_*.py
     python scripts/screenshot_notebooks.py 01 03 --out shots     # some of them
     python scripts/screenshot_notebooks.py --timeout 120 --full  # full sizes (INFER_LAB_QUICK unset)
 
@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infer_lab.package_files import notebooks_dir
+
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = REPO / "notebooks"
+NOTEBOOKS = notebooks_dir()
 
 # Headless, and quiet on a machine without network: without the background-networking flags
 # Chromium keeps retrying connections that are refused.
@@ -244,7 +246,7 @@ def browser_missing() -> str | None:
 
 
 def find_notebooks(selection: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
-    """notebooks/NN_*.py, or those whose name starts with one of ``selection`` ('02', '03_prefill')."""
+    """``folder``'s NN_*.py (the course index first), or those whose name starts with one of ``selection`` ('02', '03_prefill')."""
     paths = sorted(folder.glob("[0-9][0-9]_*.py"))
     if (folder / "index.py").is_file():  # the course index make workshop opens
         paths.insert(0, folder / "index.py")

@@ -9,7 +9,7 @@ of a model chapter adds in a fresh kernel. Before each chapter the script checks
 other programs keep busy, stores it beside the times and warns at the end when any was busy:
 measure on a quiet machine.
 
-    python scripts/time_chapters.py                  # all chapters -> assets/results/chapter-times-cpu-DATE.json
+    python scripts/time_chapters.py                  # all chapters -> src/infer_lab/results/chapter-times-cpu-DATE.json
     python scripts/time_chapters.py --only 01 07     # some chapters (merged into the newest file)
 """
 
@@ -43,15 +43,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--only", nargs="*", help="chapter numbers (default: all)")
     p.add_argument("--size", choices=["quick", "full"], default=None, help="default: by device")
-    p.add_argument("--out", default=None, help="output file (default assets/results/chapter-times-cpu-DATE.json)")
+    p.add_argument("--out", default=None, help="output file (default src/infer_lab/results/chapter-times-cpu-DATE.json)")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from infer_lab.course import chapters
     from infer_lab.harness import env_metadata
+    from infer_lab.package_files import results_dir
 
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    out = Path(args.out) if args.out else ROOT / "assets" / "results" / f"chapter-times-cpu-{stamp}.json"
-    previous = sorted((ROOT / "assets" / "results").glob("chapter-times-cpu-*.json"))
+    out = Path(args.out) if args.out else results_dir() / f"chapter-times-cpu-{stamp}.json"
+    previous = sorted(results_dir().glob("chapter-times-cpu-*.json"))
     data = json.loads(previous[-1].read_text()) if previous and args.only else {}
     entries = data.get("data", {}).get("chapters", {})
     from infer_lab.timing import machine_load

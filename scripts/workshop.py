@@ -1,9 +1,10 @@
-"""`make workshop`: serve notebooks/ with marimo and open the course index in the browser.
+"""`make workshop`: serve the course's notebooks with marimo and open the course index in the browser.
 
     python scripts/workshop.py              # what `make workshop` runs
     python scripts/workshop.py --no-browser # serve only (print the address)
 
-The server is ``marimo edit notebooks/`` with ``--session-ttl`` (:data:`SESSION_TTL_S`): a
+The server is ``marimo edit`` on the notebooks' folder (``src/infer_lab/notebooks`` in a clone,
+found through :mod:`infer_lab.package_files`) with ``--session-ttl`` (:data:`SESSION_TTL_S`): a
 notebook's kernel ends that many seconds after its tab closes, so a pass through the course
 keeps one or two kernels alive instead of fifteen (each holds the model and PyTorch, about a
 GiB). tests/test_browser.py serves the notebooks with :func:`marimo_command`, the same
@@ -24,8 +25,10 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
+from infer_lab.package_files import notebooks_dir
+
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = REPO / "notebooks"
+NOTEBOOKS = notebooks_dir()
 INDEX = "index.py"
 # Seconds a kernel outlives its closed tab: long enough to survive a page reload, short enough
 # that closing a tab frees its memory before the next chapter's kernel has loaded its model.

@@ -7,21 +7,20 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 
 from infer_lab.course import chapter, chapter_names, chapters
+from infer_lab.package_files import notebooks_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = chapter_names()
 SURFACE = ("NUMBER", "SLUG", "TITLE", "NEEDS_MODEL", "PARTS", "Sizes", "sizes", "Result", "measure",
            "figures", "tables", "summary", "saved")
 
 
 def test_chapters_cover_every_notebook():
-    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+    notebooks = sorted(p.stem for p in notebooks_dir().glob("[0-9][0-9]_*.py"))
     assert [n[2:] for n in NAMES] == notebooks  # ch02_feel_the_pain <-> 02_feel_the_pain.py
     assert chapter("02").NUMBER == "02" and chapter("feel_the_pain").SLUG == "feel_the_pain"
     with pytest.raises(KeyError, match="known"):

@@ -1,6 +1,7 @@
-"""The Jupyter / Colab setup cell (scripts/build_jupyter.py): it knows the repository's address
-when the generator does, installs only when infer_lab is missing, and says when pip replaced a
-package the kernel had already imported (the kernel must restart)."""
+"""The Jupyter / Colab setup cell (scripts/build_jupyter.py): it installs only when infer_lab is
+missing, from the clone around it, else a wheel or sdist beside it (offline), else the repository's
+address when the generator knew it; it says once that it knows none of them; and it says when pip
+replaced a package the kernel had already imported (the kernel must restart)."""
 
 from __future__ import annotations
 
@@ -60,15 +61,38 @@ def _run(cell: str, monkeypatch, cwd: Path, installed: bool, versions_after: dic
     return calls
 
 
-def test_the_address_is_built_in_when_known_and_the_cell_says_so_when_not(monkeypatch):
+def test_the_address_is_built_in_when_known(monkeypatch):
     known = builder.setup_cell("https://github.com/owner/infer-lab")
-    assert "REPO_URL = 'https://github.com/owner/infer-lab'" in known and "filled in" in known
-    unknown = builder.setup_cell("")
-    assert 'REPO_URL = ""' in unknown and "does not know the repository's address" in unknown
+    assert "REPO_URL = 'https://github.com/owner/infer-lab'" in known
+    assert 'REPO_URL = ""' in builder.setup_cell("")
     monkeypatch.setenv("INFER_LAB_REPO_URL", "git@github.com:owner/infer-lab.git")
     assert builder.repository_url() == "https://github.com/owner/infer-lab"
     monkeypatch.setenv("INFER_LAB_REPO_URL", "https://example.org/x/y")
     assert builder.setup_cell().count("https://example.org/x/y") == 1
+
+
+def test_without_a_clone_it_installs_from_the_known_address(monkeypatch, tmp_path):
+    calls = _run(builder.setup_cell("https://example.org/owner/infer-lab"), monkeypatch, tmp_path, installed=False)
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q",
+                      "infer-lab[widgets] @ git+https://example.org/owner/infer-lab"]]
+
+
+@pytest.mark.parametrize("file_name", ["infer_lab-0.1.0-py3-none-any.whl", "infer_lab-0.1.0.tar.gz"])
+def test_a_wheel_or_sdist_beside_the_notebook_is_installed_offline(monkeypatch, tmp_path, file_name):
+    (tmp_path / file_name).write_bytes(b"")
+    calls = _run(builder.setup_cell("https://example.org/owner/infer-lab"), monkeypatch, tmp_path, installed=False)
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", f"{tmp_path / file_name}[widgets]"]]
+
+
+def test_an_unknown_address_is_said_once_and_only_when_nothing_else_can_be_installed(monkeypatch, tmp_path):
+    unknown = builder.setup_cell("")
+    assert unknown.count("does not know where to install it from") == 1
+    with pytest.raises(RuntimeError, match="does not know where to install it from") as error:
+        _run(unknown, monkeypatch, tmp_path, installed=False)
+    message = str(error.value)
+    assert str(tmp_path) in message and "REPO_URL" in message and "wheel" in message
+    (tmp_path / "infer_lab-0.1.0-py3-none-any.whl").write_bytes(b"")  # a package file: no message at all
+    assert len(_run(unknown, monkeypatch, tmp_path, installed=False)) == 1
 
 
 def test_nothing_is_installed_when_infer_lab_is_already_importable(monkeypatch, tmp_path):

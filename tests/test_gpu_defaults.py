@@ -24,10 +24,10 @@ from gpu_defaults import GPU_MODEL, run_tour_half, tiny_gpu_default_config
 from infer_lab import nb
 from infer_lab.course import chapter_names, exercises
 from infer_lab.models import load_model
+from infer_lab.package_files import notebooks_dir
 
 course_chapter = importlib.import_module("infer_lab.course.chapter")  # the module, not course.chapter()
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = chapter_names()
 # the longest chapters split across the two workers, so that both finish together
 FIRST = ["ch12_speculative_decoding", "ch00_setup", "ch02_feel_the_pain", "ch03_memory_equation",
@@ -94,7 +94,7 @@ def gpu_default_notebooks(tiny_config) -> dict[str, tuple[int, str]]:
     env = dict(os.environ, INFER_LAB_QUICK="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1",
                INFER_LAB_MODEL=str(tiny_config), INFER_LAB_WEIGHTS="random")
     logs = {name: tempfile.TemporaryFile("w+") for name in GPU_DEFAULT_NOTEBOOKS}  # no pipe to fill up
-    procs = {name: subprocess.Popen([sys.executable, str(ROOT / "notebooks" / name)], env=env,
+    procs = {name: subprocess.Popen([sys.executable, str(notebooks_dir() / name)], env=env,
                                     stdout=subprocess.DEVNULL, stderr=logs[name])
              for name in GPU_DEFAULT_NOTEBOOKS}
     done = {}

@@ -1,6 +1,7 @@
-"""The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, and a
-covering set executed headless with every panel part auto-running (INFER_LAB_AUTORUN=1). Every
-notebook runs in a real JupyterLab in tests/test_jupyterlab.py."""
+"""The Jupyter / Colab notebooks: generated in sync, a setup cell that installs from a clone, a
+package file or the repository's address, and a covering set executed headless with every panel
+part auto-running (INFER_LAB_AUTORUN=1). Every notebook runs in a real JupyterLab in
+tests/test_jupyterlab.py."""
 
 from __future__ import annotations
 
@@ -84,19 +85,17 @@ def _setup_cell() -> str:
 
 
 def _run_setup(monkeypatch, cwd: Path, repo_url: str = "") -> list[list[str]]:
-    """Run the notebooks' setup cell as if infer_lab were not installed; pip is recorded, git runs."""
+    """Run the notebooks' setup cell as if infer_lab were not installed; pip is recorded, not run."""
     import importlib.util as iu
 
     calls: list[list[str]] = []
-    real_find_spec, real_check_call = iu.find_spec, subprocess.check_call
+    real_find_spec = iu.find_spec
 
     def find_spec(name, *args, **kwargs):
         return None if name == "infer_lab" else real_find_spec(name, *args, **kwargs)
 
     def check_call(cmd, *args, **kwargs):
         calls.append([str(c) for c in cmd])
-        if cmd[0] == "git":
-            return real_check_call(cmd, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
         return 0
 
     monkeypatch.setattr(iu, "find_spec", find_spec)
@@ -115,19 +114,20 @@ def test_setup_cell_installs_the_clone_it_sits_in(monkeypatch):
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-e", f"{ROOT}[widgets]"]]
 
 
-def test_setup_cell_clones_repo_url_when_there_is_no_clone(monkeypatch, tmp_path):
-    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
-        pytest.skip("not a git checkout")
-    clone = tmp_path / "infer-lab"
-    monkeypatch.setenv("INFER_LAB_CLONE_DIR", str(clone))
-    calls = _run_setup(monkeypatch, tmp_path / ".", repo_url=str(ROOT))
-    assert calls[0][:4] == ["git", "clone", "--depth", "1"] and calls[0][-1] == str(clone)
-    assert (clone / "pyproject.toml").is_file() and (clone / "src" / "infer_lab" / "__init__.py").is_file()
-    assert calls[1] == [sys.executable, "-m", "pip", "install", "-q", "-e", f"{clone.resolve()}[widgets]"]
+def test_setup_cell_installs_from_repo_url_when_there_is_no_clone(monkeypatch, tmp_path):
+    calls = _run_setup(monkeypatch, tmp_path, repo_url="https://example.org/owner/infer-lab")
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q",
+                      "infer-lab[widgets] @ git+https://example.org/owner/infer-lab"]]
+
+
+def test_setup_cell_installs_a_wheel_beside_it_offline(monkeypatch, tmp_path):
+    wheel = tmp_path / "infer_lab-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    assert _run_setup(monkeypatch, tmp_path) == [[sys.executable, "-m", "pip", "install", "-q", f"{wheel}[widgets]"]]
 
 
 def test_setup_cell_explains_what_to_do_without_a_clone(monkeypatch, tmp_path):
-    with pytest.raises(RuntimeError, match="REPO_URL"):
+    with pytest.raises(RuntimeError, match="does not know where to install it from.*REPO_URL"):
         _run_setup(monkeypatch, tmp_path)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from lanes import selected
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
+from infer_lab.package_files import notebooks_dir
+
+NOTEBOOKS = sorted(notebooks_dir().glob("[0-9][0-9]_*.py"))
 LONGEST_FIRST = [p.name for key in ("12", "09", "02", "14", "06", "13", "10") for p in NOTEBOOKS
                  if p.name.startswith(key)]
 

@@ -188,7 +188,7 @@ def test_every_promised_button_time_is_honest():
 
     texts = {(ch.NUMBER, part): nb.button_time(ch, part) for ch in chapters() for part in ch.PARTS}
     if not any(texts.values()):
-        pytest.skip("no chapter-times-cpu-*.json in assets/results")
+        pytest.skip("no chapter-times-cpu-*.json in infer_lab/results")
     for key, text in texts.items():
         assert "About 0 s" not in text and " 0 s" not in text, (key, text)
     first = [(ch.NUMBER, next(iter(ch.PARTS))) for ch in chapters() if ch.NEEDS_MODEL]

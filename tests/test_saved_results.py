@@ -10,7 +10,7 @@ from infer_lab.course.saved import load_saved
 
 def test_saved_results_carry_hardware_date_and_command():
     results = load_saved("*.json")
-    assert results, "assets/results should hold the H200 anchor runs"
+    assert results, "infer_lab/results should hold the H200 anchor runs"
     for r in results:
         env = r.raw["environment"]
         assert env["device_name"] and env["date"] and env["torch"] and r.command, r.file

@@ -16,10 +16,10 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .package_files import data_path
 from .units import GiB
 
 
@@ -30,8 +30,8 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
-def _data_dir():
-    return resources.files("infer_lab") / "data"
+def _data_dir() -> Path:
+    return data_path()
 
 
 @lru_cache(maxsize=1)

@@ -21,11 +21,12 @@ import importlib
 import inspect
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .package_files import data_path
 
 EVAL_SOURCES = (
     "json",
@@ -66,7 +67,7 @@ def build_eval_text(sources: tuple[str, ...] = EVAL_SOURCES + HELDOUT_SOURCES) -
 
 def write_eval_text(path: str | Path | None = None) -> Path:
     """Regenerate the shipped evaluation file (a new reference: old perplexities stop comparing)."""
-    target = Path(path) if path else Path(str(resources.files("infer_lab") / "data" / EVAL_FILE))
+    target = Path(path) if path else data_path(EVAL_FILE)
     target.write_text(build_eval_text())
     return target
 
@@ -82,7 +83,7 @@ def eval_sections(path: str | Path | None = None) -> dict[str, str]:
             raise FileNotFoundError(f"evaluation text {p} does not exist")
         raw = p.read_text()
     else:
-        raw = (resources.files("infer_lab") / "data" / EVAL_FILE).read_text()
+        raw = data_path(EVAL_FILE).read_text()
     sections: dict[str, str] = {}
     current = None
     for line in raw.splitlines():

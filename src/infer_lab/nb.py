@@ -32,7 +32,7 @@ def run_mode() -> str:
 
 
 def is_script() -> bool:
-    """True when the notebook runs as ``python notebooks/NN_x.py`` (CI, a headless check)."""
+    """True when the notebook runs as ``python src/infer_lab/notebooks/NN_x.py`` (CI, a headless check)."""
     return run_mode() == "script"
 
 
@@ -151,7 +151,7 @@ def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
 def button_time(chapter: Any, part: str) -> str:
     """'About 9 s on CPU: AMD EPYC (2 cores), measured 2026-12-01' for a chapter's run button.
 
-    Read from the newest ``assets/results/chapter-times-cpu-*.json`` (written by
+    Read from the newest ``infer_lab/results/chapter-times-cpu-*.json`` (written by
     ``scripts/time_chapters.py``); an empty string when the part was never timed.
     """
     found = load_saved(CPU_TIMES_FILE)

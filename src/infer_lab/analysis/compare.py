@@ -81,7 +81,7 @@ def explain_gaps(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def saved_baseline_vs_roofline(saved: dict[str, Any]) -> list[dict[str, Any]]:
-    """Predicted vs measured for a saved HF-baseline GPU run (``assets/results/*hf-baseline*.json``).
+    """Predicted vs measured for a saved HF-baseline GPU run (``infer_lab/results/*hf-baseline*.json``).
 
     The roof is the ceilings measured in that same run (copy bandwidth, bf16 matmul); the
     measurements are the saved TTFT and decode-step times of HF eager transformers. Rows carry

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.acceptance import expected_tokens_per_pass
+from ..package_files import data_path
 from .memory import ModelLike, as_shape, kv_bytes_per_token_per_layer
 from .params import (
     ModelShape,
@@ -327,7 +328,7 @@ class CitedResult:
 
 
 def _papers_file() -> Path:
-    return Path(__file__).resolve().parents[1] / "data" / "speculative_papers.json"
+    return data_path("speculative_papers.json")
 
 
 @lru_cache(maxsize=1)

@@ -121,7 +121,7 @@ def predicted_vs_measured(
 
 
 def results_payload(rows: list[dict[str, Any]], lm: Any, roof: Roof) -> dict[str, Any]:
-    """A JSON-ready record of a comparison, with where it was measured (for ``assets/results``)."""
+    """A JSON-ready record of a comparison, with where it was measured (for ``infer_lab/results``)."""
     return {
         "kind": "predicted_vs_measured",
         "environment": env_metadata(lm),

@@ -34,6 +34,7 @@ from ..engine.acceptance import (
     expected_tokens_per_pass,
     predicted_speedup,
 )
+from ..package_files import data_path
 
 WORKLOADS = ("grounded", "chat")
 PLAIN = "plain"
@@ -54,7 +55,7 @@ class SpecPrompt:
 
 
 def _prompts_file() -> Path:
-    return Path(__file__).resolve().parents[1] / "data" / "speculative_prompts.json"
+    return data_path("speculative_prompts.json")
 
 
 def load_prompts(workload: str, n: int | None = None) -> list[SpecPrompt]:

@@ -1,6 +1,6 @@
 """The course: one module per chapter, each the single source of its notebook, tour step and checks.
 
-Chapter ``NN`` lives in ``course/chNN_<slug>.py`` next to ``notebooks/NN_<slug>.py``. Every
+Chapter ``NN`` lives in ``course/chNN_<slug>.py`` next to ``infer_lab/notebooks/NN_<slug>.py``. Every
 chapter module has the same small surface, and every consumer (the notebook, ``infer-lab
 tour``, the tests, the exercises, the slides) calls it and restates nothing:
 

@@ -209,7 +209,7 @@ def ceilings_result(ceilings: Ceilings, info: DeviceInfo, model: ModelLike, cont
 
 def run_ceilings(device: torch.device | str | None, sizes: Sizes,
                  model: ModelLike = EMBEDDED_NAME) -> CeilingsResult:
-    """Run the notebook's own experiment (``ceilings_here`` of ``notebooks/00_setup.py``) and set
+    """Run the notebook's own experiment (``ceilings_here`` of ``infer_lab/notebooks/00_setup.py``) and set
     the ceilings beside the datasheet."""
     experiment = notebook_function(NUMBER, "ceilings_here")
     return ceilings_result(experiment(device, quick=sizes.quick_ceilings), detect(device), model,
@@ -229,7 +229,7 @@ def hello_result(lm: Any, question: str, answer: str | None, rec: Any, max_token
 
 
 def run_hello(lm: Any, sizes: Sizes, question: str = QUESTION) -> HelloResult:
-    """Run the notebook's own experiment (``ask`` of ``notebooks/00_setup.py``).
+    """Run the notebook's own experiment (``ask`` of ``infer_lab/notebooks/00_setup.py``).
 
     A random-weights model has no tokenizer and no end-of-sequence token: it gets random prompt
     ids instead, which checks only that generation runs on this device.

@@ -1,7 +1,7 @@
 """Chapter 01, "Foundations": the loop, where one token's FLOPs are, memory levels, why decode waits.
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/01_foundations.py`` that call the engine's pieces, :mod:`infer_lab.analysis` and
+``infer_lab/notebooks/01_foundations.py`` that call the engine's pieces, :mod:`infer_lab.analysis` and
 :mod:`infer_lab.bench` directly, called from the page's visible cells. This module sizes them,
 draws and describes what they return, and runs the very same functions for the tour, the tests and
 the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).

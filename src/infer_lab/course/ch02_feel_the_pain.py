@@ -8,7 +8,7 @@
 Each part is predict -> run -> compare. The prediction (from the config alone, through
 :mod:`infer_lab.analysis`) is on the page first, with a guess field where it teaches. The
 experiments are the notebook's own ``@app.function`` s (``kv_after_prefill``, ``ttft_by_prompt``,
-``serve_one_by_one_then_batched``, ``decode_step_times`` in ``notebooks/02_feel_the_pain.py``),
+``serve_one_by_one_then_batched``, ``decode_step_times`` in ``infer_lab/notebooks/02_feel_the_pain.py``),
 which call :func:`infer_lab.harness.timed_generate` directly; this module turns what they return
 into results, figures, tables and words, and runs the same functions for the tour, the tests and
 the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
@@ -205,7 +205,7 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# The experiments are the notebook's own functions (``notebooks/02_feel_the_pain.py``); this module
+# The experiments are the notebook's own functions (``infer_lab/notebooks/02_feel_the_pain.py``); this module
 # predicts before them, turns what they return into typed results, and runs them for the tour,
 # the tests and the Jupyter edition through :func:`notebook_function`.
 
@@ -243,7 +243,7 @@ def memory_result(lm: Any, kv: dict[tuple[int, int], int]) -> MemoryResult:
 
 
 def run_memory(lm: Any, sizes: Sizes) -> MemoryResult:
-    """Run the notebook's own experiment (``kv_after_prefill`` of ``notebooks/02_feel_the_pain.py``)."""
+    """Run the notebook's own experiment (``kv_after_prefill`` of ``infer_lab/notebooks/02_feel_the_pain.py``)."""
     experiment = notebook_function(NUMBER, "kv_after_prefill")
     return memory_result(lm, experiment(lm, sizes.contexts, sizes.users))
 
@@ -279,7 +279,7 @@ def ttft_ratio(ttft: list[TTFTPoint]) -> float:
 
 
 def run_ttft(lm: Any, sizes: Sizes) -> list[TTFTPoint]:
-    """Run the notebook's own experiment (``ttft_by_prompt`` of ``notebooks/02_feel_the_pain.py``)."""
+    """Run the notebook's own experiment (``ttft_by_prompt`` of ``infer_lab/notebooks/02_feel_the_pain.py``)."""
     experiment = notebook_function(NUMBER, "ttft_by_prompt")
     before = check_machine()
     runs = experiment(lm, sizes.ttft_lengths, sizes.repeats)
@@ -337,7 +337,7 @@ def itl_points(runs: dict[tuple[int, int], tuple[Any, int]]) -> list[ITLPoint]:
 
 
 def run_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
-    """Run the notebook's own experiment (``decode_step_times`` of ``notebooks/02_feel_the_pain.py``)."""
+    """Run the notebook's own experiment (``decode_step_times`` of ``infer_lab/notebooks/02_feel_the_pain.py``)."""
     experiment = notebook_function(NUMBER, "decode_step_times")
     return itl_points(experiment(lm, sizes.itl_contexts, sizes.itl_batches, sizes.itl_steps))
 

@@ -418,7 +418,7 @@ def check_result(lm: Any, rows: list[tuple[str, int, int]], batch: int, cached_t
 
 
 def run_check(lm: Any, sizes: Sizes) -> CheckResult:
-    """Run the notebook's own experiment (``bytes_predicted_vs_counted`` of ``notebooks/03_memory_equation.py``)."""
+    """Run the notebook's own experiment (``bytes_predicted_vs_counted`` of ``infer_lab/notebooks/03_memory_equation.py``)."""
     experiment = notebook_function(NUMBER, "bytes_predicted_vs_counted")
     rows, cached = experiment(lm, sizes.check_batch, sizes.check_prompt_len, sizes.check_new_tokens)
     return check_result(lm, rows, sizes.check_batch, cached)

@@ -8,7 +8,7 @@
    agree to within 1 %; times do not, and the ratio is the lesson.
 
 Both are the notebook's own code: ``datasheet_prediction`` and ``roofline_vs_harness``, the
-``@app.function`` s of ``notebooks/04_prefill_decode_roofline.py`` that call the library directly.
+``@app.function`` s of ``infer_lab/notebooks/04_prefill_decode_roofline.py`` that call the library directly.
 This module shows what they return and runs the same functions for the tour, the tests and the
 Jupyter edition (:func:`datasheet_view`, :func:`run_compare`, through
 :mod:`infer_lab.course.notebook_code`).
@@ -173,7 +173,7 @@ def datasheet_view_of(roof: Roof, prediction: Prediction, prefill: list[roofline
 
 def datasheet_view(model: str, gpu: str, batch: int = 1, context: int = 4096) -> DatasheetView:
     """TTFT of one ``context``-token prompt and the decode step at ``batch`` on ``gpu``'s datasheet:
-    the notebook's own ``datasheet_prediction`` (``notebooks/04_prefill_decode_roofline.py``)."""
+    the notebook's own ``datasheet_prediction`` (``infer_lab/notebooks/04_prefill_decode_roofline.py``)."""
     experiment = notebook_function(NUMBER, "datasheet_prediction")
     return datasheet_view_of(*experiment(model, gpu, batch, context))
 
@@ -230,7 +230,7 @@ def compare_result(lm: Any, ceilings: Any, raw: list[dict[str, Any]]) -> Compare
 
 
 def run_compare(lm: Any, sizes: Sizes) -> CompareResult:
-    """Run the notebook's own experiment (``roofline_vs_harness`` of ``notebooks/04_prefill_decode_roofline.py``)."""
+    """Run the notebook's own experiment (``roofline_vs_harness`` of ``infer_lab/notebooks/04_prefill_decode_roofline.py``)."""
     experiment = notebook_function(NUMBER, "roofline_vs_harness")
     ceilings, raw = experiment(lm, sizes.prompt_lengths, sizes.contexts, sizes.batches, sizes.new_tokens,
                                sizes.repeats, quick=sizes.quick_ceilings)
@@ -251,7 +251,7 @@ def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
 
 
 def save_compare(result: CompareResult, lm: Any):
-    """Save a GPU comparison under ``assets/results`` (what :func:`saved` shows elsewhere); return the path."""
+    """Save a GPU comparison under ``infer_lab/results`` (what :func:`saved` shows elsewhere); return the path."""
     from ..bench.hf_predicted import save_results
     from .saved import results_dir
 

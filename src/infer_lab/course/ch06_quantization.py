@@ -12,7 +12,7 @@ memory model), and bitsandbytes on an H200 (saved): int8 reads half the bytes of
 slower. The quantizers themselves are library code in :mod:`infer_lab.quant`.
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/06_quantization.py`` (``layer_errors``, ``quantize_and_compare``,
+``infer_lab/notebooks/06_quantization.py`` (``layer_errors``, ``quantize_and_compare``,
 ``outlier_features``, ``kv_cache_quality``) that call :mod:`infer_lab.quant` directly. This module
 sizes them, turns what they return into typed results, figures, tables and words, and runs the
 very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
@@ -200,7 +200,7 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Running the notebook's experiments (the code is in notebooks/06_quantization.py)
+# Running the notebook's experiments (the code is in infer_lab/notebooks/06_quantization.py)
 
 FORMAT_GROUP = 64  # weights per scale of the 4-bit rows; the notebook's formats cell starts at the same number
 OUTLIER_PROMPT = "Explain what a KV cache is."

@@ -14,7 +14,7 @@ bytes and the roofline decode time vs KV heads. The layers are library code in
 :mod:`infer_lab.attention`; the timing is :mod:`infer_lab.bench.attention`.
 
 The measured parts are the notebook's own code: ``@app.function`` definitions in
-``notebooks/07_attention_variants.py`` (``against_sdpa``, ``attention_quality``,
+``infer_lab/notebooks/07_attention_variants.py`` (``against_sdpa``, ``attention_quality``,
 ``attention_times``) that call the library directly. This module sizes them, shows what they
 return, and runs the very same functions for the tour, the tests and the Jupyter edition
 (``run_*``, through :mod:`infer_lab.course.notebook_code`).
@@ -155,7 +155,7 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# Running the notebook's experiments (the code is in notebooks/07_attention_variants.py)
+# Running the notebook's experiments (the code is in infer_lab/notebooks/07_attention_variants.py)
 
 EQUIVALENCE_TOKENS = 12  # the notebook's equivalence cell starts at the same numbers
 EQUIVALENCE_KV_HEADS = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)

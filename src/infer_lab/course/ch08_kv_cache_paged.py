@@ -1,6 +1,6 @@
 """Chapter 08, "KV cache and PagedAttention": why the cache exists, and where its memory goes.
 
-The chapter's experiments are the ``@app.function`` of ``notebooks/08_kv_cache_paged.py``, which
+The chapter's experiments are the ``@app.function`` of ``infer_lab/notebooks/08_kv_cache_paged.py``, which
 call the library directly; this module prepares their inputs and presents their results, and
 runs the notebook's own functions (:func:`~infer_lab.course.notebook_code.notebook_function`)
 for the tour, the tests, the deck and the Jupyter edition.
@@ -250,7 +250,7 @@ class Result(ChapterResult):
 
 
 # ---------------------------------------------------------------------------------------------
-# The notebook's experiments (run from notebooks/08_kv_cache_paged.py) and their inputs
+# The notebook's experiments (run from infer_lab/notebooks/08_kv_cache_paged.py) and their inputs
 
 KV_MODES = ("nocache", "paged")
 FIT_BLOCK_SIZE = 16  # tokens per block; the notebook's part-3 cell starts at the same number

@@ -1,7 +1,7 @@
 """Chapter 09, "Batching": who runs each step, how big the batch is, and what one step costs.
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/09_batching.py`` that call the engine and :mod:`infer_lab.bench` directly, called
+``infer_lab/notebooks/09_batching.py`` that call the engine and :mod:`infer_lab.bench` directly, called
 from the page's visible cells. This module sizes them, draws and describes what they return, and
 runs the very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
 :mod:`infer_lab.course.notebook_code`).
@@ -147,7 +147,7 @@ class StepsResult:
 
 
 def run_steps(lm: Any, sizes: Sizes, slots: int = STEPS_SLOTS) -> StepsResult:
-    """Run the notebook's own experiment (``serve`` of ``notebooks/09_batching.py``) for both policies."""
+    """Run the notebook's own experiment (``serve`` of ``infer_lab/notebooks/09_batching.py``) for both policies."""
     serve = notebook_function(NUMBER, "serve")
     prompts, lens = steps_requests(lm, sizes)
     runs = {policy: serve(lm, prompts, lens, policy, max_num_seqs=slots) for policy in POLICIES}
@@ -331,7 +331,7 @@ def batching_result(runs: dict[str, Any], workload: BatchingWorkload) -> Batchin
 
 
 def run_batching(lm: Any, sizes: Sizes, concurrency: int | None = None) -> BatchingResult:
-    """Run the notebook's own experiment (``contenders`` of ``notebooks/09_batching.py``)."""
+    """Run the notebook's own experiment (``contenders`` of ``infer_lab/notebooks/09_batching.py``)."""
     contenders = notebook_function(NUMBER, "contenders")
     workload = batching_workload(sizes, concurrency)
     prompts, output_lens = batching_requests(lm, sizes)
@@ -363,7 +363,7 @@ def sweep_points(runs: dict[int, dict[str, Any]], waves: int) -> list[SweepPoint
 
 
 def run_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
-    """Run the notebook's own experiment (``concurrency_sweep`` of ``notebooks/09_batching.py``)."""
+    """Run the notebook's own experiment (``concurrency_sweep`` of ``infer_lab/notebooks/09_batching.py``)."""
     sweep = notebook_function(NUMBER, "concurrency_sweep")
     runs = sweep(lm, sizes.sweep_concurrencies, sizes.sweep_waves, sizes.prompt_len, sizes.sweep_output_len)
     return sweep_points(runs, sizes.sweep_waves)
@@ -407,7 +407,7 @@ def predicted_result(rows: list[dict[str, Any]]) -> PredictedResult:
 
 
 def run_predicted(lm: Any, sizes: Sizes) -> PredictedResult:
-    """Run the notebook's own experiment (``predicted_vs_measured`` of ``notebooks/09_batching.py``)."""
+    """Run the notebook's own experiment (``predicted_vs_measured`` of ``infer_lab/notebooks/09_batching.py``)."""
     experiment = notebook_function(NUMBER, "predicted_vs_measured")
     return predicted_result(experiment(lm, sizes.predicted_batches, sizes.prompt_len, sizes.predicted_steps,
                                        quick=sizes.size == "quick"))
@@ -453,7 +453,7 @@ def path_rows(runs: dict[tuple[str, bool, bool], dict[str, Any]], batch: int) ->
 
 
 def run_paths(lm: Any, sizes: Sizes, batch: int | None = None, compile_layers: bool = False) -> list[PathRow]:
-    """Run the notebook's own experiment (``decode_paths`` of ``notebooks/09_batching.py``).
+    """Run the notebook's own experiment (``decode_paths`` of ``infer_lab/notebooks/09_batching.py``).
 
     The variants are :func:`decode_path_variants` of this device: ``per-sequence`` (one attention
     call per request), ``batched`` (one call for all), ``static`` (fixed padded shapes,

@@ -1,7 +1,7 @@
 """Chapter 10, "Prefix caching": hashed blocks (vLLM style) vs a radix tree (SGLang style).
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/10_prefix_caching.py`` that call the engine directly, called from the page's
+``infer_lab/notebooks/10_prefix_caching.py`` that call the engine directly, called from the page's
 visible cells. This module sizes them, predicts, draws and describes what they return, and runs
 the very same functions for the tour, the tests and the Jupyter edition (``run_*``, through
 :mod:`infer_lab.course.notebook_code`).
@@ -192,7 +192,7 @@ def match_result(block_size: int, prompt_len: int, reused: Mapping[tuple[str, in
 
 
 def run_granularity(lm: Any, sizes: Sizes, block_size: int | None = None, shared: Seq[int] | None = None) -> MatchResult:
-    """Run the notebook's own experiment (``tokens_reused`` of ``notebooks/10_prefix_caching.py``)
+    """Run the notebook's own experiment (``tokens_reused`` of ``infer_lab/notebooks/10_prefix_caching.py``)
     as its cell does: every cache, every shared length (default :func:`shared_lengths`)."""
     tokens_reused = notebook_function(NUMBER, "tokens_reused")
     block_size = block_size or sizes.match_block

@@ -6,7 +6,7 @@ prefill, each step has a token budget; the long prefill is split into chunks spr
 several steps, each mixed with the running decodes. The decoders see many slightly slower
 steps instead of one very slow one; the long request pays with a later first token (TTFT).
 
-The experiment is the notebook's own code: ``serve`` in ``notebooks/11_chunked_prefill.py``
+The experiment is the notebook's own code: ``serve`` in ``infer_lab/notebooks/11_chunked_prefill.py``
 builds ``EngineConfig(chunked_prefill=..., max_num_batched_tokens=...)``, serves the workload of
 :func:`infer_lab.bench.long_prompt.long_prompt_among_decoders` and keeps the engine's step
 records. This module sizes it, predicts, draws and describes what it returns, and runs the
@@ -173,7 +173,7 @@ def chunking_result(sizes: Sizes, workload: Workload, chunk_tokens: int,
 
 
 def run_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
-    """Run the notebook's own experiment (``serve`` of ``notebooks/11_chunked_prefill.py``) as its cell
+    """Run the notebook's own experiment (``serve`` of ``infer_lab/notebooks/11_chunked_prefill.py``) as its cell
     does: the same workload without and with chunked prefill, the machine's load checked around it."""
     serve = notebook_function(NUMBER, "serve")
     workload = long_prompt_among_decoders(lm, sizes.decoders, sizes.long_prompt, sizes.arrive_at_step,

@@ -19,7 +19,7 @@ Every run is greedy and checked token for token against plain decoding. Timings 
 engine's own step log and wall clock, plain and speculative interleaved after a warm-up
 (:mod:`infer_lab.bench.speculative`).
 
-Each experiment is an ``@app.function`` of ``notebooks/12_speculative_decoding.py`` (``count_passes``,
+Each experiment is an ``@app.function`` of ``infer_lab/notebooks/12_speculative_decoding.py`` (``count_passes``,
 ``proposers_by_k``, ``speedup_by_batch``, ``size_mechanisms``); the ``run_*`` functions here execute
 those same functions (:func:`~infer_lab.course.notebook_code.notebook_function`), and the rest of
 this module shapes what they return for people.
@@ -1218,7 +1218,7 @@ def figures(result: Result) -> dict[str, Any]:
 
 
 def saved() -> SavedView | None:
-    """``infer-lab bench spec --save assets/results/<gpu>-bench-spec-*.json`` runs from a GPU, if any."""
+    """``infer-lab bench spec --save src/infer_lab/results/<gpu>-bench-spec-*.json`` runs from a GPU, if any."""
     found = [s for s in load_saved("*bench-spec-*.json") if s.raw.get("environment", {}).get("device_kind") == "cuda"]
     if not found:
         return None

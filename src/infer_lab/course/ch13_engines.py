@@ -11,7 +11,7 @@ the launch lines for vLLM and SGLang, and the capacity planner's answer to "how 
 The servers and the launchers live in :mod:`infer_lab.server` and :mod:`infer_lab.launchers`, the
 load generator in :mod:`infer_lab.loadgen`, and serving one configuration under load in
 :func:`infer_lab.bench.served.serve_and_load`. The experiments are ``@app.function``s of
-``notebooks/13_engines.py`` (``serve_variants``, ``concurrency_sweep``); ``run_variants`` and
+``infer_lab/notebooks/13_engines.py`` (``serve_variants``, ``concurrency_sweep``); ``run_variants`` and
 ``run_sweep`` here execute those same functions (:func:`~infer_lab.course.notebook_code.notebook_function`),
 and the rest of this module holds the chapter's sizes and shapes results for people.
 """
@@ -533,9 +533,9 @@ def saved() -> SavedView | None:
 
 def gpu_note() -> str:
     """What is missing without a saved GPU run (markdown)."""
-    return ("**No saved vLLM or SGLang results exist in `assets/results/` yet**, so nothing measured is shown "
+    return ("**No saved vLLM or SGLang results exist in `src/infer_lab/results/` yet**, so nothing measured is shown "
             "for them here: run the commands above on a GPU and save the loadgen JSON as "
-            "`assets/results/<gpu>-engines-<date>.json`.")
+            "`src/infer_lab/results/<gpu>-engines-<date>.json`.")
 
 
 # ---------------------------------------------------------------------------------------------

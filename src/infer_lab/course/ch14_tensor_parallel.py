@@ -1,7 +1,7 @@
 """Chapter 14, "Tensor parallelism": one model split over two processes, for real, and scaled up.
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/14_tensor_parallel.py`` that call :mod:`infer_lab.parallel` and
+``infer_lab/notebooks/14_tensor_parallel.py`` that call :mod:`infer_lab.parallel` and
 :mod:`infer_lab.analysis` directly, called from the page's visible cells. This module sizes them,
 draws and describes what they return, and runs the very same functions for the tour, the tests and
 the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
@@ -364,7 +364,7 @@ def tp_result(lm: Any, prompts: list[list[int]], new_tokens: int, single: list[A
 
 
 def run_tp(lm: Any, sizes: Sizes, world_size: int = TP_WORLD_SIZE) -> TPResult:
-    """Run the notebook's own experiment (``tensor_parallel`` of ``notebooks/14_tensor_parallel.py``)."""
+    """Run the notebook's own experiment (``tensor_parallel`` of ``infer_lab/notebooks/14_tensor_parallel.py``)."""
     experiment = notebook_function(NUMBER, "tensor_parallel")
     lm = tp_model(lm)
     prompts = tp_prompts(lm, sizes)
@@ -662,7 +662,7 @@ def talk_compute_point(points: list[FrontierPoint], fast: FastMode | None,
 
 
 def run_scaling(lm: Any, sizes: Sizes) -> ScalingResult:
-    """Run the notebook's own experiment (``tp_scaling`` of ``notebooks/14_tensor_parallel.py``;
+    """Run the notebook's own experiment (``tp_scaling`` of ``infer_lab/notebooks/14_tensor_parallel.py``;
     no measurement: the roofline + ring all-reduce on catalogued GPUs)."""
     return scaling_result(sizes.scaling_model, sizes.scaling_batch, sizes.scaling_context)
 

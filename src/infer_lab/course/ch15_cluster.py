@@ -1,7 +1,7 @@
 """Chapter 15, "The cluster": serving one model on many GPUs, simulated, and the simulator checked.
 
 The experiments are the notebook's own code: ``@app.function`` definitions in
-``notebooks/15_cluster.py`` that call :mod:`infer_lab.cluster`, :mod:`infer_lab.analysis` and
+``infer_lab/notebooks/15_cluster.py`` that call :mod:`infer_lab.cluster`, :mod:`infer_lab.analysis` and
 :mod:`infer_lab.launchers` directly, called from the page's visible cells. This module sizes them,
 draws and describes what they return, and runs the very same functions for the tour, the tests and
 the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
@@ -495,7 +495,7 @@ def plan_result(sizes: Sizes, rec: Any, scale_out: dict[str, Any], users: int | 
 
 
 def run_plan(lm: Any, sizes: Sizes) -> PlanResult:
-    """Run the notebook's own experiment (``plan_cluster`` of ``notebooks/15_cluster.py``)."""
+    """Run the notebook's own experiment (``plan_cluster`` of ``infer_lab/notebooks/15_cluster.py``)."""
     plan = notebook_function(NUMBER, "plan_cluster")
     return plan_result(sizes, *plan(sizes.plan_model, sizes.plan_gpu, sizes.plan_context, sizes.plan_itl_slo_ms,
                                     sizes.plan_users))
@@ -540,7 +540,7 @@ def check_prompts(lm: Any, sizes: Sizes) -> list[list[int]]:
 
 
 def run_check(lm: Any, sizes: Sizes, slots: int = CHECK_SLOTS) -> SimVsEngine:
-    """Run the notebook's own experiment (``simulator_vs_engine`` of ``notebooks/15_cluster.py``)."""
+    """Run the notebook's own experiment (``simulator_vs_engine`` of ``infer_lab/notebooks/15_cluster.py``)."""
     cpu = check_model(lm)
     return notebook_function(NUMBER, "simulator_vs_engine")(cpu, check_prompts(cpu, sizes), sizes.check_new_tokens, slots)
 

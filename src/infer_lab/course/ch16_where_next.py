@@ -264,7 +264,7 @@ def kernels_direction(sizes: Sizes) -> Direction:
                     f"**{human(b1.measured_ms, 3)} ms** per token against {human(b1.predicted_ms, 3)} ms on the datasheet roof: "
                     f"{b1.predicted_ms / b1.measured_ms:.0%} of the roofline's speed. ")
     else:
-        measured = "No saved GPU decode in this checkout (assets/results/*sol-decode*.json). "
+        measured = "No saved GPU decode in this checkout (infer_lab/results/*sol-decode*.json). "
     text = (measured + f"Even at the roof, a batch-1 decode step waits on memory {wait.waiting_fraction:.1%} of the time "
             f"on an {wait.gpu}. Kernels close the first gap (fusion, CUDA graphs, attention that reads the "
             "paged KV once); batching and quantization shrink the second.")

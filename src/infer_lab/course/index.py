@@ -1,9 +1,9 @@
 """The course index: every chapter with its notebook, its time in the workshop and what it needs.
 
-``make workshop`` opens ``notebooks/index.py``, which shows :func:`index_markdown`. The
+``make workshop`` opens ``infer_lab/notebooks/index.py``, which shows :func:`index_markdown`. The
 rows come from the chapter modules (number, title, whether a model is loaded), the
 workshop agenda (``data/agenda.json``: minutes per section, shared by the chapters it
-presents) and the measured button times (``assets/results/chapter-times-cpu-*.json``,
+presents) and the measured button times (``infer_lab/results/chapter-times-cpu-*.json``,
 written by ``scripts/time_chapters.py``). Nothing is typed twice.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 
+from ..package_files import data_path
 from ..units import fmt_duration
 from . import chapters
 from .saved import load_saved
@@ -32,7 +32,7 @@ class IndexRow:
 
     number: str
     title: str
-    notebook: str  # file name in notebooks/
+    notebook: str  # file name in infer_lab/notebooks/
     agenda_minutes: float | None
     buttons_s: float | None  # all its run buttons, measured on a 2-core CPU (None when never timed)
     buttons: int
@@ -41,7 +41,7 @@ class IndexRow:
 
 def agenda_minutes() -> dict[str, float]:
     """Minutes of the 2-hour workshop per chapter: its section's length split evenly over its chapters."""
-    raw = json.loads((resources.files("infer_lab") / "data" / "agenda.json").read_text())
+    raw = json.loads(data_path("agenda.json").read_text())
     out: dict[str, float] = {}
     for section in raw["sections"]:
         numbers = section.get("chapters") or []

@@ -74,7 +74,7 @@ def show_experiment(number: str, name: str) -> None:
     from IPython.display import Markdown, display
 
     code = inspect.getsource(notebook_function(number, name))
-    display(Markdown(f"The experiment `{name}`, run from `notebooks/{notebook_path(number).name}` "
+    display(Markdown(f"The experiment `{name}`, run from `infer_lab/notebooks/{notebook_path(number).name}` "
                      f"(the same code the marimo notebook shows):\n\n```python\n{code}```"))
 
 

@@ -22,18 +22,14 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-NOTEBOOKS_ENV = "INFER_LAB_NOTEBOOKS"
+from ..package_files import NOTEBOOKS_ENV, notebooks_dir
 
-
-def notebooks_dir() -> Path:
-    """``notebooks/`` of the repository (``$INFER_LAB_NOTEBOOKS`` overrides)."""
-    env = os.environ.get(NOTEBOOKS_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "notebooks"
+__all__ = ["NOTEBOOKS_ENV", "load_functions", "notebook_function", "notebook_functions", "notebook_path",
+           "notebooks_dir"]
 
 
 def notebook_path(number: str) -> Path:
@@ -42,7 +38,8 @@ def notebook_path(number: str) -> Path:
     if len(found) != 1:
         raise FileNotFoundError(
             f"expected one notebook {number}_*.py in {notebooks_dir()}, found {len(found)}; "
-            f"the experiments run from the repository's notebooks (set ${NOTEBOOKS_ENV} to point elsewhere)"
+            f"the experiments run from the notebooks shipped in infer_lab/notebooks "
+            f"(set ${NOTEBOOKS_ENV} to point elsewhere)"
         )
     return found[0]
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import date
-from importlib import resources
 from typing import Any
 
 from ..figures import finish
+from ..package_files import data_path
 from ..units import human
 from .tables import Column, people_table
 
@@ -203,7 +203,7 @@ class OpenerResult:
 
 
 def _data() -> dict[str, Any]:
-    return json.loads((resources.files("infer_lab") / "data" / "token_volumes.json").read_text())
+    return json.loads(data_path("token_volumes.json").read_text())
 
 
 def token_volumes() -> list[TokenVolume]:

@@ -1,4 +1,4 @@
-"""Results measured on a GPU and saved under ``assets/results/``, for machines without one.
+"""Results measured on a GPU and saved under ``infer_lab/results/``, for machines without one.
 
 Every saved file carries its hardware, versions, date and command. A chapter's ``saved()``
 reads the files that belong to it and returns a :class:`SavedView`: tables and figures whose
@@ -9,20 +9,12 @@ Notebooks show these views, labelled as saved, without any button.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-RESULTS_ENV = "INFER_LAB_RESULTS"
+from ..package_files import RESULTS_ENV, results_dir
 
-
-def results_dir() -> Path:
-    """``assets/results`` of the repository (``$INFER_LAB_RESULTS`` overrides)."""
-    env = os.environ.get(RESULTS_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "assets" / "results"
+__all__ = ["RESULTS_ENV", "SavedResult", "SavedView", "load_saved", "results_dir"]
 
 
 @dataclass(frozen=True)

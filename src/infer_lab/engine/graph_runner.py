@@ -2,7 +2,7 @@
 
 At batch 1 a 7B decode step is 32 layers of small work; in eager PyTorch each of its hundreds
 of kernels is launched from Python, and the GPU waits on the CPU between them (in the saved
-H200 anchor run, ``assets/results/h200-hf-baseline-*.json``, the HF eager step takes about ten
+H200 anchor run, ``infer_lab/results/h200-hf-baseline-*.json``, the HF eager step takes about ten
 times the weight-streaming time). A CUDA graph records the kernels of one step once and
 replays them with a single launch. That needs fixed shapes and fixed memory addresses, so this
 runner:

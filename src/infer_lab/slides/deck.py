@@ -19,9 +19,10 @@ import re
 import traceback
 from dataclasses import dataclass, field
 from datetime import date
-from importlib import resources
 from types import ModuleType
 from typing import Any
+
+from ..package_files import data_path
 
 # ---------------------------------------------------------------------------------------------
 # The data
@@ -103,7 +104,7 @@ def clock(minutes: int) -> str:
 
 def load_agenda() -> list[AgendaEntry]:
     """The workshop agenda from ``data/agenda.json``; a gap, overlap or wrong total is an error."""
-    raw = json.loads((resources.files("infer_lab") / "data" / "agenda.json").read_text())
+    raw = json.loads(data_path("agenda.json").read_text())
     entries = [AgendaEntry(e["key"], e["start"], e["end"], e["kind"], e["title"], tuple(e["chapters"]))
                for e in raw["sections"]]
     for a, b in zip(entries, entries[1:], strict=False):
@@ -344,7 +345,7 @@ def chapter_slides(mod: ModuleType, ctx: BuildContext) -> tuple[list[Slide], str
     notes = chapter_notes(mod)
     title = mod.TITLE
     parts_md = "\n".join(f"- {label}" for label in mod.PARTS.values())
-    slides = [Slide(title, body=f"In the notebook (`notebooks/{mod.NUMBER}_{mod.SLUG}.py`):\n\n{parts_md}",
+    slides = [Slide(title, body=f"In the notebook (`infer_lab/notebooks/{mod.NUMBER}_{mod.SLUG}.py`):\n\n{parts_md}",
                     notes=notes, kind="section")]
     failure = None
     try:
@@ -457,7 +458,7 @@ def title_slides(ctx: BuildContext, agenda: list[AgendaEntry]) -> list[Slide]:
 
 def closing_slide(ctx: BuildContext) -> Slide:
     return Slide("Questions, and where everything lives",
-                 body=("- Notebooks: `notebooks/` (marimo) and `jupyter/` (Jupyter and Colab, with ipywidgets)\n"
+                 body=("- Notebooks: `src/infer_lab/notebooks/` (marimo; `infer-lab notebooks` prints where they are) and `jupyter/` (Jupyter and Colab, with ipywidgets)\n"
                        "- Everything headless: `infer-lab tour --quick`\n"
                        "- This deck: `infer-lab slides --out deck`\n"
                        "- Capacity planning from the command line: `infer-lab capacity`\n"

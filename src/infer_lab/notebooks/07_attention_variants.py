@@ -363,7 +363,7 @@ def _(mo):
     mo.md(r"""
     ## The same timings on a GPU, when saved
 
-    A GPU run of `scripts/gpu_checks.py --only attention`, saved under `assets/results/` with its
+    A GPU run of `scripts/gpu_checks.py --only attention`, saved under `src/infer_lab/results/` with its
     hardware, versions and date, appears here on machines without a GPU.
     """)
     return

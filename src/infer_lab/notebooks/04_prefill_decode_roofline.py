@@ -113,7 +113,7 @@ def _(ch04, view):
 def _(ch04, mo, nb):
     compare_button = mo.ui.run_button(label=ch04.PARTS["compare"])
     size_picker = nb.size_picker()
-    save_switch = mo.ui.switch(label="also save the results to assets/results")
+    save_switch = mo.ui.switch(label="also save the results to infer_lab/results")
     mo.md(f"""
     ## Predicted vs measured on your machine
 
