@@ -29,7 +29,7 @@ PACKAGE = ROOT / "src" / "infer_lab"
 # What the course reads besides its modules: it must all be in the sdist and in the wheel.
 SHIPPED_FOLDERS = ("notebooks", "results", "data", "course/exercises/starters", "course/exercises/solutions",
                    "course/track/starters", "course/track/solutions")
-SHIPPED_SUFFIXES = (".py", ".json", ".txt")
+SHIPPED_SUFFIXES = (".py", ".json", ".txt", ".toml")
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def _venv_borrowing_these_packages(tmp: Path) -> Path:
 def test_a_wheel_installed_outside_the_checkout_runs_the_course(tmp_path):
     sdist, wheel = _build(tmp_path)
     expected = _shipped_files(PACKAGE)
-    assert {"notebooks/index.py", "notebooks/08_kv_cache_paged.py", "results/h200-hf-baseline-2026-11-30.json",
+    assert {"notebooks/index.py", "notebooks/08_kv_cache_paged.py", "notebooks/pyproject.toml", "results/h200-hf-baseline-2026-11-30.json",
             "data/gpus.json", "course/exercises/solutions/08_kv_cache_paged.py"} <= expected
     with tarfile.open(sdist) as archive:
         in_sdist = {name.split("/src/infer_lab/", 1)[1] for name in archive.getnames() if "/src/infer_lab/" in name}
@@ -105,6 +105,10 @@ def test_a_wheel_installed_outside_the_checkout_runs_the_course(tmp_path):
     index = Path(_run([infer_lab, "notebooks", "index"], work, env).strip())
     chapter = Path(_run([infer_lab, "notebooks", "08"], work, env).strip())
     assert index.is_relative_to(venv) and chapter.is_relative_to(venv) and chapter.is_file()
+    # marimo's settings beside the installed notebooks: they run on open, as in a clone
+    settings = _run([python, "-c", "import sys; from marimo._config.manager import PyprojectConfigReader as R; "
+                     "print(R(sys.argv[1]).read())", str(chapter)], work, env)
+    assert "'auto_instantiate': True" in settings, settings
 
     tour = _run([infer_lab, "tour", "--quick", "--only", "ch08", "--out", str(work / "tour")], work, env, timeout=600)
     assert "FAILED" not in tour and "## 08 · KV cache" in (work / "tour" / "report.md").read_text()
