@@ -8,10 +8,12 @@ import torch
 from infer_lab.attention import (
     Attention,
     AttentionConfig,
+    FlashTiling,
     MLAConfig,
     MultiHeadLatentAttention,
     convert_to_mqa,
     flash_attention,
+    kv_rows_read,
     naive_attention,
     naive_attention_hbm_bytes,
     patched_attention,
@@ -124,6 +126,18 @@ def test_hbm_bytes_naive_grows_quadratically_tiled_does_not_write_scores():
         flash_attention(
             torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), block_q=0
         )
+
+
+def test_tiled_bytes_follow_the_mask_and_the_cache_assumption():
+    """Causal tiles skip the keys in their future; with every re-read in L2, K and V come from HBM once."""
+    assert kv_rows_read(10, 4) == 10 * 3  # three query tiles, each reads all 10 keys
+    assert kv_rows_read(10, 4, causal=True) == 4 + 8 + 10  # keys up to each tile's last query
+    n, d = 4096, 128
+    once = tiled_attention_hbm_bytes(n, d, kv_rereads_from_hbm=False)
+    assert once == 4 * n * d * 2  # Q, K, V read once and O written once
+    assert once < tiled_attention_hbm_bytes(n, d, causal=True) < tiled_attention_hbm_bytes(n, d)
+    with pytest.raises(ValueError, match="cannot hold one row"):
+        FlashTiling(sram_bytes=100, head_dim=128)
 
 
 def test_bad_configs_are_clear():

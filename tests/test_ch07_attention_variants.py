@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from infer_lab.attention.quality import VariantQuality
 from infer_lab.bench.attention import BackendTime, DecodeAttentionTime
 from infer_lab.course import ch07_attention_variants as ch07
@@ -31,12 +33,18 @@ def _quality() -> ch07.QualityResult:
     return ch07.QualityResult(rows, 128, "smollm2-135m (embedded ...)", "smollm2-135m", embedded=True)
 
 
-def test_measured_quality_replaces_the_cited_one_and_names_its_model():
+def test_measured_quality_sits_beside_the_cited_one_and_names_its_model():
     notes = ch07.quality_notes(_quality())
-    assert notes == {"MQA": "measured on smollm2-135m, MQA (mean-pooled, no uptraining): perplexity ×100",
-                     "sliding": "measured on smollm2-135m, sliding window 32: perplexity +50.0%"}
+    assert notes == {
+        "MQA": "measured here, converting smollm2-135m without retraining (MQA (mean-pooled, no uptraining)): "
+               "perplexity ×100",
+        "sliding": "measured here, converting smollm2-135m without retraining (sliding window 32): perplexity +50.0%"}
     card = {r.variant: r for r in ch07.scorecard_rows(quality=_quality()) if r.model == "mistral-7b"}
-    assert card["MQA"].quality == notes["MQA"] and "GQA paper" in card["GQA-8"].quality
+    assert card["MQA"].quality.startswith("small drop after uptraining (GQA paper)")  # the cited note stays ...
+    assert card["MQA"].quality.endswith(notes["MQA"])  # ... with the measurement beside it
+    assert "GQA paper" in card["GQA-8"].quality and "measured" not in card["GQA-8"].quality
+    plain = {r.variant: r for r in ch07.scorecard_rows() if r.model == "mistral-7b"}
+    assert "measured here" not in plain["MQA"].quality
     text = ch07.quality_text(_quality())
     assert "3.00× less KV per token" in text and "KV stops growing at 32 tokens" in text
     assert "already 4-bit" in text  # the embedded baseline is Q4_1: said wherever quality is shown
@@ -59,3 +67,69 @@ def test_saved_gpu_timings_are_read_back(tmp_path, monkeypatch):
     assert list(decode_frame["measured / predicted"]) == ["1.33×"]
     monkeypatch.setenv("INFER_LAB_RESULTS", str(tmp_path / "none"))
     assert ch07.saved() is None
+
+
+def test_the_flash_saving_follows_the_tile_the_sram_allows():
+    """The paper's tile rule on one SM's SRAM, and the saving it implies, flips to 'more' when the tile is too short."""
+    big = ch07.flash_tiling(sram_bytes=256 * 1024, causal=False)
+    assert (big.block_k, big.block_q) == (256, 128)  # B_c = ceil(M / 4d), B_r = min(B_c, d), M in elements
+    rows = ch07.flash_result(big).rows
+    assert all(r.naive_over_tiled == pytest.approx(big.long_sequence_saving, rel=0.01) for r in rows)
+    assert "2.0× fewer HBM bytes than naive at every length shown" in ch07.flash_text(ch07.flash_result(big))
+    small = ch07.flash_tiling(sram_bytes=32 * 1024, causal=False)
+    assert small.block_q == 32 and small.long_sequence_saving < 1
+    text = ch07.flash_text(ch07.flash_result(small))
+    assert "more HBM bytes than naive" in text and "32 rows" in text and "set by hand" in text
+    causal = ch07.flash_result(ch07.flash_tiling(sram_bytes=256 * 1024, causal=True)).rows
+    assert causal[0].naive_over_tiled < causal[-1].naive_over_tiled  # skipped tiles: the saving grows towards 4·tile/d
+    assert causal[-1].naive_over_tiled == pytest.approx(4 * 128 / 128, rel=0.01)
+
+
+def test_saving_words_follow_the_ratios():
+    assert ch07.saving_across_lengths([1024, 65536], [2.0, 2.01]) == (
+        "2.0× fewer HBM bytes than naive at every length shown")
+    assert ch07.saving_across_lengths([1024, 65536], [9.0, 513.0]) == (
+        "9.0× fewer HBM bytes than naive at 1,024 tokens, 513× fewer at 65,536")
+    assert ch07.saving_across_lengths([1024, 65536], [0.5, 0.5]) == (
+        "2.00× more HBM bytes than naive at every length shown")
+    assert ch07.saving_across_lengths([1024, 65536], [0.8, 1.6]) == (
+        "1.25× more HBM bytes than naive at 1,024 tokens, 1.6× fewer at 65,536")
+
+
+def test_the_l2_sentence_says_which_bound_is_nearer():
+    row = ch07.flash_result().rows[-1]
+    assert "within" in ch07.l2_text(row, row.head_kv_bytes, "X") and "upper bound" not in ch07.l2_text(
+        row, row.head_kv_bytes, "X")
+    assert "upper bound is the nearer one" in ch07.l2_text(row, row.head_kv_bytes - 1, "X")
+    assert "no L2 size" in ch07.l2_text(row, None, "X")
+
+
+def test_the_papers_measured_figure_is_cited_with_its_workload():
+    from infer_lab.attention import PAPER_HBM_TRAFFIC
+
+    text = ch07.flash_text(ch07.flash_result())
+    assert f"{PAPER_HBM_TRAFFIC.standard_over_flash:.1f}×" in text and PAPER_HBM_TRAFFIC.workload in text
+    assert PAPER_HBM_TRAFFIC.standard_over_flash == pytest.approx(40.3 / 4.4)
+    assert "forward + backward" in PAPER_HBM_TRAFFIC.workload
+
+
+def test_a_gpu_without_sram_figures_borrows_the_default_and_says_so():
+    tiling = ch07.flash_tiling("B200")
+    assert ch07.DEFAULT_GPU in tiling.sram_of and "B200 has no per-SM figure" in tiling.sram_of
+
+
+def test_dsa_reads_grow_with_the_context_because_the_indexer_reads_every_token():
+    from infer_lab.attention.kv_sizing import constant_state_models, dsa_read_per_step
+
+    reads = ch07.dsa_reads(32768)
+    assert reads[1].top_k_kv_bytes == reads[0].top_k_kv_bytes  # the main attention is capped at top-k ...
+    assert reads[1].indexer_bytes == 2 * reads[0].indexer_bytes  # ... the indexer is not
+    assert reads[0].indexer_bytes_per_token == 32 * 128 * 1  # Mistral's 32 layers x a 128-value fp8 key
+    assert "**grow**" in ch07.dsa_text(reads) and "indexer part is not" in ch07.dsa_text(reads)
+    no_indexer = [dsa_read_per_step("mistral-7b", c, indexer_key_dim=0) for c in (32768, 65536)]
+    assert "**do not grow**" in ch07.dsa_text(no_indexer)  # only an indexer that reads nothing would stop it
+    short = [dsa_read_per_step("mistral-7b", c) for c in (512, 1024)]  # below top-k the KV part grows too
+    assert "**grow**" in ch07.dsa_text(short) and "indexer part is not" not in ch07.dsa_text(short)
+    dsa = constant_state_models()[-1]
+    assert dsa.read_grows_with_context and dsa.bytes_read_per_step == reads[0].bytes_read
+    assert not constant_state_models(dsa_indexer_key_dim=0)[-1].read_grows_with_context

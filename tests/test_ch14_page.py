@@ -153,3 +153,32 @@ def test_part_two_shows_each_finding_with_its_columns_and_a_legible_frontier():
         box = label.get_window_extent(renderer)
         assert not box.overlaps(title) and not box.overlaps(legend), label.get_text()
         assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+
+
+def _point(tp: int, batch: int, per_gpu: float, per_user: float, on_frontier: bool = False):
+    from infer_lab.analysis.parallel import FrontierPoint
+
+    return FrontierPoint("H100-SXM", tp, 8 // tp, batch, 8192, 1e3 / per_user, 0.0, per_user, per_gpu, 8 * per_gpu,
+                         1 / per_gpu, 700 / per_gpu, 1.0, on_frontier)
+
+
+def test_the_fixed_batch_sentence_follows_the_frontier_numbers():
+    """The chapter's own frontier: TP8 is dearer per token than TP4 x DP2 at batch 1 (43.1 vs 34.2 J/token),
+    and holds the frontier only by fitting bigger batches; swap the costs and the sentence turns round."""
+    s = ch14.scaling_result()
+    text = ch14.fixed_batch_text(s.frontier)
+    assert "TP8, is the **dearer** per token at every batch both run" in text
+    assert "at batch 1 it costs 43.1 J/token against 34.2" in text and "fits bigger batches" in text
+    assert text in ch14.scaling_paragraphs(s)["quote"]
+    dearer = [_point(8, 1, 16.0, 130.0, True), _point(8, 64, 540.0, 68.0, True), _point(4, 1, 20.0, 82.0),
+              _point(4, 16, 260.0, 65.0)]
+    assert "is the **dearer**" in ch14.fixed_batch_text(dearer)
+    assert "batch 16: 65.0 tok/s per user, 260 tok/s per GPU) is beaten on both by TP8 at batch 64" in (
+        ch14.fixed_batch_text(dearer))
+    cheaper = [_point(8, 1, 25.0, 130.0, True), _point(4, 1, 20.0, 82.0)]  # the inverted case
+    text = ch14.fixed_batch_text(cheaper)
+    assert "is the **cheaper** per token at every batch both run" in text and "dearer" not in text
+    mixed = [_point(8, 1, 25.0, 130.0, True), _point(8, 2, 30.0, 128.0, True), _point(4, 1, 20.0, 82.0),
+             _point(4, 2, 40.0, 80.0)]
+    assert "dearer per token at batch 2 and the cheaper at batch 1" in ch14.fixed_batch_text(mixed)
+    assert ch14.fixed_batch_text([_point(8, 1, 25.0, 130.0, True)]) == ""  # one layout: nothing to compare

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from infer_lab.analysis.plausibility import line_fit_flags
 from infer_lab.course import ch15_cluster as ch15
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
@@ -55,7 +56,24 @@ def test_the_simulator_replays_the_engines_steps_exactly(quick_check):
     assert c.same_schedule and c.sim_step_tokens == c.engine_step_tokens
     assert len(c.engine_step_tokens) > c.requests  # prefill steps and decode steps
     assert abs(c.busy_ratio - 1) < 0.01  # a least-squares fit's residuals sum to zero over the same steps
-    assert ("they **agree**" in ch15.check_text(c)) == c.within()
+    text = ch15.check_text(c)
+    assert "the same steps as the engine's, step for step" in text
+    readable = not line_fit_flags("step", c.fit.a_s, c.fit.b_s_per_token, c.fit.r2)
+    assert ("they **agree**" in text) == (c.within() and readable)
+    assert ("no verdict on times" in text) == (not readable)
+
+
+def test_the_check_gives_no_verdict_on_times_from_a_fit_that_explains_nothing(quick_check):
+    import dataclasses
+
+    fit = quick_check.fit
+    good = dataclasses.replace(quick_check, fit=dataclasses.replace(fit, a_s=abs(fit.a_s), r2=0.95,
+                                                                     b_s_per_token=abs(fit.b_s_per_token)))
+    bad = dataclasses.replace(quick_check, fit=dataclasses.replace(quick_check.fit, r2=0.03))
+    assert ("they **agree**" in ch15.check_text(good)) == good.within()
+    assert "**agree**" not in ch15.check_text(bad) and "no verdict on times" in ch15.check_text(bad)
+    other = dataclasses.replace(good, sim_step_tokens=good.sim_step_tokens[:-1])
+    assert "**DIFFERENT steps" in ch15.check_text(other) and "they **DO NOT agree**" in ch15.check_text(other)
 
 
 def _edited_notebook(tmp_path, slots: int):

@@ -326,6 +326,15 @@ def get_cited_chip(name: str) -> CitedChip:
     return CitedChip(name=name, recorded=table["_about"]["recorded"], **table[name])
 
 
+def get_cited_system_claim(name: str) -> dict[str, Any]:
+    """A claim the talk made about a whole system rather than one chip (``cited_chips.json``'s
+    ``_system_claims``), e.g. ``'heterogeneous-vs-homogeneous'``: what, against which baseline, who said it."""
+    claims = _cited_table().get("_system_claims", {})
+    if name not in claims:
+        raise _unknown("cited system claim", name, list(claims))
+    return dict(claims[name])
+
+
 # ---------------------------------------------------------------------------------------------
 # On-chip memory (the memory hierarchy beside HBM)
 

@@ -15,7 +15,11 @@ Timing attention kernels on a device is a benchmark: :mod:`infer_lab.bench.atten
 
 from .equivalence import decode_token_by_token, diff_from_sdpa
 from .flash import (
+    PAPER_HBM_TRAFFIC,
+    CitedHBMTraffic,
+    FlashTiling,
     flash_attention,
+    kv_rows_read,
     naive_attention_hbm_bytes,
     online_softmax_tile,
     score_matrix_bytes,
@@ -27,8 +31,11 @@ from .reference import allowed_mask, naive_attention, sdpa_attention
 from .variants import Attention, AttentionConfig, KVCache
 
 __all__ = [
+    "PAPER_HBM_TRAFFIC",
     "Attention",
     "AttentionConfig",
+    "CitedHBMTraffic",
+    "FlashTiling",
     "KVCache",
     "MLACache",
     "MLAConfig",
@@ -38,6 +45,7 @@ __all__ = [
     "decode_token_by_token",
     "diff_from_sdpa",
     "flash_attention",
+    "kv_rows_read",
     "naive_attention",
     "naive_attention_hbm_bytes",
     "online_softmax_tile",

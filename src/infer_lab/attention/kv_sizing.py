@@ -137,12 +137,58 @@ def decode_time_vs_kv_heads(
 
 @dataclass(frozen=True)
 class StateSize:
-    """What one user's sequence keeps in memory under an architecture, and what a step reads."""
+    """What one user's sequence keeps in memory under an architecture, and what a decode step reads."""
 
     architecture: str
     state_bytes_per_user: int
     grows_with_context: bool
     bytes_read_per_step: int | None = None  # when it differs from the state
+    read_grows_with_context: bool | None = None  # None: the read is the state, so as the state
+
+
+# DeepSeek-V3.2's lightning indexer (DeepSeek-V3.2-Exp report): one 128-value key per token per layer,
+# shared by its index heads and cached in fp8 (1 B per value; its per-block scales are left out here).
+DSA_INDEXER_KEY_DIM = 128
+DSA_INDEXER_BYTES_PER_ELEMENT = 1
+DSA_TOP_K = 2048
+
+
+@dataclass(frozen=True)
+class SparseRead:
+    """One DSA decode step for one user: the main attention reads the top-k tokens' KV, and the
+    indexer first reads its own small key of every cached token to pick them."""
+
+    context: int
+    top_k: int
+    top_k_kv_bytes: int  # KV of min(context, top_k) tokens, all layers
+    indexer_bytes: int  # indexer keys of all ``context`` tokens, all layers
+    indexer_bytes_per_token: int  # one cached token's indexer keys, all layers
+    indexer_key_dim: int
+    indexer_bytes_per_element: int
+    layers: int
+
+    @property
+    def bytes_read(self) -> int:
+        return self.top_k_kv_bytes + self.indexer_bytes
+
+
+def dsa_read_per_step(
+    model: str = "mistral-7b",
+    context: int = 32768,
+    top_k: int = DSA_TOP_K,
+    indexer_key_dim: int = DSA_INDEXER_KEY_DIM,
+    indexer_bytes_per_element: int = DSA_INDEXER_BYTES_PER_ELEMENT,
+    kv_dtype: str = "bf16",
+) -> SparseRead:
+    """Bytes one DSA decode step reads at ``context`` cached tokens, at ``model``'s widths.
+
+    The indexer scores every cached token (its cost is O(L) per step, O(L²) over a sequence), so
+    its reads grow with the context; only the main attention is capped at ``top_k`` tokens.
+    """
+    shape = kv_memory.as_shape(model)
+    per_token = shape.layers * indexer_key_dim * indexer_bytes_per_element
+    return SparseRead(context, top_k, kv_memory.kv_bytes(shape, min(context, top_k), 1, kv_dtype),
+                      per_token * context, per_token, indexer_key_dim, indexer_bytes_per_element, shape.layers)
 
 
 def constant_state_models(
@@ -152,15 +198,18 @@ def constant_state_models(
     mamba_state_dim: int = 16,
     mamba_expand: int = 2,
     mamba_conv: int = 4,
-    dsa_top_k: int = 2048,
+    dsa_top_k: int = DSA_TOP_K,
+    dsa_indexer_key_dim: int = DSA_INDEXER_KEY_DIM,
+    dsa_indexer_bytes_per_element: int = DSA_INDEXER_BYTES_PER_ELEMENT,
 ) -> list[StateSize]:
     """Memory models of architectures without a growing KV cache, at this model's widths.
 
     * Linear attention keeps a ``head_dim x head_dim`` matrix (sum of k vᵀ) per head per layer:
       constant in context, but it must compress all history into that matrix.
     * Mamba (selective SSM) keeps ``d_inner x state_dim`` plus a short convolution window per layer.
-    * DeepSeek sparse attention (DSA) still caches every token, but each query reads only
-      ``dsa_top_k`` of them, so the bytes *read* per step stop growing, not the bytes stored.
+    * DeepSeek sparse attention (DSA) caches every token's KV and its indexer key; a step reads the
+      KV of ``dsa_top_k`` tokens plus the indexer key of every cached token (:func:`dsa_read_per_step`),
+      so what it reads still grows with the context, more slowly than full attention's.
     These state sizes are properties of those architectures, not of the KV formula.
     """
     shape = kv_memory.as_shape(model)
@@ -168,12 +217,15 @@ def constant_state_models(
     linear = shape.layers * shape.heads * (shape.head_dim * shape.head_dim + shape.head_dim) * element
     mamba = shape.layers * mamba_expand * shape.hidden * (mamba_state_dim + mamba_conv - 1) * element
     full = kv_memory.kv_bytes(shape, context, 1, kv_dtype)
+    dsa = [dsa_read_per_step(model, c, dsa_top_k, dsa_indexer_key_dim, dsa_indexer_bytes_per_element, kv_dtype)
+           for c in (context, 2 * context)]
     return [
         StateSize("full attention (this model)", full, True),
         StateSize("linear attention", linear, False),
         StateSize("Mamba (SSM)", mamba, False),
-        StateSize(f"DSA (reads top-{dsa_top_k})", full, True,
-                  kv_memory.kv_bytes(shape, min(context, dsa_top_k), 1, kv_dtype)),
+        StateSize(f"DSA (KV of the top {dsa_top_k:,} tokens + an indexer key of {dsa_indexer_key_dim} × "
+                  f"{dsa_indexer_bytes_per_element} B per cached token per layer)",
+                  full + dsa[0].indexer_bytes, True, dsa[0].bytes_read, dsa[1].bytes_read > dsa[0].bytes_read),
     ]
 
 
@@ -183,7 +235,8 @@ CITED_QUALITY = {
     "GQA": "close to MHA after uptraining 5% of pre-training compute (GQA paper)",
     "MQA": "small drop after uptraining (GQA paper); large without it (measured on SmolLM2 in chapter 07)",
     "MLA": "matches or beats MHA in DeepSeek-V2's ablations (DeepSeek-V2 report)",
-    "sliding": "local context only; mixed with full layers in Mistral/Gemma/GPT-OSS",
+    "sliding": ("each layer sees the last w tokens, stacked layers reach further; every layer in Mistral-7B "
+                "v0.1, interleaved with full-attention layers in Gemma 2/3 and GPT-OSS"),
 }
 
 
@@ -220,10 +273,13 @@ def scorecard(
     KV bytes, max users and the roofline decode rate come from the analysis for ``model``'s
     shape (MLA only for models that have it), on the fewest ``gpu``s that hold the weights.
     ``measured_quality`` maps a variant family (``'MQA'``, ``'sliding'``...) to a measured
-    statement shown instead of the cited one.
+    statement shown beside the cited one, which it never replaces: a measurement on another model or
+    setting does not say what the literature's trained variant costs.
     """
     spec = get_gpu(gpu)
-    quality = {**CITED_QUALITY, **(measured_quality or {})}
+    measured = measured_quality or {}
+    quality = {family: "; ".join(x for x in (CITED_QUALITY.get(family, ""), measured.get(family, "")) if x)
+               for family in {*CITED_QUALITY, *measured}}
     variants = variant_shapes(model, window)
     gpus = gpus_to_hold(variants["MHA"], spec.memory_bytes)
     rows = []

@@ -28,6 +28,9 @@ from typing import Any
 import torch
 
 from ..attention import (
+    PAPER_HBM_TRAFFIC,
+    CitedHBMTraffic,
+    FlashTiling,
     naive_attention_hbm_bytes,
     online_softmax_tile,
     score_matrix_bytes,
@@ -37,16 +40,19 @@ from ..attention.kv_sizing import (
     MLARatio,
     PredictedDecode,
     ScorecardRow,
+    SparseRead,
     StateSize,
     VariantMemory,
     constant_state_models,
     decode_time_vs_kv_heads,
+    dsa_read_per_step,
     mla_ratio_explained,
     scorecard,
     variant_memory_table,
 )
 from ..attention.quality import VariantQuality
 from ..bench.attention import BackendTime, DecodeAttentionTime
+from ..catalog import get_on_chip_memory
 from ..figures import finish
 from ..hardware import device_label
 from ..units import fmt_bytes, human
@@ -230,31 +236,78 @@ def memory_rows(gpu: str = DEFAULT_GPU, context: int = DEFAULT_CONTEXT) -> list[
 
 @dataclass(frozen=True)
 class HBMRow:
-    """Attention HBM traffic of one prefill layer, naive vs tiled, and the naive path's score matrix."""
+    """Attention HBM traffic of one prefill layer: naive, tiled at both bounds of the K/V re-reads,
+    the naive path's score matrix and one head's K and V."""
 
     seq_len: int
     naive_bytes: int
-    tiled_bytes: int
+    tiled_bytes: int  # K and V re-read from HBM by every query tile (no cache: the upper bound)
+    tiled_kv_once_bytes: int  # K and V read from HBM once, every re-read hits the L2 (the lower bound)
     score_matrix_bytes: int
+    head_kv_bytes: int  # one head's K and V at this length
 
     @property
     def naive_over_tiled(self) -> float:
         return self.naive_bytes / self.tiled_bytes
 
+    @property
+    def naive_over_tiled_kv_once(self) -> float:
+        return self.naive_bytes / self.tiled_kv_once_bytes
 
-def flash_rows(lengths: tuple[int, ...] = FLASH_LENGTHS, heads: int = FLASH_SHAPE[0],
-               head_dim: int = FLASH_SHAPE[1]) -> list[HBMRow]:
-    """Analytic bytes of one layer's attention (bf16), naive and tiled, per sequence length."""
-    return [HBMRow(n, naive_attention_hbm_bytes(n, head_dim, heads=heads),
-                   tiled_attention_hbm_bytes(n, head_dim, heads=heads), score_matrix_bytes(n, heads=heads))
+
+@dataclass(frozen=True)
+class FlashResult:
+    """Part 6: the HBM model's rows, the assumptions they follow from, and the paper's measured figure."""
+
+    tiling: FlashTiling
+    heads: int
+    rows: list[HBMRow]
+    l2_bytes: int | None  # the L2 of the GPU whose SRAM the tiling uses, when on file
+    gpu: str
+    paper: CitedHBMTraffic = PAPER_HBM_TRAFFIC
+
+
+def flash_tiling(gpu: str = DEFAULT_GPU, causal: bool = True, sram_bytes: int | None = None,
+                 head_dim: int = FLASH_SHAPE[1]) -> FlashTiling:
+    """FlashAttention's M for ``gpu``: one SM's SRAM from the catalog's on-chip figures, or
+    ``sram_bytes`` when given. A GPU without a per-SM figure on file uses :data:`DEFAULT_GPU`'s, and says so."""
+    if sram_bytes is not None:
+        return FlashTiling(sram_bytes, head_dim, causal=causal, sram_of="set by hand")
+    chip, of = get_on_chip_memory(gpu), f"one SM of {gpu}"
+    if chip is None:
+        chip, of = get_on_chip_memory(DEFAULT_GPU), f"one SM of {DEFAULT_GPU}: {gpu} has no per-SM figure on file"
+    return FlashTiling(int(chip.sram_kib_per_unit * 1024), head_dim, causal=causal, sram_of=of)
+
+
+def flash_result(tiling: FlashTiling | None = None, gpu: str = DEFAULT_GPU, lengths: tuple[int, ...] = FLASH_LENGTHS,
+                 heads: int = FLASH_SHAPE[0]) -> FlashResult:
+    """Analytic bytes of one layer's attention, naive and tiled, per sequence length, under ``tiling``
+    (by default: one SM of ``gpu``, a causal prefill)."""
+    tiling = tiling or flash_tiling(gpu)
+    d, b = tiling.head_dim, tiling.bytes_per_element
+    rows = [HBMRow(n, naive_attention_hbm_bytes(n, d, heads=heads, bytes_per_element=b),
+                   tiled_attention_hbm_bytes(n, d, heads=heads, bytes_per_element=b, block_q=tiling.block_q,
+                                             causal=tiling.causal),
+                   tiled_attention_hbm_bytes(n, d, heads=heads, bytes_per_element=b, block_q=tiling.block_q,
+                                             causal=tiling.causal, kv_rereads_from_hbm=False),
+                   score_matrix_bytes(n, heads=heads, bytes_per_element=b), 2 * n * d * b)
             for n in lengths]
+    chip = get_on_chip_memory(gpu)
+    return FlashResult(tiling, heads, rows, chip.l2_bytes if chip else None, gpu)
+
+
+def flash_rows(tiling: FlashTiling | None = None) -> list[HBMRow]:
+    """The rows of :func:`flash_result`."""
+    return flash_result(tiling).rows
 
 
 def quality_notes(quality: QualityResult | None) -> dict[str, str]:
-    """Scorecard notes from measured rows ('MQA', 'sliding'), saying which model and setting they measured."""
+    """Scorecard notes from measured rows ('MQA', 'sliding'), saying which model and setting they measured:
+    the cost of converting a model trained with full attention, without training it again."""
     if quality is None:
         return {}
-    return {row.family: f"measured on {quality.model_name}, {row.variant}: {perplexity_change_text(row)}"
+    return {row.family: f"measured here, converting {quality.model_name} without retraining ({row.variant}): "
+                        f"{perplexity_change_text(row)}"
             for row in quality.rows if row.family in ("MQA", "sliding")}
 
 
@@ -329,6 +382,92 @@ def mla_text(ratios: dict[str, MLARatio] | None = None) -> str:
     )
 
 
+def times_fewer(ratio: float) -> str:
+    """'2.0× fewer' (or '513× fewer') for a naive/tiled byte ratio above 1, '1.33× more' below it, 'as many' at 1."""
+    if abs(ratio - 1) < 0.005:
+        return "as many"
+    return f"{ratio:.{0 if ratio >= 10 else 1}f}× fewer" if ratio > 1 else f"{1 / ratio:.2f}× more"
+
+
+def saving_across_lengths(lengths: list[int], ratios: list[float]) -> str:
+    """How naive/tiled bytes change with length, in words: the same at every length (within 5%),
+    or from the first length's to the last's."""
+    if max(ratios) <= 1.05 * min(ratios):
+        return f"{times_fewer(ratios[-1])} HBM bytes than naive at every length shown"
+    return (f"{times_fewer(ratios[0])} HBM bytes than naive at {lengths[0]:,} tokens, "
+            f"{times_fewer(ratios[-1])} at {lengths[-1]:,}")
+
+
+def l2_text(row: HBMRow, l2_bytes: int | None, gpu: str) -> str:
+    """Whether one head's K and V fit in the L2 at a length: what the lower bound needs."""
+    if l2_bytes is None:
+        return f"The catalog has no L2 size for {gpu}, so which bound is nearer cannot be judged here."
+    fits = row.head_kv_bytes <= l2_bytes
+    return (f"One head's K and V at {row.seq_len:,} tokens are {fmt_bytes(row.head_kv_bytes)}, "
+            + (f"within {gpu}'s {fmt_bytes(l2_bytes)} of L2, so a kernel that keeps one head's tiles together can "
+               "get close to the lower bound (other heads' tiles share that L2)."
+               if fits else
+               f"more than {gpu}'s {fmt_bytes(l2_bytes)} of L2, so at that length re-reads go back to HBM and the "
+               "upper bound is the nearer one."))
+
+
+def flash_assumptions_text(f: FlashResult) -> str:
+    """The assumptions the table's tiled bytes follow from, with their units."""
+    t = f.tiling
+    mask = ("a causal prefill: each query tile skips the key tiles in its future" if t.causal else
+            "no mask: every query tile reads every key tile")
+    return (f"query tiles of **{t.block_q} rows** and key tiles of {t.block_k} (the paper's B_r = min(⌈M/4d⌉, d) "
+            f"and B_c = ⌈M/4d⌉) for M = {fmt_bytes(t.sram_bytes)} of SRAM ({t.sram_of}), head dim d = {t.head_dim}, "
+            f"{t.bytes_per_element} B per element, {f.heads} heads, one layer, batch 1; {mask}")
+
+
+def flash_text(f: FlashResult) -> str:
+    """Part 6 in words: the saving at both bounds, what it follows from, and the paper's measured figure."""
+    lengths = [r.seq_len for r in f.rows]
+    at = next((r for r in f.rows if r.seq_len == 4096), f.rows[0])
+    paper = f.paper
+    return "\n\n".join([
+        f"**Assumed:** {flash_assumptions_text(f)}.",
+        f"If K and V are re-read from HBM by every query tile (no cache: the upper bound), tiled attention moves "
+        f"**{saving_across_lengths(lengths, [r.naive_over_tiled for r in f.rows])}**. Those re-reads grow as N² "
+        f"too (N²·d divided by the tile height), so at long lengths this bound tends to "
+        f"{f.tiling.long_sequence_saving * f.tiling.head_dim / f.tiling.block_q:.0f} × tile / d = "
+        f"{f.tiling.long_sequence_saving:.2f}: the tile sets it. "
+        "If every re-read hits "
+        f"the L2 instead (K and V read from HBM once: the lower bound), it moves "
+        f"**{saving_across_lengths(lengths, [r.naive_over_tiled_kv_once for r in f.rows])}**. "
+        + l2_text(f.rows[-1], f.l2_bytes, f.gpu),
+        f"What holds under any tiling: at {at.seq_len:,} tokens the naive path writes and re-reads a "
+        f"{fmt_bytes(at.score_matrix_bytes)} score matrix per layer, and the tiled path writes none; its scores "
+        "live in SRAM one tile at a time.",
+        f"**Measured, in the paper:** {paper.standard_gb} GB against {paper.flash_gb} GB of HBM reads and writes, "
+        f"**{paper.standard_over_flash:.1f}×**, for {paper.workload} ({paper.source}). That is both passes of "
+        "training, measured, so it is not this table's number: this model counts the forward pass only and "
+        "four N² passes of the naive path.",
+    ])
+
+
+def dsa_reads(context: int = DEFAULT_CONTEXT, model: str = "mistral-7b") -> list[SparseRead]:
+    """A DSA decode step's reads at ``context`` and at twice it (Mistral-7B's widths by default)."""
+    return [dsa_read_per_step(model, c) for c in (context, 2 * context)]
+
+
+def dsa_text(reads: list[SparseRead]) -> str:
+    """Whether a DSA decode step's reads grow with the context, from :func:`dsa_reads`, with the assumption."""
+    a, b = reads[0], reads[-1]
+    grows = b.bytes_read > a.bytes_read
+    return (f"**DSA per decode step:** the indexer reads one {a.indexer_key_dim}-value key of "
+            f"{a.indexer_bytes_per_element} B per value for every cached token in each of {a.layers} layers, "
+            f"{fmt_bytes(a.indexer_bytes_per_token)} per token, and the main attention reads the KV of at most "
+            f"{a.top_k:,} tokens. At {a.context:,} tokens a step reads {fmt_bytes(a.bytes_read)} "
+            f"({fmt_bytes(a.top_k_kv_bytes)} of top-k KV, {fmt_bytes(a.indexer_bytes)} of indexer keys); at "
+            f"{b.context:,}, {fmt_bytes(b.bytes_read)}: "
+            + (f"the reads **{'grow' if grows else 'do not grow'}** with the context"
+               + (f", {b.bytes_read / a.bytes_read:.2f}× for 2× the tokens" if grows else "")
+               + (" (the top-k part is capped; the indexer part is not)." if grows and b.top_k_kv_bytes ==
+                  a.top_k_kv_bytes else ".")))
+
+
 def quality_text(quality: QualityResult) -> str:
     if quality.skipped:
         return quality.skipped
@@ -367,6 +506,8 @@ def summary(result: Result) -> str:
         lines.append(equivalence_text(result.equivalence))
     lines.append(memory_text(memory_rows()))
     lines.append(mla_text())
+    lines.append(dsa_text(dsa_reads()))
+    lines.append(flash_text(flash_result()))
     if result.quality:
         lines.append(quality_text(result.quality))
     if result.timing:
@@ -410,10 +551,14 @@ STATE_COLUMNS = [
     Column("architecture", "architecture", "text"), Column("state_bytes_per_user", "state per user", "bytes"),
     Column("grows_with_context", "grows with context", "bool"),
     Column("bytes_read_per_step", "read per step", "bytes", missing="— (all of it)"),
+    Column("read_grows_with_context", "read grows with context", "bool", missing="— (as the state)"),
 ]
 FLASH_COLUMNS = [
     Column("seq_len", "sequence (tokens)", "int"), Column("naive_bytes", "naive HBM traffic", "bytes"),
-    Column("tiled_bytes", "tiled HBM traffic", "bytes"), Column("naive_over_tiled", "naive / tiled", "ratio"),
+    Column("tiled_bytes", "tiled, K/V re-read from HBM", "bytes"),
+    Column("naive_over_tiled", "naive / tiled (re-read)", "ratio"),
+    Column("tiled_kv_once_bytes", "tiled, K/V once (L2 hits)", "bytes"),
+    Column("naive_over_tiled_kv_once", "naive / tiled (once)", "ratio"),
     Column("score_matrix_bytes", "naive score matrix, one layer", "bytes"),
 ]
 PREDICTED_COLUMNS = [
@@ -458,8 +603,8 @@ def state_table(rows: list[StateSize] | None = None, context: int = DEFAULT_CONT
     return people_table(rows if rows is not None else constant_state_models(context=context), STATE_COLUMNS)
 
 
-def flash_table(rows: list[HBMRow] | None = None):
-    return people_table(rows if rows is not None else flash_rows(), FLASH_COLUMNS)
+def flash_table(flash: FlashResult | None = None):
+    return people_table((flash or flash_result()).rows, FLASH_COLUMNS)
 
 
 def prediction_table(rows: list[PredictedDecode]):
@@ -507,7 +652,7 @@ def tables(result: Result) -> dict[str, Any]:
     out[f"Scorecard on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic memory, roofline speed)"] = (
         scorecard_table(scorecard_rows(quality=result.quality)))
     out["Architectures without a growing KV cache (analytic)"] = state_table()
-    out["Attention HBM traffic, naive vs tiled (analytic)"] = flash_table()
+    out[f"Attention HBM traffic, naive vs tiled, on {DEFAULT_GPU}'s SRAM (analytic)"] = flash_table()
     if result.timing:
         out["SDPA backends on this machine"] = backend_table(result.timing)
         out["Decode attention vs KV heads on this machine"] = decode_table(result.timing)
@@ -536,17 +681,26 @@ def kv_figure(rows: list[VariantMemory], title: str):
     return fig
 
 
-def hbm_figure(rows: list[HBMRow], title: str):
-    """Naive vs tiled attention HBM traffic against sequence length (log-log)."""
+def flash_title(f: FlashResult) -> str:
+    """The figure's title, with the assumptions its tiled lines follow from."""
+    t = f.tiling
+    return (f"Attention HBM traffic, one layer, {f.heads} heads × d {t.head_dim}, {t.bytes_per_element} B/element "
+            f"(analytic)\nquery tile {t.block_q} rows from {fmt_bytes(t.sram_bytes)} SRAM ({t.sram_of}), "
+            + ("causal" if t.causal else "no mask"))
+
+
+def hbm_figure(f: FlashResult, title: str | None = None):
+    """Naive vs tiled attention HBM traffic against sequence length (log-log), both tiled bounds."""
     from ..figures import subplots
 
-    fig, ax = subplots(figsize=(6, 3.4))
-    x = [r.seq_len for r in rows]
-    ax.loglog(x, [r.naive_bytes for r in rows], "o-", label="naive (writes and re-reads S and P)")
-    ax.loglog(x, [r.tiled_bytes for r in rows], "s-", label="tiled / flash (re-reads K, V per query tile)")
+    fig, ax = subplots(figsize=(6.4, 3.8))
+    x = [r.seq_len for r in f.rows]
+    ax.loglog(x, [r.naive_bytes for r in f.rows], "o-", label="naive (writes and re-reads S and P)")
+    ax.loglog(x, [r.tiled_bytes for r in f.rows], "s-", label="tiled, K/V re-read from HBM per query tile")
+    ax.loglog(x, [r.tiled_kv_once_bytes for r in f.rows], "^--", label="tiled, K/V from HBM once (re-reads hit L2)")
     ax.set(xlabel="sequence length (tokens)", ylabel="HBM bytes, one layer (log)")
     ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title or flash_title(f), fontsize=9)
     finish(fig)
     return fig
 
@@ -622,7 +776,7 @@ def timing_figure(timing: TimingResult):
 def figures(result: Result) -> dict[str, Any]:
     out = {
         "kv": kv_figure(memory_rows(), "KV bytes per token per variant, all layers (analytic)"),
-        "hbm": hbm_figure(flash_rows(), f"Attention HBM traffic, {FLASH_SHAPE[0]} heads × {FLASH_SHAPE[1]}, bf16 (analytic)"),
+        "hbm": hbm_figure(flash_result()),
         "scorecard": scorecard_figure(scorecard_rows(quality=result.quality),
                                       f"Attention variants on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens: "
                                       "analytic memory, roofline speed"),

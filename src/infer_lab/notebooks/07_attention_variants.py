@@ -190,7 +190,9 @@ def _(ch07, mo, nb):
 
     Mean-pool each layer's KV heads into one, as the GQA paper does before uptraining, or let
     each token see only the last few tokens, and measure perplexity on the shipped evaluation
-    text. The measured rows replace the cited ones in the scorecard below the table.
+    text. The scorecard below the table keeps the cited quality of each trained variant and adds
+    the measurement beside it: what converting this model *without retraining* costs, not what a
+    model trained that way loses.
 
     {quality_button} {nb.button_time(ch07, "quality")}
     """)
@@ -252,16 +254,20 @@ def _(mo):
 
     **Linear attention** replaces softmax with a kernel so the past folds into one `d × d` matrix
     per head: constant memory, weaker recall. **Mamba** keeps a fixed-size recurrent state per
-    layer. **DeepSeek sparse attention** still stores every token, but each query reads only the
-    top-k chosen by a small indexer, so the bytes *read* per step stop growing while the bytes
-    *stored* do not. Sizes at Mistral-7B's widths:
+    layer. **DeepSeek sparse attention** (DSA, DeepSeek-V3.2) still stores every token. A small
+    *lightning indexer* scores every cached token against the query, using its own small key per
+    token, and the main attention then reads only the top-k tokens it picked.
+
+    **Predict first:** double the context. Does a DSA step read more bytes, or the same?
+    Sizes at Mistral-7B's widths, at the context chosen in part 2; DSA's row names what it assumes:
     """)
     return
 
 
 @app.cell
-def _(ch07, context, nb):
-    nb.table(ch07.state_table(context=context.value))
+def _(ch07, context, mo, nb):
+    mo.vstack([nb.table(ch07.state_table(context=context.value)),
+               mo.md(ch07.dsa_text(ch07.dsa_reads(context.value)))])
     return
 
 
@@ -272,20 +278,25 @@ def _(mo):
 
     `infer_lab.attention.flash_attention` walks key/value tiles past each query tile, keeping three
     named quantities: `running_max`, `running_sum` and `output_acc`. It never forms the N × N
-    scores, and it equals SDPA (part 1). Naive attention writes and re-reads the scores S and the
-    probabilities P; tiled attention re-reads K and V once per query tile instead.
+    scores, and it equals SDPA (part 1). On a GPU the tiles live in **SRAM**, the shared memory
+    next to each SM's cores: small, and far faster than HBM. Naive
+    attention writes the scores S and the probabilities P to HBM and reads them back; tiled
+    attention keeps them in SRAM, one tile at a time, and re-reads K and V for each query tile
+    instead. How many bytes that saves depends on two things the model must assume: how tall a
+    query tile the SRAM allows, and whether the K/V re-reads come from HBM or hit the L2 cache.
+
+    **Predict first:** is the saving the same at every length? And with less SRAM (pass
+    `sram_bytes=` in the cell below), or without the causal mask (`causal=False`), does the tiled
+    path still move fewer bytes than the naive one?
     """)
     return
 
 
 @app.cell
-def _(ch07, mo, nb):
-    hbm = ch07.flash_rows()
-    mo.vstack([
-        ch07.hbm_figure(hbm, f"Attention HBM traffic, {ch07.FLASH_SHAPE[0]} heads × {ch07.FLASH_SHAPE[1]}, bf16, "
-                             "one layer (analytic)"),
-        nb.table(ch07.flash_table(hbm)),
-    ])
+def _(ch07, gpu, mo, nb):
+    tiling = ch07.flash_tiling(gpu.value, causal=True)  # M: one SM's SRAM on this GPU; try sram_bytes=32 * 1024
+    flash = ch07.flash_result(tiling, gpu.value)
+    mo.vstack([ch07.hbm_figure(flash), mo.md(ch07.flash_text(flash)), nb.table(ch07.flash_table(flash))])
     return
 
 

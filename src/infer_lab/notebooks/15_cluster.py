@@ -181,7 +181,7 @@ def _(mo):
     ## 3 · The planner's answer, and how to launch it
 
     The capacity planner (`analysis.capacity.recommend`) knows what all-reduces cost (chapter
-    13): it picks the fewest GPUs and the layout (TP, replicas) that meet the latency SLO. The
+    14): it picks the fewest GPUs and the layout (TP, replicas) that meet the latency SLO. The
     launch commands come from `infer_lab.launchers`, the same ones `infer-lab engines launch`
     runs. **Predict:** how many H100s does Llama-3-70B need for 16 users at 8,192 tokens within
     30 ms per token?
@@ -219,7 +219,9 @@ def _(ch15, mo, nb):
     batching (one arrives first, the rest a step later); its step log gives each step's tokens
     and time; a line `a + b × tokens` is fitted to them; the simulator replays the same requests
     on that cost. **Predict:** the same steps? How close are the totals? (The tolerances, and why
-    those: `SimVsEngine.within` in `src/infer_lab/cluster/engine_check.py`.)
+    those: `SimVsEngine.within` in `src/infer_lab/cluster/engine_check.py`.) The replay runs on a
+    line fitted to these very steps, so the totals can only test that line when it explains the
+    steps; what this check really tests is the simulator's scheduler.
 
     {check_button} {nb.button_time(ch15, "check")}
     """)
