@@ -39,7 +39,9 @@ Hostile or broken clients cannot hold the server:
   --body-timeout s (408, closed); at most --max-connections stay open (past that the oldest
   idle or slow one is closed); at most --max-queued requests wait for an engine slot and
   none longer than --queue-timeout s (503 with Retry-After); a stream whose client stops
-  reading is cancelled once --stream-buffer-tokens tokens wait for it, and its KV freed.
+  reading is paused once --stream-buffer-tokens tokens wait for it (its batch slot and KV
+  blocks go back to the others) and resumes, recomputed, when the client reads again; a
+  client that takes no byte for --send-timeout s has its connection closed.
   A prompt longer than the context, judged from its byte length, is refused before it is
   tokenized. /metrics shows the queues, the open connections and what was refused.
 
@@ -119,9 +121,13 @@ def add_arguments(p) -> None:
                      help="requests that may wait for an engine slot; more get a 503 (default 512)")
     lim.add_argument("--queue-timeout", type=float, default=300.0, metavar="S",
                      help="seconds a request may wait for its first token before a 503 (default 300)")
-    lim.add_argument("--stream-buffer-tokens", type=int, default=256, metavar="N",
+    lim.add_argument("--stream-buffer-tokens", type=int, default=16, metavar="N",
                      help="tokens a stream may hold for a client that stopped reading, beyond the "
-                          "socket buffers, before it is cancelled (default 256)")
+                          "socket buffers (2 KiB unsent per connection), before it is paused and "
+                          "its slot and KV blocks freed (default 16)")
+    lim.add_argument("--send-timeout", type=float, default=60.0, metavar="S",
+                     help="seconds a client may take no byte of its stream before its connection "
+                          "is closed and its request cancelled (default 60)")
     p.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -246,6 +252,7 @@ def run(args) -> int:
         max_queued=args.max_queued,
         queue_timeout_s=args.queue_timeout,
         stream_buffer_tokens=args.stream_buffer_tokens,
+        send_timeout_s=args.send_timeout,
         parts=parts,
         **options,
     )

@@ -7,10 +7,12 @@ Public API (small on purpose; an HTTP server drives it from a background thread)
     while engine.has_unfinished():
         engine.step()              # one forward pass for every scheduled request
     engine.cancel(rid)             # any time, from any thread: frees the request's KV at once
+    engine.pause(rid); engine.resume(rid)   # out of the batch (slot and KV freed) and back
     outputs = engine.generate([ids1, ids2], SamplingParams(max_tokens=32))   # the whole loop
 
-Thread safety: ``add_request``, ``cancel``, ``step`` and the read-only helpers take one lock,
-so a server thread may call ``add_request``/``cancel`` while another thread loops on ``step``.
+Thread safety: ``add_request``, ``cancel``, ``pause``, ``resume``, ``step`` and the read-only
+helpers take one lock, so a server thread may call ``add_request``/``cancel`` while another
+thread loops on ``step``.
 Callbacks run in the thread that calls ``step``, *after* the lock is released, so a callback
 may call ``cancel`` or ``add_request``. Callbacks must be quick (they delay the next step).
 
@@ -145,6 +147,7 @@ class Engine:
         self.spec_totals = {"proposed_tokens": 0, "accepted_tokens": 0, "verify_passes": 0}
         self.eos_token_id = model.shape.eos_token_id
         self.requests: dict[str, Sequence] = {}
+        self.paused: dict[str, Sequence] = {}  # out of the scheduler until resume()
         self.step_log: collections.deque[StepRecord] = collections.deque(maxlen=config.step_log_limit)
         self._ids = itertools.count()
         self._lock = threading.RLock()
@@ -310,13 +313,47 @@ class Engine:
             seq = self.requests.get(request_id)
             if seq is None or seq.is_finished:
                 return False
+            self.paused.pop(request_id, None)
             self._end(seq, "cancelled")
             events = self._observe([seq], [len(seq.output_ids)], None, time.perf_counter())
         _dispatch(events)
         return True
 
+    def pause(self, request_id: str) -> bool:
+        """Take a request out of the batch until :meth:`resume`; False if it is unknown, finished
+        or already paused.
+
+        Its batch slot and KV blocks go back at once (to the prefix cache first, if there is
+        one): preemption by recompute, asked for from outside. A server pauses a stream whose
+        client has stopped reading, so that it holds nothing others need. The request keeps its
+        tokens and its sampling generator, so its answer is the one it would have been.
+        """
+        with self._lock:
+            seq = self.requests.get(request_id)
+            if seq is None or seq.is_finished or request_id in self.paused:
+                return False
+            self.scheduler.remove(seq)
+            self.kv.free(seq, cache_prefix=True)
+            seq.num_computed = 0
+            seq.status = SequenceStatus.WAITING
+            seq.num_preemptions += 1  # the prefix cache counts a prompt's hit on first admission only
+            if self.proposer is not None:
+                self.proposer.release(seq)
+            self.paused[request_id] = seq
+            return True
+
+    def resume(self, request_id: str) -> bool:
+        """A paused request joins the back of the queue; when admitted it recomputes its prompt
+        and the tokens it already generated in one prefill, then goes on. False if not paused."""
+        with self._lock:
+            seq = self.paused.pop(request_id, None)
+            if seq is None:
+                return False
+            self.scheduler.add(seq)
+            return True
+
     def has_unfinished(self) -> bool:
-        """True while any request is waiting or running."""
+        """True while any request is waiting or running (a paused one is neither)."""
         with self._lock:
             return self.scheduler.has_unfinished()
 

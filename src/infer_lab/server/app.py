@@ -23,8 +23,12 @@ A client must not hold what others need, so the work a request may cost is bound
   and at most ``tokenizer_queue`` prompts wait for the tokenizer (503 past that);
 - at most ``max_queued`` requests wait for an engine slot (503 with ``Retry-After`` past
   that), and a request that gets no first token within ``queue_timeout_s`` gets a 503 too;
-- a streaming client that stops reading is cancelled once ``stream_buffer_tokens`` tokens wait
-  for it on top of what the sockets hold, and its KV blocks go back to the pool;
+- a streaming client that stops reading holds no batch slot and no KV memory: once
+  ``stream_buffer_tokens`` tokens wait for it (the connection takes no more bytes, see
+  :mod:`.guard`), its request is paused (preempted: slot and blocks go back) and resumes, after
+  a recompute, when the client has read what was waiting. So a slow reader is paced, never
+  cancelled, and a non-reader costs nobody else anything; one that reads nothing for
+  ``send_timeout_s`` has its connection closed and its request cancelled (``client_too_slow``);
 - past the shutdown timeout, streams end with an error event and the others get a 503 body.
 
 Parameters the server does not implement (``tools``, ``response_format``, ``echo``, ...) and
@@ -45,7 +49,7 @@ import math
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -90,8 +94,11 @@ class ServerConfig:
     that may wait for them (more get a 503). ``max_queued``: requests that may wait for an
     engine slot (more get a 503 with ``Retry-After``); ``queue_timeout_s``: seconds a request
     may wait for its first token. ``stream_buffer_tokens``: tokens a stream may hold for a
-    client that does not read, beyond the sockets' buffers, before it is cancelled.
-    ``header_timeout_s``, ``body_timeout_s``, ``max_connections``: see :mod:`.guard`.
+    client whose connection takes no more bytes before its request is paused (its batch slot
+    and KV blocks freed until the client has read them). ``send_timeout_s``: seconds a
+    response may wait for a client that accepts no byte before its connection is closed (a
+    paused stream is then cancelled). ``header_timeout_s``, ``body_timeout_s``,
+    ``max_connections``: see :mod:`.guard`.
     """
 
     model_name: str
@@ -107,8 +114,9 @@ class ServerConfig:
     vocab_size: int | None = None
     max_queued: int = 512
     queue_timeout_s: float = 300.0
-    stream_buffer_tokens: int = 256
+    stream_buffer_tokens: int = 16
     retry_after_s: int = 1
+    send_timeout_s: float = 60.0
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int | None = None
@@ -119,7 +127,7 @@ class ServerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queued < 0:
             raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
-        for name in ("queue_timeout_s", "header_timeout_s", "body_timeout_s"):
+        for name in ("queue_timeout_s", "header_timeout_s", "body_timeout_s", "send_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
 
@@ -522,7 +530,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                     runs.discard(run)
 
             return StreamingResponse(
-                _sse(group, meta, chat, include_usage),
+                _sse(group, meta, chat, include_usage, request.is_disconnected),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 # Runs after the stream ends or the client leaves, even before the first chunk.
@@ -588,7 +596,9 @@ async def _merged_events(group: list["_Run"]) -> AsyncIterator[tuple[int, str, s
             if finish:
                 return
         return
-    merged: asyncio.Queue[tuple[int, str, str | None] | None] = asyncio.Queue()
+    # Bounded: a pump waits while the client is not reading, so its run's own queue fills and
+    # the run is paused (an unbounded queue here would hide a non-reader from its runs).
+    merged: asyncio.Queue[tuple[int, str, str | None] | None] = asyncio.Queue(maxsize=1)
 
     async def pump(i: int, run: "_Run") -> None:
         try:
@@ -831,10 +841,17 @@ class _Gate:
 
 
 async def _sse(
-    group: list["_Run"], meta: dict[str, Any], chat: bool, include_usage: bool
+    group: list["_Run"],
+    meta: dict[str, Any],
+    chat: bool,
+    include_usage: bool,
+    client_gone: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[str]:
     """SSE lines of one streamed request (n choices, each chunk names its index).
-    Cancellation (client gone) cancels every engine request of it."""
+    Cancellation (client gone) cancels every engine request of it.
+
+    ``client_gone``: true once the client has disconnected (asked only while a run is paused:
+    a chunk "sent" to a closed connection must not resume it)."""
     obj = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(i: int, delta: str | None, finish: str | None, first: bool = False) -> str:
@@ -869,12 +886,6 @@ async def _sse(
                 "(infer-lab serve --shutdown-timeout)",
                 "server_shutting_down",
             )
-        elif run.stalled:
-            problem = (
-                "this stream was cancelled: the client read nothing while "
-                f"{run.stream_buffer} tokens waited to be sent",
-                "client_too_slow",
-            )
         elif run.error:
             problem = (f"generation failed: {run.error}", "internal_error")
         if problem is not None:
@@ -885,6 +896,10 @@ async def _sse(
             break
         if delta or finish:
             yield chunk(i, delta, finish)
+            # Asking for the next event resumes a paused run: not if the send that just
+            # returned did so because the connection is gone (closed by the send timeout).
+            if any(r.paused for r in group) and await client_gone():
+                return
     if include_usage and not failed:
         last = {**meta, "object": obj, "choices": [], "usage": _usage(group)}
         last["server_timing"] = group[0].timing()
@@ -904,11 +919,18 @@ async def _cancel_when_disconnected(
         await asyncio.sleep(poll_s)
 
 
+CLIENT_TOO_SLOW = "client_too_slow"  # finish reason of a paused stream whose client then left
+
+
 class _Run:
     """One request in flight: submits to the backend and turns its callbacks into (text, finish) events.
 
     ``stream_buffer``: for a stream, the tokens that may wait for a client that is not reading
-    (its sockets full, so the response cannot be written) before the request is cancelled.
+    (its connection takes no more bytes, so the response cannot be written) before the request
+    is paused: the backend frees its batch slot and KV memory. It resumes when the client has
+    read what was waiting, so a slow reader is paced by its own reading and nobody else waits
+    for it. Paused, it ends only when its client leaves (or is closed for reading nothing for
+    the server's send timeout): then it counts as ``client_too_slow``.
     """
 
     def __init__(
@@ -930,7 +952,7 @@ class _Run:
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
-        self.stalled = False  # cancelled: its client read nothing for too long
+        self.paused = False  # out of the batch until its client reads what waits for it
         self.shut_down = False  # ended by a shutdown past its timeout
         self._first_token_s: float | None = None
         self._last_token_s: float | None = None
@@ -976,30 +998,49 @@ class _Run:
         self.metrics.preprocess.observe(self.request.arrival_s - self.received_s)
 
     def _put(self, item: tuple[str, Any]) -> None:
-        """On the event loop: queue an event; cancel a stream whose client stopped reading."""
+        """On the event loop: queue an event; pause a stream whose client stopped reading."""
         self._inbox.put_nowait(item)
         if (
             self.stream_buffer is not None
+            and not self.paused
             and not self._abandoned
-            and self._inbox.qsize() > self.stream_buffer
+            and item[0] == "token"
+            and self._inbox.qsize() >= self.stream_buffer
         ):
-            # Nobody takes the tokens out: the response cannot be written because the
-            # client's socket is full. Generating on only holds a slot and KV blocks.
-            self.stalled = True
-            self.abandon("client_too_slow")
-            logger.info(
-                "request %s cancelled: its client read nothing while %d tokens waited "
+            # Nobody takes the tokens out: the response cannot be written because the client
+            # takes no more bytes. Generating on would only hold a slot and KV blocks.
+            self.paused = True
+            self.backend.pause(self.request.request_id)  # only queues a command: never blocks
+            self.metrics.stream_pauses.inc()
+            logger.debug(
+                "request %s paused: its client read nothing while %d tokens waited "
                 "(%d generated)", self.request.request_id, self._inbox.qsize(),
                 self.completion_tokens + self._inbox.qsize(),
             )
 
-    def abandon(self, reason: str = FINISH_CANCELLED) -> None:
-        """Cancel the backend request if it has not finished (the client is gone, too slow,
-        or waited too long); else do nothing. Counted once, under ``reason``."""
+    def _resume_if_paused(self) -> None:
+        """Called when everything that waited for the client has been handed to the connection."""
+        if self.paused and not self._abandoned and self.finish_reason is None:
+            self.paused = False
+            self.backend.resume(self.request.request_id)
+
+    def abandon(self, reason: str | None = None) -> None:
+        """Cancel the backend request if it has not finished (the client is gone, or waited too
+        long); else do nothing. Counted once, under ``reason``: by default ``client_too_slow``
+        for a stream paused because its client stopped reading, else ``cancelled``."""
         if self.finish_reason is None and not self._abandoned:
+            if reason is None:
+                reason = CLIENT_TOO_SLOW if self.paused else FINISH_CANCELLED
             self._abandoned = True
             self.backend.cancel(self.request.request_id)  # only queues a command: never blocks
             self.metrics.requests.labels(finished_reason=reason).inc()
+            if reason == CLIENT_TOO_SLOW:
+                logger.info(
+                    "request %s cancelled (client_too_slow): its client stopped reading, then "
+                    "left or was closed for reading nothing; %d tokens generated, %d never sent",
+                    self.request.request_id, self.completion_tokens + self._inbox.qsize(),
+                    self._inbox.qsize(),
+                )
 
     def stop_for_shutdown(self) -> None:
         """The shutdown timeout has passed: cancel, and end the response with an error."""
@@ -1026,6 +1067,8 @@ class _Run:
         done = False
         try:
             while True:
+                if not pending and inbox.empty():
+                    self._resume_if_paused()  # the client has taken all that waited: go on
                 kind, (value, at) = pending.pop(0) if pending else await inbox.get()
                 if kind == "token":
                     self._observe_token(at)
@@ -1079,6 +1122,7 @@ class _Run:
 
     def _finish(self, reason: str, at: float, count: bool = True) -> None:
         self.finish_reason = reason
+        self.paused = False  # a pause that came too late: the request had finished
         self._finished_s = at
         self.metrics.e2e.observe(at - self.request.arrival_s)
         if count:  # an abandoned request was counted when it was abandoned

@@ -64,8 +64,17 @@ class Backend(Protocol):
     def cancel(self, request_id: str) -> None:
         """Stop a request soon and free what it holds; ``on_finish("cancelled")`` follows unless it already finished."""
 
+    def pause(self, request_id: str) -> None:
+        """Stop generating for a request soon and free its batch slot and KV memory, keeping its
+        tokens and sampling state; no callback follows until :meth:`resume`. The server pauses
+        a stream whose client has stopped reading. A no-op once it has finished."""
+
+    def resume(self, request_id: str) -> None:
+        """Queue a paused request again; it recomputes its context, then calls back as before.
+        A no-op unless it is paused."""
+
     def stats(self) -> dict[str, float]:
-        """Live numbers for ``/metrics``: ``running``, ``waiting`` and, when the engine has them,
+        """Live numbers for ``/metrics``: ``running``, ``waiting``, ``paused`` and, when the engine has them,
         ``kv_blocks_used``, ``kv_blocks_used_peak`` (most in use at once since the engine started),
         ``kv_blocks_total``, ``prefix_cache_hits``, ``prefix_cache_queries`` (tokens)."""
 
@@ -112,11 +121,24 @@ def make_generator(seed: int | None) -> torch.Generator:
     )
 
 
+@dataclass
+class _HFJob:
+    """A request of the HF backend, with what it has generated (kept while it is paused)."""
+
+    request: GenerationRequest
+    on_token: OnToken
+    on_finish: OnFinish
+    generated: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None
+
+
 class HFBackend:
     """transformers with a DynamicCache, one request at a time in one worker thread.
 
     This is what serving looks like without an engine: a second request waits until the first
-    has finished completely. It exists so that pain is measurable through the same API.
+    has finished completely. It exists so that pain is measurable through the same API. A
+    paused request (its client stopped reading) gives the worker up; resumed, it recomputes
+    its prompt and what it had generated, with the same sampling generator.
     """
 
     engine_name = "hf"
@@ -124,8 +146,11 @@ class HFBackend:
     def __init__(self, lm: Any):
         self.lm = lm
         self.eos_ids = eos_token_ids(lm.model, lm.tokenizer)
-        self._queue: queue.Queue[tuple[GenerationRequest, OnToken, OnFinish] | None] = queue.Queue()
+        self._queue: queue.Queue[_HFJob | None] = queue.Queue()
         self._cancelled: set[str] = set()
+        self._pausing: set[str] = set()  # asked to pause: the worker parks them at the next token
+        self._paused: dict[str, _HFJob] = {}
+        self._live: set[str] = set()  # submitted, not finished: what cancel and pause may name
         self._lock = threading.Lock()
         self._running_id: str | None = None
         self._thread: threading.Thread | None = None
@@ -140,14 +165,39 @@ class HFBackend:
             self._thread.start()
 
     def submit(self, request: GenerationRequest, on_token: OnToken, on_finish: OnFinish) -> None:
-        self._queue.put((request, on_token, on_finish))
+        with self._lock:
+            self._live.add(request.request_id)
+        self._queue.put(_HFJob(request, on_token, on_finish))
 
     def cancel(self, request_id: str) -> None:
         with self._lock:
-            self._cancelled.add(request_id)
+            parked = self._paused.pop(request_id, None)
+            self._pausing.discard(request_id)
+            if parked is None and request_id in self._live:
+                self._cancelled.add(request_id)
+        if parked is not None:  # the worker no longer holds it: finish it here
+            self._finish(parked, FINISH_CANCELLED)
+
+    def pause(self, request_id: str) -> None:
+        """The worker parks the request before its next token (it holds no cache while parked)."""
+        with self._lock:
+            if request_id in self._live and request_id not in self._paused:
+                self._pausing.add(request_id)
+
+    def resume(self, request_id: str) -> None:
+        """A parked request joins the back of the queue; it recomputes its context when its turn comes."""
+        with self._lock:
+            self._pausing.discard(request_id)
+            parked = self._paused.pop(request_id, None)
+            if parked is not None:
+                self._queue.put(parked)
 
     def stats(self) -> dict[str, float]:
-        return {"running": 1.0 if self._running_id else 0.0, "waiting": float(self._queue.qsize())}
+        return {
+            "running": 1.0 if self._running_id else 0.0,
+            "waiting": float(self._queue.qsize()),
+            "paused": float(len(self._paused)),
+        }
 
     def info(self) -> dict[str, Any]:
         import transformers
@@ -165,13 +215,16 @@ class HFBackend:
         with self._lock:
             if self._running_id:
                 self._cancelled.add(self._running_id)
+            parked, self._paused = list(self._paused.values()), {}
+        for job in parked:
+            self._finish(job, FINISH_CANCELLED)
         while True:  # requests that never started are cancelled, not run
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if item is not None:
-                self._finish(item[2], FINISH_CANCELLED)
+                self._finish(item, FINISH_CANCELLED)
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -181,46 +234,67 @@ class HFBackend:
         with self._lock:
             return request_id in self._cancelled
 
-    def _finish(self, on_finish: OnFinish, reason: str) -> None:
+    def _finish(self, job: _HFJob, reason: str) -> None:
+        rid = job.request.request_id
+        with self._lock:
+            self._live.discard(rid)
+            self._cancelled.discard(rid)
+            self._pausing.discard(rid)
         key = reason if not reason.startswith("error") else "error"
         self.finished_counts[key] = self.finished_counts.get(key, 0) + 1
-        on_finish(reason)
+        job.on_finish(reason)
+
+    def _park_if_asked(self, job: _HFJob) -> bool:
+        """True (and the job parked) when a pause was asked for; atomic with :meth:`resume`."""
+        rid = job.request.request_id
+        with self._lock:
+            if rid not in self._pausing:
+                return False
+            self._pausing.discard(rid)
+            self._paused[rid] = job
+            return True
 
     def _worker(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
+            job = self._queue.get()
+            if job is None:
                 return
-            request, on_token, on_finish = item
-            if self._is_cancelled(request.request_id):
-                self._finish(on_finish, FINISH_CANCELLED)
+            rid = job.request.request_id
+            if self._is_cancelled(rid):
+                self._finish(job, FINISH_CANCELLED)
                 continue
-            self._running_id = request.request_id
+            self._running_id = rid
             try:
-                reason = self._generate(request, on_token)
+                reason = self._generate(job)
             except Exception as exc:  # one broken request must not kill the server
                 reason = f"error: {type(exc).__name__}: {exc}"
             finally:
                 self._running_id = None
-                with self._lock:
-                    self._cancelled.discard(request.request_id)
-            self._finish(on_finish, reason)
+            if reason is not None:  # None: parked, finished later by resume or cancel
+                self._finish(job, reason)
 
     @torch.inference_mode()
-    def _generate(self, request: GenerationRequest, on_token: OnToken) -> str:
+    def _generate(self, job: _HFJob) -> str | None:
+        """Generate until a stop; None when the job was parked (paused) on the way."""
         from transformers import DynamicCache
 
+        request = job.request
         model, params = self.lm.model, request.params
-        generator = make_generator(params.seed)
+        if job.generator is None:
+            job.generator = make_generator(params.seed)
         cache_kwarg = {self._cache_arg: DynamicCache(config=model.config)}
-        ids = torch.tensor([request.prompt_ids], device=self.lm.device)
-        for _ in range(params.max_tokens):
+        # A resumed job recomputes its prompt and what it generated before, in one pass.
+        ids = torch.tensor([request.prompt_ids + job.generated], device=self.lm.device)
+        for _ in range(params.max_tokens - len(job.generated)):
             if self._is_cancelled(request.request_id):
                 return FINISH_CANCELLED
+            if self._park_if_asked(job):
+                return None
             logits = model(ids, use_cache=True, logits_to_keep=1, **cache_kwarg).logits[0, -1]
-            token = sample_next_token(logits.cpu(), params, generator)
+            token = sample_next_token(logits.cpu(), params, job.generator)
             if token in self.eos_ids and not params.ignore_eos:
                 return FINISH_STOP
-            on_token(token)
+            job.generated.append(token)
+            job.on_token(token)
             ids = torch.tensor([[token]], device=self.lm.device)
         return FINISH_LENGTH

@@ -14,15 +14,24 @@ thousand such sockets exhaust the descriptors and every client then fails.
 - **a cap on open connections**: past ``max_connections``, a new connection closes the oldest
   one that is idle or still sending its headers, else the oldest still sending its body, so
   slow sockets are the ones that go, never a request being answered. If every connection is
-  being answered, the new one is closed instead.
+  being answered, the new one is closed instead;
+- **a send deadline**: a response whose client accepts no byte for ``send_timeout_s`` (its
+  writes stay blocked that long) is cut: the connection is aborted, as nginx's
+  ``send_timeout`` does. Nothing more can reach a client that reads nothing.
 
-A connection past a deadline gets ``408 Request Timeout`` and is closed. Its handler, if one
-started, sees the client as gone, as for any disconnect.
+A connection past a header or body deadline gets ``408 Request Timeout`` and is closed. Its
+handler, if one started, sees the client as gone, as for any disconnect.
+
+**Bytes held for a client that stopped reading.** A response's writes block (and the app
+notices, see app.py: its stream is paused) once the client's own receive buffer is full
+(its choice: a few kB to MBs) and then, on our side, at most ``UNSENT_BYTES_LIMIT`` bytes in
+the kernel plus ``WRITE_HIGH_WATER_BYTES`` in asyncio's buffer, plus the chunk being written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import socket
 from typing import Any
@@ -35,11 +44,19 @@ _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
 )
+logger = logging.getLogger(__name__)
+
 # Asyncio's default pauses a response only past 64 KiB of unsent bytes; a smaller mark
-# makes a client that stops reading visible sooner (see app.py: slow readers).
-WRITE_HIGH_WATER_BYTES = 8 * 1024
-# The kernel's send buffer grows by itself up to MBs (net.ipv4.tcp_wmem), and all of it would
-# fill before the server noticed a client that stopped reading. 16 KiB (the kernel doubles it)
+# makes a client that stops reading visible sooner (see app.py: slow readers). Bytes.
+WRITE_HIGH_WATER_BYTES = 2 * 1024
+# Bytes the kernel takes from us that it has not sent yet (TCP_NOTSENT_LOWAT). A client that
+# stops reading closes its TCP window, nothing more leaves, and our writes block after these
+# few bytes instead of after the whole send buffer (about 140 SSE chunks of 32 KiB). Bytes
+# in flight (sent, not yet acknowledged) do not count, so a fast client far away still
+# streams at full speed. About 10 SSE chunks.
+UNSENT_BYTES_LIMIT = 2 * 1024
+# The send buffer is capped too (the only limit where TCP_NOTSENT_LOWAT is missing): the
+# kernel's grows by itself up to MBs (net.ipv4.tcp_wmem). 16 KiB (the kernel doubles it)
 # still carries about 0.3 MB/s per connection at a 100 ms round trip: over 1,000 SSE chunks/s.
 SEND_BUFFER_BYTES = 16 * 1024
 FD_RESERVE = 48  # descriptors kept for the process itself (it uses about 10 when idle)
@@ -78,7 +95,19 @@ class GuardStats:
         self.body_timeouts = 0
         self.evicted = 0
         self.refused = 0
+        self.send_timeouts = 0
         self.open = 0
+
+
+def limit_unsent_bytes(sock: socket.socket) -> None:
+    """Make writes to ``sock`` block early when its peer stops reading: at most
+    ``UNSENT_BYTES_LIMIT`` bytes wait unsent in the kernel (else, where that option is missing,
+    a send buffer of ``SEND_BUFFER_BYTES``). A socket that is not TCP is left as it is."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES_LIMIT)
+    except (OSError, AttributeError):  # not a TCP socket, or no TCP_NOTSENT_LOWAT here
+        pass
 
 
 def guarded_h11(
@@ -86,15 +115,17 @@ def guarded_h11(
     body_timeout_s: float = 30.0,
     max_connections: int | None = None,
     stats: GuardStats | None = None,
+    send_timeout_s: float = 60.0,
 ) -> type[H11Protocol]:
-    """Uvicorn's h11 protocol with header/body deadlines (seconds) and a connection cap.
+    """Uvicorn's h11 protocol with header/body/send deadlines (seconds) and a connection cap.
 
     Pass the result as ``uvicorn.Config(http=...)``. ``max_connections`` defaults to
     :func:`default_max_connections`.
     """
-    if header_timeout_s <= 0 or body_timeout_s <= 0:
+    if header_timeout_s <= 0 or body_timeout_s <= 0 or send_timeout_s <= 0:
         raise ValueError(
-            f"timeouts must be > 0 s, got header {header_timeout_s}, body {body_timeout_s}"
+            f"timeouts must be > 0 s, got header {header_timeout_s}, body {body_timeout_s}, "
+            f"send {send_timeout_s}"
         )
     cap = max_connections if max_connections is not None else default_max_connections()
     if cap < 1:
@@ -108,6 +139,7 @@ def guarded_h11(
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._deadline: asyncio.TimerHandle | None = None
+            self._send_deadline: asyncio.TimerHandle | None = None
             self._reading_body = False
             self._waiting_since = 0.0
 
@@ -117,10 +149,7 @@ def guarded_h11(
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
             sock = transport.get_extra_info("socket")
             if sock is not None:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-                except OSError:  # not a TCP socket (tests may pass other transports)
-                    pass
+                limit_unsent_bytes(sock)
             self._waiting_since = self.loop.time()
             self._arm(header_timeout_s, body=False)
             if len(self.connections) > self.max_open:
@@ -129,6 +158,7 @@ def guarded_h11(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._stop_send_clock()
             super().connection_lost(exc)
             counts.open = len(self.connections)
 
@@ -160,6 +190,35 @@ def guarded_h11(
             counts.refused += 1
             self._disarm()
             self.transport.close()
+
+        # --- the send deadline: the client must accept some bytes ---------------------------
+        def pause_writing(self) -> None:
+            """asyncio: our buffer is past its high-water mark (the client takes nothing)."""
+            super().pause_writing()
+            if self._send_deadline is None:
+                self._send_deadline = self.loop.call_later(send_timeout_s, self._send_expired)
+
+        def resume_writing(self) -> None:
+            """asyncio: the client took enough bytes for the buffer to fall to its low mark."""
+            super().resume_writing()
+            self._stop_send_clock()
+
+        def _stop_send_clock(self) -> None:
+            if self._send_deadline is not None:
+                self._send_deadline.cancel()
+                self._send_deadline = None
+
+        def _send_expired(self) -> None:
+            self._send_deadline = None
+            counts.send_timeouts += 1
+            logger.info(
+                "closed the connection of %s: the client accepted no byte of its response "
+                "for %g s", f"{self.client[0]}:{self.client[1]}" if self.client else "a client",
+                send_timeout_s,
+            )
+            # Abort, not close: close() would wait for the buffered bytes to leave, which a
+            # client that reads nothing never lets happen.
+            self.transport.abort()
 
         # --- deadlines ----------------------------------------------------------------------
         def _arm(self, seconds: float, body: bool) -> None:

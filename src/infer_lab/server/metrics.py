@@ -95,6 +95,13 @@ class _EngineCollector:
             "Requests queued, not started.",
             value=s.get("waiting", 0.0),
         )
+        if "paused" in s:
+            yield GaugeMetricFamily(
+                PREFIX + "num_requests_paused",
+                "Streams paused because their client stopped reading: they hold no batch slot "
+                "and no KV blocks until it reads again.",
+                value=s["paused"],
+            )
         for key, name, doc in (
             ("queue_limit", "num_requests_waiting_limit",
              "Requests that may wait for a slot; more get a 503."),
@@ -110,11 +117,12 @@ class _EngineCollector:
         if "connections_closed_header_timeout" in s:
             closed = CounterMetricFamily(
                 PREFIX + "connections_closed",
-                "Connections the server closed: headers or body not sent in time, "
+                "Connections the server closed: headers or body not sent in time, a response "
+                "the client accepted no byte of in time (send_timeout), "
                 "or the oldest idle/slow one closed to stay under the cap.",
                 labels=["reason"],
             )
-            for reason in ("header_timeout", "body_timeout", "evicted", "refused"):
+            for reason in ("header_timeout", "body_timeout", "send_timeout", "evicted", "refused"):
                 closed.add_metric([reason], s.get(f"connections_closed_{reason}", 0.0))
             yield closed
         if "kv_blocks_total" in s:
@@ -207,8 +215,15 @@ class ServerMetrics:
         self.requests = Counter(
             PREFIX + "request_success",
             "Finished requests by finish reason: stop, length, error, or ended early: cancelled "
-            "(client gone), client_too_slow (stopped reading), queue_timeout, shutdown.",
+            "(client gone), client_too_slow (paused for not reading, then gone or closed by "
+            "the send timeout), queue_timeout, shutdown.",
             ["finished_reason"],
+            registry=r,
+        )
+        self.stream_pauses = Counter(
+            PREFIX + "stream_pauses",
+            "Times a stream was paused (batch slot and KV blocks freed) because its client "
+            "took no more bytes; it resumes when the client has read what waited.",
             registry=r,
         )
         self.errors = Counter(

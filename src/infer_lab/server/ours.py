@@ -1,7 +1,8 @@
 """Adapter from the server's backend interface to the from-scratch engine (:mod:`infer_lab.engine`).
 
-One background thread owns the engine. HTTP handlers never call it: ``submit`` and ``cancel``
-only put a command in the thread's inbox, which the thread applies between two engine steps.
+One background thread owns the engine. HTTP handlers never call it: ``submit``, ``cancel``,
+``pause`` and ``resume`` only put a command in the thread's inbox, which the thread applies
+between two engine steps.
 The engine takes its lock for a whole forward pass, so an event loop that waited on that lock
 would stall every client for a step or more (many more when cancellations pile up); with the
 inbox the loop never waits. The engine's callbacks run in the stepping thread.
@@ -33,6 +34,16 @@ class _Add:
 
 @dataclasses.dataclass
 class _Cancel:
+    request_id: str
+
+
+@dataclasses.dataclass
+class _Pause:
+    request_id: str
+
+
+@dataclasses.dataclass
+class _Resume:
     request_id: str
 
 
@@ -72,7 +83,7 @@ class OursBackend:
         )
         self._all_stop_ids = set(self.stop_ids) | {self.engine.eos_token_id}
         # Commands from the event loop; deque append/popleft are atomic, so no lock is needed.
-        self._inbox: collections.deque[_Add | _Cancel] = collections.deque()
+        self._inbox: collections.deque[_Add | _Cancel | _Pause | _Resume] = collections.deque()
         self._applying = False  # the step thread has taken commands out and is applying them
         self._work = threading.Event()
         self._stopping = False
@@ -99,6 +110,18 @@ class OursBackend:
         self._inbox.append(_Cancel(request_id))
         self._work.set()
 
+    def pause(self, request_id: str) -> None:
+        """Ask the step thread to take the request out of the batch (slot and KV blocks freed)
+        before its next step, until :meth:`resume`; see :meth:`infer_lab.engine.Engine.pause`."""
+        self._inbox.append(_Pause(request_id))
+        self._work.set()
+
+    def resume(self, request_id: str) -> None:
+        """Ask the step thread to put a paused request back in the queue (it recomputes its
+        context when admitted)."""
+        self._inbox.append(_Resume(request_id))
+        self._work.set()
+
     def stats(self) -> dict[str, float]:
         # Read without the engine lock: a scrape may see numbers a step old, never blocks.
         sched = self.engine.scheduler
@@ -116,6 +139,7 @@ class OursBackend:
         out = {
             "running": float(len(running)),
             "waiting": float(len(waiting) + queued),
+            "paused": float(len(self.engine.paused)),
         }
         kv = self.engine.kv
         if hasattr(kv, "num_used_blocks"):  # paged KV (through its interface: the block manager may be a learner's)
@@ -144,7 +168,8 @@ class OursBackend:
         }
 
     def is_idle(self) -> bool:
-        """True when no command is queued and the engine has nothing to run (tests, shutdown)."""
+        """True when no command is queued and the engine has nothing to run (tests, shutdown);
+        paused requests are not work to run."""
         # Read in this order: a command leaves the inbox only after _applying is set.
         return not self._inbox and not self._applying and not self.engine.has_unfinished()
 
@@ -181,6 +206,10 @@ class OursBackend:
             cmd = self._inbox.popleft()
             if isinstance(cmd, _Cancel):
                 self.engine.cancel(cmd.request_id)  # False (a no-op) once it has finished
+            elif isinstance(cmd, _Pause):
+                self.engine.pause(cmd.request_id)  # False (a no-op) once it has finished
+            elif isinstance(cmd, _Resume):
+                self.engine.resume(cmd.request_id)  # False (a no-op) unless it is paused
             else:
                 self._add(cmd)
         self._applying = False

@@ -16,6 +16,7 @@ SERVER_LIMITS = (
     "max_queued",
     "queue_timeout_s",
     "stream_buffer_tokens",
+    "send_timeout_s",
     "header_timeout_s",
     "body_timeout_s",
     "max_connections",
@@ -122,7 +123,9 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
     if not isinstance(cfg, ServerConfig):
         cfg = ServerConfig(model_name="", max_model_len=2)
     stats = GuardStats()
-    protocol = guarded_h11(cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections, stats)
+    protocol = guarded_h11(
+        cfg.header_timeout_s, cfg.body_timeout_s, cfg.max_connections, stats, cfg.send_timeout_s
+    )
     metrics = getattr(state, "metrics", None)
     begin_shutdown = getattr(state, "begin_shutdown", None)
     if metrics is not None and state is not None:
@@ -133,6 +136,7 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
                 "connections_limit": float(protocol.max_open),
                 "connections_closed_header_timeout": float(stats.header_timeouts),
                 "connections_closed_body_timeout": float(stats.body_timeouts),
+                "connections_closed_send_timeout": float(stats.send_timeouts),
                 "connections_closed_evicted": float(stats.evicted),
                 "connections_closed_refused": float(stats.refused),
             }
