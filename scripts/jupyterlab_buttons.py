@@ -375,16 +375,17 @@ class LabPass:
 
 
 def check_notebooks(notebooks: list[Path], timeout_s: float = 90, quick: bool = True,
-                    screenshot_dir: Path | None = None, lanes: int = 2) -> LabPass:
+                    screenshot_dir: Path | None = None, lanes: int = 2, startup_s: float = 90) -> LabPass:
     """Every notebook's button pressed in one JupyterLab, ``lanes`` pages at a time (one kernel
-    each; a notebook's kernel is shut down when it is closed)."""
+    each; a notebook's kernel is shut down when it is closed). ``timeout_s`` bounds each wait,
+    ``startup_s`` the server's start."""
     from concurrent.futures import ThreadPoolExecutor
 
     tool = _marimo_browser()
     start = time.monotonic()
     before = {p for p in JUPYTER.rglob("*")}
     shares = [notebooks[i::lanes] for i in range(lanes)]
-    with jupyterlab_server(quick=quick) as server, tool.PeakMemory(server.process.pid) as peak:
+    with jupyterlab_server(quick=quick, startup_s=startup_s) as server, tool.PeakMemory(server.process.pid) as peak:
         # Playwright's sync API is bound to its thread: each lane gets its own browser.
         def run(i: int) -> list[ButtonReport]:
             with tool.chromium() as context:

@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import os
 
+import machine_speed
 import pytest
+
+import infer_lab  # noqa: F401 - sets the OpenMP wait policy (PASSIVE) before any test module imports torch
 
 # Notebooks and the tour size themselves down in CI.
 os.environ.setdefault("INFER_LAB_QUICK", "1")
 # Tests are hermetic: nothing may reach a model hub (CI has no network for it anyway).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# The load average as the run starts, before its own work raises it (tests/machine_speed.py).
+START_LOAD1 = machine_speed.load1()
+MEASURED: list[machine_speed.Slowness] = []
+
+
+@pytest.fixture(scope="session")
+def slowness() -> machine_speed.Slowness:
+    """This run's slowness factor (>= 1, tests/machine_speed.py), probed once when a test first asks:
+    settle timeouts and latency bounds of the browser, Jupyter and server tests are written for a quiet
+    2-core reference machine and multiplied by it (``slowness.scale(60)``); their failure messages
+    carry ``slowness.explain(...)``: the factor, the probe, the load average and the elapsed time."""
+    measured = machine_speed.measure(START_LOAD1)
+    MEASURED.append(measured)
+    return measured
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for measured in MEASURED:
+        terminalreporter.write_line(f"timeouts scaled by the {measured.text()}")
 
 
 @pytest.fixture(scope="session")

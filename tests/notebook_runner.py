@@ -1,7 +1,7 @@
 """Worker side of tests/test_notebooks.py: runs notebooks in script mode in a pool of processes.
 
 Each worker imports torch, transformers, marimo and the course once and then runs its share of
-the notebooks one after another, each exactly as ``python notebooks/NN_x.py`` does (the file run
+the notebooks one after another, each exactly as ``python src/infer_lab/notebooks/NN_x.py`` does (the file run
 as ``__main__``, so marimo runs the app in script mode and every run button counts as pressed).
 That saves the few seconds of imports each notebook's own process would spend. Every notebook
 starts from one torch thread and INFER_LAB_QUICK=1; what it writes to stderr comes back with it.

@@ -1,10 +1,10 @@
 """Every notebook opens cleanly in a real browser, as a learner meets it with `make workshop`.
 
-One ``marimo edit --headless`` server for notebooks/ with the command line of ``make workshop``
+One ``marimo edit --headless`` server for the notebooks' folder with the command line of ``make workshop``
 (scripts/workshop.py; at INFER_LAB_QUICK=1) and one headless Chromium; the course index and
 each notebook open in their own page (two at a time), without pressing anything, and must
-settle within a minute with no error output, their title shown and at least one computed
-output; each page is closed once read. Through that pass, the server and its kernels together
+settle within a minute (times the run's slowness factor, tests/machine_speed.py) with no error
+output, their title shown and at least one computed output; each page is closed once read. Through that pass, the server and its kernels together
 must stay under 4 GiB resident (marimo's ``--session-ttl`` ends a kernel when its page closes). The checks are those
 of scripts/screenshot_notebooks.py: run it to see the screenshots when a test here fails.
 Skipped when chromium or playwright is missing (`make test` installs chromium when it can),
@@ -20,7 +20,8 @@ import pytest
 from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "screenshot_notebooks.py"
-SETTLE_TIMEOUT_S = 60
+SETTLE_TIMEOUT_S = 60  # per notebook on the quiet 2-core reference machine; scaled by the slowness factor
+SERVER_START_S = 60  # likewise, for marimo's server to answer
 PARALLEL = 2  # notebooks open at once: one kernel each, CI has two cores
 TITLE_WITHIN_CELLS = 3
 COMPUTED_WITHIN_CELLS = 6
@@ -101,14 +102,15 @@ def chromium_context():
 
 
 @pytest.fixture(scope="module")
-def reports(request, chromium_context):
+def reports(request, chromium_context, slowness):
     """The selected notebooks, opened through one ``marimo edit`` server, two at a time."""
     selected = [item.callspec.params["path"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_notebook_opens_cleanly_in_the_browser"]
     selected = selected or NOTEBOOKS  # the memory test alone: the whole pass
-    with tool.marimo_server(quick=True) as server, tool.PeakMemory(server.process.pid) as memory:
+    with tool.marimo_server(quick=True, startup_s=slowness.scale(SERVER_START_S)) as server, \
+            tool.PeakMemory(server.process.pid) as memory:
         found = {report.name: report for report in tool.visit_notebooks(
-            chromium_context, server, selected, timeout_s=SETTLE_TIMEOUT_S, parallel=PARALLEL)}
+            chromium_context, server, selected, timeout_s=slowness.scale(SETTLE_TIMEOUT_S), parallel=PARALLEL)}
     PASS_MEMORY["peak_bytes"], PASS_MEMORY["samples"] = memory.peak_bytes, memory.samples
     PASS_MEMORY["notebooks"] = len(found)
     return found
@@ -116,9 +118,10 @@ def reports(request, chromium_context):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_opens_cleanly_in_the_browser(path, reports):
+def test_notebook_opens_cleanly_in_the_browser(path, reports, slowness):
     report = reports[path.name]
-    rerun = f"\n(see it: python scripts/screenshot_notebooks.py {path.name[:2]})"
+    rerun = (f"\n{slowness.explain('opening it until the kernel settled', report.seconds, SETTLE_TIMEOUT_S)}"
+             f"\n(see it: python scripts/screenshot_notebooks.py {path.name[:2]})")
     assert not report.problems(), report.summary() + rerun
     assert any(c.headings for c in report.cells[:TITLE_WITHIN_CELLS]), (
         f"no title (# heading) in the first {TITLE_WITHIN_CELLS} cells\n" + report.summary() + rerun)
@@ -128,15 +131,17 @@ def test_notebook_opens_cleanly_in_the_browser(path, reports):
 
 
 @pytest.mark.slow
-def test_browser_check_sees_what_goes_wrong(tmp_path, chromium_context):
+def test_browser_check_sees_what_goes_wrong(tmp_path, chromium_context, slowness):
     """The detector itself: a notebook with an exception, a stopped ancestor, stderr and a red
     callout is reported with each of them, and its good outputs are still found."""
     (tmp_path / "pyproject.toml").write_text("[tool.marimo.runtime]\nauto_instantiate = true\n")
     notebook = tmp_path / "99_broken.py"
     notebook.write_text(BROKEN_NOTEBOOK)
-    with tool.marimo_server(tmp_path) as server:
-        report = tool.open_notebook(chromium_context, server, notebook, timeout_s=SETTLE_TIMEOUT_S)
-    assert report.ran and not report.timed_out, report.summary()
+    with tool.marimo_server(tmp_path, startup_s=slowness.scale(SERVER_START_S)) as server:
+        report = tool.open_notebook(chromium_context, server, notebook, timeout_s=slowness.scale(SETTLE_TIMEOUT_S))
+    assert report.ran and not report.timed_out, (
+        report.summary() + "\n" + slowness.explain("opening it until the kernel settled", report.seconds,
+                                                    SETTLE_TIMEOUT_S))
     problems = "\n".join(report.problems())
     for expected in ("ZeroDivisionError", "Ancestor stopped", "stderr box: Loading weights",
                      "red callout: cannot be loaded here"):

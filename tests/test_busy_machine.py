@@ -4,7 +4,9 @@ inverted lesson as its finding (chapters 02 §2, 08 §1 and 10).
 The hog is two spinning processes (one per core of the 2-core CI machine). The machine check
 itself is tested under that hog; each chapter's text is then tested twice: on a real tiny
 measurement taken under the hog (01 and 10), and on results whose numbers point against the
-lesson, with the busy check (01, 08 and 10) and with a quiet one.
+lesson, with the busy check (01, 08 and 10) and with a quiet one. Also here: the OpenMP wait
+policy infer_lab sets for a busy machine (its ``__init__``), and the slowness factor that scales
+the browser, Jupyter and server tests' bounds (tests/machine_speed.py).
 """
 
 from __future__ import annotations
@@ -221,3 +223,91 @@ def test_01_itl_inverted_is_inconclusive_with_the_busy_machine_named(busy):
     assert "machine was busy" in text
     good = [ch02.ITLPoint(128, 1, 0.010, 0.012, 6, 1000), ch02.ITLPoint(128, 8, 0.020, 0.025, 6, 8000)]
     assert ch02.itl_text(good, QUIET).startswith("**This run shows it:**")
+
+
+# --- OpenMP's wait policy: passive unless the user chose one, set before torch loads
+
+
+def _policy_in_a_fresh_process(code: str, **env: str) -> list[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", code + "; import os, infer_lab; print(os.environ.get("
+                          "'OMP_WAIT_POLICY'), infer_lab.OMP_WAIT_POLICY_SET_BY, infer_lab.OMP_WAIT_POLICY_APPLIES)"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_infer_lab_asks_openmp_to_wait_passively_unless_the_user_chose():
+    assert _policy_in_a_fresh_process("pass") == ["PASSIVE", "infer_lab", "True"]
+    assert _policy_in_a_fresh_process("pass", OMP_WAIT_POLICY="ACTIVE") == ["ACTIVE", "you", "True"]
+    assert _policy_in_a_fresh_process("pass", GOMP_SPINCOUNT="300000") == ["None", "you", "True"]
+    # torch imported first has read the environment already: the policy is set but says it is not in force
+    assert _policy_in_a_fresh_process("import torch") == ["PASSIVE", "infer_lab", "False"]
+
+
+def test_the_test_session_runs_under_the_librarys_policy():
+    """conftest imports infer_lab before any test module imports torch; the kernels and workers the
+    tests start inherit the policy."""
+    import infer_lab
+
+    assert infer_lab.OMP_WAIT_POLICY_APPLIES
+    assert os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" or infer_lab.OMP_WAIT_POLICY_SET_BY == "you"
+
+
+def test_env_names_the_thread_policy():
+    from infer_lab.hardware import thread_policy
+
+    policy = thread_policy()
+    assert policy["threads"] >= 1 and "torch threads" in policy["text"] and "OMP_WAIT_POLICY=" in policy["text"]
+
+
+def test_a_promised_button_time_stretches_with_the_load_it_sees(busy):
+    from infer_lab import nb
+
+    assert nb.busy_stretch(QUIET) == "" and nb.busy_stretch(None) == ""
+    text = nb.busy_stretch(busy)
+    assert "busy now" in text and f"of its {busy.cores} cores" in text and "× that" in text, text
+    two_hogs = MachineLoad(others_cores=2.0, cores=2, load1=2.1, sample_s=0.2)  # measured: 2.2-2.5x
+    assert nb.busy_stretch(two_hogs).endswith("about 2× that")
+    assert nb.busy_stretch(replace(two_hogs, load1=4.0)).endswith("about 2–3× that")
+
+
+# --- the tests' slowness factor (tests/machine_speed.py)
+
+
+def test_the_slowness_factor_is_the_larger_of_probe_and_load_within_1_and_the_cap():
+    import machine_speed as ms
+
+    ref = ms.REFERENCE_PROBE_S
+    assert ms.factor_from(ref / 2, 0.0, 2) == 1.0  # a faster machine keeps the reference bounds
+    assert ms.factor_from(ref * 3, 0.5, 2) == pytest.approx(3.0)  # a slow probe
+    assert ms.factor_from(ref, 10.0, 2) == pytest.approx(6.0)  # load 10 on 2 cores: 1 + 10/2
+    assert ms.factor_from(ref, None, 2) == 1.0
+    assert ms.factor_from(ref * 100, 100.0, 2) == ms.CAP
+
+
+def test_a_failure_message_says_what_was_measured(monkeypatch):
+    import machine_speed as ms
+
+    s = ms.Slowness(factor=2.5, probe_s=0.18, reference_s=0.072, load1=4.2, cpus=2)
+    assert s.scale(60) == 150
+    text = s.explain("opening it", 151.3, 60)
+    for expected in ("151.3 s elapsed", "bound of 150.0 s", "60 s on the reference machine", "factor 2.50",
+                     "probe 180 ms against 72 ms", "load average 4.2 at the start of the run", "on 2 CPUs"):
+        assert expected in text, (expected, text)
+    monkeypatch.setenv(ms.ENV, "4")
+    forced = ms.measure(0.0)
+    assert forced.factor == 4.0 and forced.forced and f"set by {ms.ENV}" in forced.text()
+    monkeypatch.setenv(ms.ENV, "0.5")
+    with pytest.raises(ValueError, match=ms.ENV):
+        ms.measure(0.0)
+
+
+def test_a_measured_factor_is_at_least_1_and_at_most_the_cap():
+    """Measured here, not through the session's fixture: the hog above may still spin, and the
+    browser and Jupyter tests must not inherit a factor taken beside it."""
+    import machine_speed as ms
+
+    measured = ms.measure()
+    assert 1.0 <= measured.factor <= ms.CAP and measured.probe_s > 0
+    assert measured.scale(60) >= 60 and "probe" in measured.text()
+

@@ -5,11 +5,14 @@ tests/test_jupyterlab.py."""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,7 +148,11 @@ PRESSED = {"00_setup", "04_prefill_decode_roofline", "05_capacity_planner", "16_
 HEADLESS = [p for p in NOTEBOOKS if p.stem in PRESSED]
 
 
-def _execute(path: Path):
+CELL_TIMEOUT_S = 600  # nbclient's bound on one cell on the quiet 2-core reference machine (scaled)
+ELAPSED: dict[str, float] = {}  # notebook name -> seconds its execution took, failed or not
+
+
+def _execute(path: Path, cell_timeout_s: float = CELL_TIMEOUT_S):
     """Execute one notebook in a fresh kernel; returns the executed notebook, or the exception."""
     import nbclient
     import nbformat
@@ -156,29 +163,34 @@ def _execute(path: Path):
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env.update(INFER_LAB_AUTORUN="1", INFER_LAB_QUICK="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=math.ceil(cell_timeout_s), kernel_name="python3",
                                      resources={"metadata": {"path": str(JUPYTER)}})
+    start = time.monotonic()
     try:
         client.execute(env=env)  # raises CellExecutionError on the first failing cell
     except Exception as exc:  # reported by the notebook's own test
         return exc
+    finally:
+        ELAPSED[path.name] = time.monotonic() - start
     return nb
 
 
 @pytest.fixture(scope="module")
-def executed(request) -> dict:
-    """The selected notebooks, executed two at a time."""
+def executed(request, slowness) -> dict:
+    """The selected notebooks, executed two at a time, each cell's bound scaled to this machine."""
     pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
-    return in_lanes(_execute, selected(request, "test_notebook_executes_headless", "path"), name=lambda p: p.name)
+    run = functools.partial(_execute, cell_timeout_s=slowness.scale(CELL_TIMEOUT_S))
+    return in_lanes(run, selected(request, "test_notebook_executes_headless", "path"), name=lambda p: p.name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", HEADLESS, ids=[p.stem for p in HEADLESS])
-def test_notebook_executes_headless(path, executed):
+def test_notebook_executes_headless(path, executed, slowness):
     nb = executed[path.name]
     if isinstance(nb, Exception):
-        raise nb
+        raise AssertionError(f"{path.name} did not execute: {type(nb).__name__}\n" + slowness.explain(
+            "executing it (the bound is per cell)", ELAPSED.get(path.name), CELL_TIMEOUT_S)) from nb
     outputs = _outputs(nb)
     assert not [o for _, o in outputs if o.output_type == "error"]
     parts = [s for s in (_source(c) for c in nb.cells if c.cell_type == "code") if s.startswith("panel.part(")]

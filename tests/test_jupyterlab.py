@@ -20,6 +20,8 @@ from script_module import load_script
 
 tool = load_script("jupyterlab_buttons")
 NOTEBOOKS = tool.find_notebooks()
+WAIT_S = 120  # each wait (Run All, the button's part) on the quiet 2-core reference machine; scaled
+SERVER_START_S = 90  # likewise, for JupyterLab to answer
 
 
 def _skip_without_jupyterlab() -> None:
@@ -31,12 +33,13 @@ def _skip_without_jupyterlab() -> None:
 
 
 @pytest.fixture(scope="module")
-def lab_pass(request):
+def lab_pass(request, slowness):
     """The selected notebooks, each opened, run and its button pressed, two JupyterLab pages at a time."""
     _skip_without_jupyterlab()
     selected = [item.callspec.params["path"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_a_button_draws_its_figure_in_jupyterlab"]
-    return tool.check_notebooks(selected or NOTEBOOKS, timeout_s=120)
+    return tool.check_notebooks(selected or NOTEBOOKS, timeout_s=slowness.scale(WAIT_S),
+                                startup_s=slowness.scale(SERVER_START_S))
 
 
 def test_every_notebook_has_a_button_that_draws_a_figure():
@@ -49,10 +52,12 @@ def test_every_notebook_has_a_button_that_draws_a_figure():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_a_button_draws_its_figure_in_jupyterlab(path, lab_pass):
+def test_a_button_draws_its_figure_in_jupyterlab(path, lab_pass, slowness):
     report = next(r for r in lab_pass.reports if r.notebook == path.name)
-    assert not report.problems(), (report.summary()
-                                   + f"\n(see it: python scripts/jupyterlab_buttons.py {path.name[:2]} --out shots)")
+    phases = ", ".join(f"{k} {v:.1f} s" for k, v in report.phases.items())
+    assert not report.problems(), (report.summary() + "\n" + slowness.explain(
+        f"pressing its button ({phases or 'no phase finished'})", report.seconds, WAIT_S)
+        + f"\n(see it: python scripts/jupyterlab_buttons.py {path.name[:2]} --out shots)")
     assert " s at quick sizes" in report.status
     assert report.run_all["outputs"] >= 3  # the scan for tracebacks and raw values read the outputs
 

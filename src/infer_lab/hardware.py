@@ -84,6 +84,25 @@ def cpu_features() -> dict[str, Any]:
             "capability": capability}
 
 
+def thread_policy() -> dict[str, Any]:
+    """The torch threads and the OpenMP wait policy in force (why infer_lab sets it: its ``__init__``).
+
+    ``set_by`` is ``"you"`` when OMP_WAIT_POLICY or GOMP_SPINCOUNT was in the environment before
+    infer_lab was imported, else ``"infer_lab"``; ``applies`` is False when torch was imported before
+    infer_lab (OpenMP read the environment then, so this process spins as before).
+    """
+    import infer_lab
+
+    policy, spin = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
+    words = f"OMP_WAIT_POLICY={policy or '(unset)'}" + (f", GOMP_SPINCOUNT={spin}" if spin else "")
+    words += f", set by {infer_lab.OMP_WAIT_POLICY_SET_BY}"
+    if not infer_lab.OMP_WAIT_POLICY_APPLIES:
+        words += " (not in force in this process: torch was imported before infer_lab)"
+    return {"threads": torch.get_num_threads(), "omp_wait_policy": policy, "gomp_spincount": spin,
+            "set_by": infer_lab.OMP_WAIT_POLICY_SET_BY, "applies": infer_lab.OMP_WAIT_POLICY_APPLIES,
+            "text": f"{torch.get_num_threads()} torch threads, {words}"}
+
+
 def _ram_bytes() -> tuple[int, int]:
     total = free = 0
     try:

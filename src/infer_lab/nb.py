@@ -148,11 +148,47 @@ def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
     return mo.vstack(items)
 
 
+BUSY_CHECK_EVERY_S = 30.0  # one check of the machine serves every button of a page opened within this
+_BUSY_CHECK: list[tuple[float, Any]] = []  # [(time.monotonic(), MachineLoad)]
+
+
+def _machine_now() -> Any:
+    """What else uses the CPU now (:func:`infer_lab.timing.machine_load`, 0.2 s), at most once per 30 s."""
+    import time
+
+    from .timing import machine_load
+
+    now = time.monotonic()
+    if not _BUSY_CHECK or now - _BUSY_CHECK[0][0] > BUSY_CHECK_EVERY_S:
+        _BUSY_CHECK[:] = [(now, machine_load(0.2))]
+    return _BUSY_CHECK[0][1]
+
+
+def busy_stretch(machine: Any) -> str:
+    """'; other programs keep this machine busy now (...), so expect about 2-3x that', or '' when quiet.
+
+    With torch's threads waiting passively (``infer_lab/__init__.py``) a part slows about in
+    proportion to the load: it gets ``cores / (cores + others)`` of the CPU, so it takes about
+    ``1 + others / cores`` times as long (measured: 2.2-2.5x beside 2 busy processes on 2 cores,
+    2.4-3.2x beside 4). ``others_cores`` cannot see more than every core busy, so the 1-minute load
+    average (this notebook's own work included) gives the upper end.
+    """
+    if machine is None or not machine.busy:
+        return ""
+    low = 1 + machine.others_cores / machine.cores
+    high = max(low, 1 + machine.load1 / machine.cores) if machine.load1 is not None else low
+    stretch = f"{low:.0f}×" if round(high) <= round(low) else f"{low:.0f}–{high:.0f}×"
+    return (f"; other programs keep this machine busy now ({machine.others_cores:.1f} of its {machine.cores} "
+            f"cores), so expect about {stretch} that")
+
+
 def button_time(chapter: Any, part: str) -> str:
-    """'About 9 s on CPU: AMD EPYC (2 cores), measured 2026-12-01' for a chapter's run button.
+    """'About 9 s at quick sizes on CPU: AMD EPYC (2 cores), measured 2026-12-01 on a quiet machine.'
 
     Read from the newest ``infer_lab/results/chapter-times-cpu-*.json`` (written by
-    ``scripts/time_chapters.py``); an empty string when the part was never timed.
+    ``scripts/time_chapters.py``); an empty string when the part was never timed. When other
+    programs keep this machine busy as the page opens, it says so and by how much to stretch the
+    time (:func:`busy_stretch`).
     """
     found = load_saved(CPU_TIMES_FILE)
     if not found:
@@ -163,8 +199,11 @@ def button_time(chapter: Any, part: str) -> str:
         return ""
     size = entry.get("size", "quick")
     took = fmt_duration(seconds)
+    before = entry.get("others_cores_before")  # cores other programs used as the chapter was timed
+    quiet = before is not None and before < 0.5  # infer_lab.timing.BUSY_CORES
     text = (f"{'Under 1 s' if seconds < 1 else 'About ' + took} at {size} sizes on "
-            f"{found[0].raw['environment'].get('hardware')}, measured {found[0].date}")
+            f"{found[0].raw['environment'].get('hardware')}, measured {found[0].date}"
+            f"{' on a quiet machine' if quiet else ''}{busy_stretch(_machine_now())}")
     load_s = entry.get("load_s")
     first = next(iter(chapter.PARTS), None)
     if getattr(chapter, "NEEDS_MODEL", False) and load_s is not None and part == first:

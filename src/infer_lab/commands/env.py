@@ -95,6 +95,7 @@ def run(args) -> int:
         import torch
 
         data["cpu"] = {**hardware.cpu_features(), "threads": torch.get_num_threads()}
+        data["thread_policy"] = hardware.thread_policy()  # OpenMP's wait on a busy machine: infer_lab/__init__.py
         data["gemm_plan"] = gemm_plan()
         data["fast_paths"] = fast_path_verdicts()
         from ..engine import cpu_decode
@@ -115,6 +116,7 @@ def run(args) -> int:
         cpu, plan = data["cpu"], data["gemm_plan"]
         print(f"cpu         {cpu['model']}: {', '.join(cpu['flags']) or 'no AVX2/AVX-512/AMX flags'}; "
               f"PyTorch kernels {cpu['capability']}; {cpu['threads']} torch threads")
+        print(f"threads     {data['thread_policy']['text']}")
         print(f"engine GEMM {plan['summary']} ({plan['model']} shapes, {plan['dtype']}, {plan['source']})")
         for b in plan.get("buckets", []):
             if b["plain_ms"] is not None:
