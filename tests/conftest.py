@@ -14,9 +14,6 @@ os.environ.setdefault("INFER_LAB_QUICK", "1")
 # Tests are hermetic: nothing may reach a model hub (CI has no network for it anyway).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# The load average as the run starts, before its own work raises it (tests/machine_speed.py).
-START_LOAD1 = machine_speed.load1()
-MEASURED: list[machine_speed.Slowness] = []
 
 
 @pytest.fixture(scope="session")
@@ -25,14 +22,12 @@ def slowness() -> machine_speed.Slowness:
     settle timeouts and latency bounds of the browser, Jupyter and server tests are written for a quiet
     2-core reference machine and multiplied by it (``slowness.scale(60)``); their failure messages
     carry ``slowness.explain(...)``: the factor, the probe, the load average and the elapsed time."""
-    measured = machine_speed.measure(START_LOAD1)
-    MEASURED.append(measured)
-    return measured
+    return machine_speed.session()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    for measured in MEASURED:
-        terminalreporter.write_line(f"timeouts scaled by the {measured.text()}")
+    if machine_speed.session.cache_info().currsize:  # some test asked for it
+        terminalreporter.write_line(f"timeouts scaled by the {machine_speed.session().text()}")
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ measured: the factor, the probe, the load average then and now, and the elapsed 
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -113,3 +114,21 @@ def measure(start_load1: float | None = None) -> Slowness:
             raise ValueError(f"{ENV} must be a number >= 1, got {forced!r}")
         return Slowness(factor, probe, REFERENCE_PROBE_S, start_load1, cpus, forced=True)
     return Slowness(factor_from(probe, start_load1, cpus), probe, REFERENCE_PROBE_S, start_load1, cpus)
+
+
+START_LOAD1 = load1()  # read when this module is first imported (tests/conftest.py: as the run starts)
+
+
+@functools.cache
+def session() -> Slowness:
+    """This test run's factor, measured once (at the first ask) against the load read at the start."""
+    return measure(START_LOAD1)
+
+
+def latency_bound(base_s: float, most: float = 3.0) -> float:
+    """A latency bound written for the reference machine, scaled by this run's factor up to ``most`` times.
+
+    For bounds that catch a blocked event loop (a healthy one answers in milliseconds, a blocked one
+    in many seconds): scaled enough to pass on a busy machine, not so far that a block would hide.
+    """
+    return base_s * min(most, session().factor)
