@@ -73,3 +73,21 @@ def test_ceilings_vs_spec_ratio():
 def test_measured_cpu_ceilings_are_plausible():
     c = hardware.measure_ceilings("cpu", quick=True)
     assert 1e8 < c.bandwidth_Bps < 1e13 and 1e8 < c.matmul_flops < 1e14
+
+
+@pytest.mark.parametrize("name", [g for g in catalog.list_gpus() if catalog.get_on_chip_memory(g) is not None])
+def test_shared_memory_per_block_is_part_of_the_units_sram(name):
+    """What one thread block may use as shared memory is at most its SM's L1/shared SRAM (all of an AMD
+    compute unit's LDS); the tiles of chapter 07's FlashAttention model are sized from it."""
+    chip = catalog.get_on_chip_memory(name)
+    assert 0 < chip.shared_bytes_per_block <= chip.sram_kib_per_unit * 1024
+    if catalog.get_gpu(name).vendor == "NVIDIA":
+        assert chip.shared_bytes_per_block < chip.sram_kib_per_unit * 1024  # the L1 cache keeps the rest
+
+
+def test_per_block_shared_memory_follows_the_compute_capability():
+    kib = {g: catalog.get_on_chip_memory(g).shared_kib_max_per_block for g in ("T4", "L4", "L40S", "A100-80GB", "H200")}
+    assert kib == {"T4": 64, "L4": 99, "L40S": 99, "A100-80GB": 163, "H200": 227}
+    mi300x = catalog.get_on_chip_memory("MI300X")
+    assert mi300x.last_level_cache_bytes == 256 * 2**20 > mi300x.l2_bytes
+    assert catalog.get_on_chip_memory("H100-SXM").last_level_cache_bytes is None

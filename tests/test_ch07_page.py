@@ -123,3 +123,40 @@ def test_decode_kv_bytes_follow_the_kv_heads():
     assert any(b.available for b in backends)
     sizes = ch07.sizes("cpu", "quick")
     assert sizes.decode_kv_heads[-1] // sizes.decode_kv_heads[0] >= 8  # the page's predicted ratio is large
+
+
+def test_the_flash_controls_start_at_the_gpus_shared_memory_and_drive_the_table():
+    """Part 6's slider starts at the chosen GPU's shared memory per thread block; moving it, or the mask
+    switch, changes the tile and the saving the page shows."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    module = _shipped_notebook()
+    t4 = SimpleNamespace(value="T4")
+    _, controls = module.flash_controls.run(ch07=ch07, gpu=t4, mo=mo)
+    assert controls["shared_kib"].value * 1024 == ch07.flash_tiling("T4").sram_bytes and controls["causal"].value
+
+    def shown(kib: int, causal: bool):
+        _, defs = module.flash_cell.run(ch07=ch07, gpu=t4, mo=mo, nb=nb, shared_kib=SimpleNamespace(value=kib),
+                                        causal=SimpleNamespace(value=causal))
+        return defs["flash"]
+
+    own, less, unmasked = shown(64, True), shown(32, True), shown(64, False)
+    assert own.tiling.sram_of.endswith("on T4") and own.tiling.block_q == 64
+    assert less.tiling.sram_of == "set by hand" and less.tiling.block_q == 32
+    assert less.rows[-1].naive_over_tiled < own.rows[-1].naive_over_tiled
+    assert unmasked.rows[-1].naive_over_tiled < own.rows[-1].naive_over_tiled  # no skipped key tiles
+
+
+def _shipped_notebook():
+    """Notebook 07 imported as a module, as shipped."""
+    spec = importlib.util.spec_from_file_location("nb07_shipped", notebook_path("07"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["nb07_shipped"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("nb07_shipped", None)
+    return module

@@ -166,10 +166,11 @@ def test_the_fixed_batch_sentence_follows_the_frontier_numbers():
     """The chapter's own frontier: TP8 is dearer per token than TP4 x DP2 at batch 1 (43.1 vs 34.2 J/token),
     and holds the frontier only by fitting bigger batches; swap the costs and the sentence turns round."""
     s = ch14.scaling_result()
-    text = ch14.fixed_batch_text(s.frontier)
+    text = ch14.fixed_batch_text(s.frontier, s.model)
     assert "TP8, is the **dearer** per token at every batch both run" in text
     assert "at batch 1 it costs 43.1 J/token against 34.2" in text and "fits bigger batches" in text
     assert text in ch14.scaling_paragraphs(s)["quote"]
+    assert "smaller share" not in text and "more all-reduces" not in text  # the count is the same: 2 x layers
     dearer = [_point(8, 1, 16.0, 130.0, True), _point(8, 64, 540.0, 68.0, True), _point(4, 1, 20.0, 82.0),
               _point(4, 16, 260.0, 65.0)]
     assert "is the **dearer**" in ch14.fixed_batch_text(dearer)
@@ -182,3 +183,28 @@ def test_the_fixed_batch_sentence_follows_the_frontier_numbers():
              _point(4, 2, 40.0, 80.0)]
     assert "dearer per token at batch 2 and the cheaper at batch 1" in ch14.fixed_batch_text(mixed)
     assert ch14.fixed_batch_text([_point(8, 1, 25.0, 130.0, True)]) == ""  # one layout: nothing to compare
+
+
+def test_the_reason_comes_from_the_two_layouts_predicted_steps():
+    """TP8 and TP4 make the same 2 x layers all-reduces; what differs is their cost (from the layout
+    step prediction, the frontier's own numbers) and how many GPUs wait on them."""
+    from infer_lab.analysis.memory import as_shape
+    from infer_lab.analysis.parallel import Layout, LayoutStep
+
+    s = ch14.scaling_result()
+    text = ch14.fixed_batch_text(s.frontier, s.model)
+    tp8, tp4 = (next(p for p in s.frontier if p.tp == tp and p.batch == 1) for tp in (8, 4))
+    assert f"Both make the same {2 * as_shape(s.model).layers} all-reduces per step" in text
+    assert (f"at batch 1 they take {tp8.allreduce_ms_per_step:.2f} ms of each TP8 step against "
+            f"{tp4.allreduce_ms_per_step:.2f} ms of each TP4 x DP2 step") in text  # 2.41 vs 1.64
+    assert "with all 8 GPUs waiting on them against 4" in text and "more GPU time in all-reduces" in text
+    assert "and the same in compute" in text
+
+    def step(tp: int, count: int, allreduce_s: float, compute_s: float) -> LayoutStep:
+        return LayoutStep(Layout(tp=tp), "decode", 1, 1, compute_s + allreduce_s, compute_s, allreduce_s, 0.0, 0.0,
+                          count, 0)
+
+    inverted = ch14.allreduce_reason_text(step(8, 40, 0.5e-3, 5e-3), step(4, 80, 1.5e-3, 12e-3))
+    assert inverted.startswith("TP8 makes 40 all-reduces per step against 80 for TP4;")
+    assert "0.50 ms of each TP8 step against 1.50 ms" in inverted
+    assert "less GPU time in all-reduces (4.0 GPU-ms against 6.0) and less in compute (40.0 against 48.0)" in inverted

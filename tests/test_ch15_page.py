@@ -103,3 +103,17 @@ def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_pat
     assert wide.max_num_seqs == sizes.check_prompts - 1 and wide.same_schedule
     assert len(wide.engine_step_tokens) < len(quick_check.engine_step_tokens)
     assert len(wide.sim_step_tokens) == len(wide.engine_step_tokens)
+
+
+def test_the_check_says_what_its_totals_can_and_cannot_test(tmp_path):
+    """The busy time agrees by construction; the per-request times test the fitted line only above the R² floor."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+    from infer_lab.analysis.plausibility import R2_FLOOR
+
+    output, _ = _edited_notebook(tmp_path, 3).check_intro.run(ch15=ch15, mo=mo, nb=nb)
+    text = " ".join(output.text.split())
+    assert "the total busy time agrees by construction" in text
+    assert f"test the line only when it explains the steps (R² above the floor of {R2_FLOOR})" in text

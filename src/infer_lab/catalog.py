@@ -345,12 +345,14 @@ class OnChipMemory:
 
     ``units`` are NVIDIA SMs or AMD compute units. Sizes are KiB/MiB as the whitepapers give
     them; the byte properties are exact. The SRAM bandwidth is derived (units x bytes per clock
-    x clock): no datasheet prints it.
+    x clock): no datasheet prints it. ``shared_kib_max_per_block`` is the part of one unit's SRAM a
+    single thread block (AMD: workgroup) may use as shared memory: what one kernel's tiles can hold.
     """
 
     gpu: str
     units: int
     sram_kib_per_unit: float
+    shared_kib_max_per_block: float
     register_file_kib_per_unit: float | None
     l2_mib: float
     last_level_cache_mib: float | None
@@ -366,8 +368,18 @@ class OnChipMemory:
         return int(self.units * self.sram_kib_per_unit * 1024)
 
     @property
+    def shared_bytes_per_block(self) -> int:
+        """The most shared memory (AMD: LDS) one thread block may use, in bytes."""
+        return int(self.shared_kib_max_per_block * 1024)
+
+    @property
     def l2_bytes(self) -> int:
         return int(self.l2_mib * 1024 * 1024)
+
+    @property
+    def last_level_cache_bytes(self) -> int | None:
+        """The cache beyond the L2 (AMD Infinity Cache), in bytes, when there is one."""
+        return int(self.last_level_cache_mib * 1024 * 1024) if self.last_level_cache_mib else None
 
     @property
     def sram_bandwidth_Bps(self) -> float:

@@ -1,7 +1,8 @@
 """FlashAttention's idea in plain torch: tiles and an online softmax, never the full score matrix.
 
-A GPU kernel keeps one query tile in SRAM and streams key/value tiles past it. Here the loops are
-ordinary Python so every quantity has a name: ``running_max`` (largest score seen so far per
+A GPU kernel keeps one query tile on chip (shared memory and registers) and streams key/value tiles
+past it: FlashAttention-2's loop order (FlashAttention's own Algorithm 1 keeps the K/V tiles in the
+outer loop and streams the query tiles past them instead). Here the loops are ordinary Python so every quantity has a name: ``running_max`` (largest score seen so far per
 query), ``running_sum`` (softmax denominator rescaled to that max) and ``output_acc`` (the
 unnormalized weighted sum of values). This is for reading and testing, not for speed.
 """
@@ -96,12 +97,22 @@ def online_softmax_tile(
 class FlashTiling:
     """What the tiled path's HBM traffic follows from, each with its unit.
 
-    ``sram_bytes`` is FlashAttention's M: the on-chip SRAM (shared memory) one thread block holds
-    its tiles in, in bytes; one SM's worth on a GPU. ``head_dim`` is d, in elements; ``bytes_per_element``
-    the K/V/Q/O element size (2: bf16). The tile sizes follow the paper's Algorithm 1 (Dao et al.
-    2022): key tiles of ``B_c = ceil(M / 4d)`` rows, query tiles of ``B_r = min(B_c, d)`` rows, with M
-    counted in elements. ``causal``: a decoder's prefill, where a query tile skips the key tiles
-    entirely in its future (as :func:`flash_attention` does). ``sram_of`` says whose SRAM M is.
+    ``sram_bytes`` is FlashAttention's M, in bytes: the on-chip memory one thread block holds its
+    tiles in. On a GPU that is the shared memory one thread block may use (the catalog's
+    ``shared_kib_max_per_block``: CUDA's per-block limit, AMD's LDS per workgroup), not the whole
+    L1/shared SRAM of an SM. ``head_dim`` is d, in elements; ``bytes_per_element`` the K/V/Q/O
+    element size (2: bf16).
+
+    The loop order is FlashAttention-2's (Dao 2023), the one :func:`flash_attention` runs: query
+    tiles outside, the K/V tiles walked past each, so Q is read and O written once and K and V are
+    re-read once per query tile. The tile heights are an assumption taken from FlashAttention's
+    Algorithm 1 (Dao et al. 2022): key tiles of ``B_c = ceil(M / 4d)`` rows, query tiles of
+    ``B_r = min(B_c, d)`` rows, with M counted in elements (FlashAttention-2 picks its tile sizes by
+    tuning, not by this rule). Algorithm 1 itself runs the loops the other way round: K/V blocks
+    outside, Q blocks inside, so it reads K and V once and re-reads Q and O (read and written back)
+    once per K/V block, Θ(N·d / M) passes over Q. ``causal``: a decoder's prefill, where a query tile
+    skips the key tiles entirely in its future (as :func:`flash_attention` does). ``sram_of`` says
+    whose memory M is.
     """
 
     sram_bytes: int
@@ -112,7 +123,7 @@ class FlashTiling:
 
     def __post_init__(self) -> None:
         if self.sram_bytes < 4 * self.head_dim * self.bytes_per_element:
-            raise ValueError(f"{self.sram_bytes} B of SRAM cannot hold one row of Q, K, V and O at head dim "
+            raise ValueError(f"{self.sram_bytes} B of on-chip memory cannot hold one row of Q, K, V and O at head dim "
                              f"{self.head_dim}: it needs at least {4 * self.head_dim * self.bytes_per_element} B")
 
     @property
@@ -169,15 +180,17 @@ def tiled_attention_hbm_bytes(
     causal: bool = False,
     kv_rereads_from_hbm: bool = True,
 ) -> int:
-    """HBM bytes moved by tiled (flash) attention, the loop order of :func:`flash_attention`: Q read
-    and O written once, K and V read by every query tile.
+    """HBM bytes moved by tiled (flash) attention in FlashAttention-2's loop order, the one
+    :func:`flash_attention` runs: Q read and O written once, K and V read by every query tile.
 
     Per head: ``2·N·d`` for Q and O, plus ``2·d`` per K/V row read (:func:`kv_rows_read`): ``2·N·d·
     ceil(N / block_q)`` without a mask. The scores never reach HBM, but the K/V re-reads still grow
     as N²·d / ``block_q``: the saving against :func:`naive_attention_hbm_bytes` is about
     ``2·block_q / d`` at long lengths (twice that when ``causal``). ``kv_rereads_from_hbm=False`` is
-    the other bound: every re-read after the first hits a cache (the L2), so K and V come from HBM
-    once, ``4·N·d`` in all. ``block_q`` is bounded by SRAM: :attr:`FlashTiling.block_q`.
+    the other bound: every re-read after the first hits a cache (the L2, or a last-level cache beyond
+    it), so K and V come from HBM once, ``4·N·d`` in all. ``block_q`` is bounded by the shared memory
+    a thread block may use: :attr:`FlashTiling.block_q`. (FlashAttention's Algorithm 1 swaps the
+    loops and re-reads Q and O instead; this function does not count that order.)
     """
     n, d = seq_len, head_dim
     kv_rows = kv_rows_read(n, block_q, causal) if kv_rereads_from_hbm else n
@@ -186,23 +199,30 @@ def tiled_attention_hbm_bytes(
 
 @dataclass(frozen=True)
 class CitedHBMTraffic:
-    """A measured HBM-traffic comparison from a paper, kept with the workload it was measured on."""
+    """A measured HBM-traffic comparison from a paper, kept with the workload it was measured on, in GB
+    (1e9 B). ``other_standard_gb``: what another version of the paper prints for the standard path in
+    the same figure (the FlashAttention figure is the same in both), and ``other_setting`` the run it says."""
 
     source: str
     workload: str
     standard_gb: float
     flash_gb: float
+    other_standard_gb: float | None = None
+    other_setting: str = ""
 
     @property
     def standard_over_flash(self) -> float:
         return self.standard_gb / self.flash_gb
 
 
-# FlashAttention's paper, Figure 2 (left): measured HBM reads + writes of one attention, both passes.
+# FlashAttention's paper, arXiv:2205.14135v2 (June 2022), Figure 2 left: measured HBM reads + writes
+# of standard attention and FlashAttention, forward + backward. Another version of the paper prints
+# 35.3 GB for standard attention in that figure (4.4 GB for FlashAttention), for a run with a
+# key-padding mask and no dropout.
 PAPER_HBM_TRAFFIC = CitedHBMTraffic(
-    "Dao et al. 2022, FlashAttention (arXiv:2205.14135), Figure 2 left",
-    "GPT-2 medium attention (1,024 tokens, head dim 64, 16 heads, batch 64), forward + backward, on an A100",
-    40.3, 4.4)
+    "Dao et al. 2022, FlashAttention, arXiv:2205.14135v2 (June 2022), Fig. 2 left",
+    "GPT-2 medium attention (sequence 1,024, head dim 64, 16 heads, batch 64), forward + backward, on an A100",
+    40.3, 4.4, other_standard_gb=35.3, other_setting="a key-padding mask, no dropout")
 
 
 def score_matrix_bytes(seq_len: int, heads: int, batch: int = 1, bytes_per_element: int = 2) -> int:

@@ -233,7 +233,7 @@ def constant_state_models(
 CITED_QUALITY = {
     "MHA": "reference quality (GQA paper, Ainslie et al. 2023)",
     "GQA": "close to MHA after uptraining 5% of pre-training compute (GQA paper)",
-    "MQA": "small drop after uptraining (GQA paper); large without it (measured on SmolLM2 in chapter 07)",
+    "MQA": "small drop after uptraining (GQA paper)",
     "MLA": "matches or beats MHA in DeepSeek-V2's ablations (DeepSeek-V2 report)",
     "sliding": ("each layer sees the last w tokens, stacked layers reach further; every layer in Mistral-7B "
                 "v0.1, interleaved with full-attention layers in Gemma 2/3 and GPT-OSS"),

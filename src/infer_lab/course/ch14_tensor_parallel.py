@@ -13,8 +13,8 @@ the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
    fitted (latency + bandwidth) and held against the step time.
 2. **Scaling on catalogued GPUs** (``tp_scaling``, analytic): TP 1/2/4/8 ITL is sublinear; on
    PCIe replicas beat TP; the Pareto frontier of speed vs throughput per GPU with energy and $ per
-   token; the "fast mode" a public talk on inference described (about 6x the tokens billed for 2x speed),
-   computed.
+   token; the "fast mode" a public talk on inference described (spending what seems to be about 6x the
+   tokens, read as a price, for 2x speed), computed.
 
 Serving many GPUs as a cluster (prefill/decode disaggregation, heterogeneous hardware, the
 planner's launch commands, the simulator checked against the engine) is chapter 15. Our engine
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..analysis.collectives import TPComm, tp_allreduces
-from ..analysis.parallel import FastMode, FrontierPoint
+from ..analysis.parallel import FastMode, FrontierPoint, LayoutStep
 from ..analysis.plausibility import caution, line_fit_flags
 from ..figures import finish
 from ..parallel.bench import AllReduceSweep, default_sizes
@@ -661,14 +661,48 @@ def talk_compute_point(points: list[FrontierPoint], fast: FastMode | None,
     return None
 
 
+def _layout_step(model: str, p: FrontierPoint) -> LayoutStep:
+    """The predicted decode step behind a frontier point (the frontier's own inputs: one TP group, bf16)."""
+    from ..analysis.parallel import Layout, predict_layout_decode
+
+    return predict_layout_decode(model, p.gpu, Layout(tp=p.tp, dp=p.replicas), p.batch, p.context)
+
+
 def _by_batch(points: list[FrontierPoint], tp: int) -> dict[int, FrontierPoint]:
     return {p.batch: p for p in points if p.tp == tp}
 
 
-def fixed_batch_text(points: list[FrontierPoint]) -> str:
+def allreduce_reason_text(wide: LayoutStep, narrow: LayoutStep) -> str:
+    """Where two TP groups' GPU time per step goes at the same batch, from their layout steps
+    (:func:`infer_lab.analysis.parallel.predict_layout_decode`): how many all-reduces each makes, how long
+    they take per step, and the GPU time (GPUs x seconds) in all-reduces and in compute."""
+    w_name, n_name = wide.layout.label, narrow.layout.label
+    tw, tn = wide.layout.tp, narrow.layout.tp
+
+    def gpu_ms(tp: int, seconds: float) -> float:
+        return tp * seconds * 1e3
+
+    def compare(a: float, b: float) -> str:
+        return "the same" if abs(a - b) <= 0.01 * max(a, b) else ("more" if a > b else "less")
+
+    count = (f"Both make the same {wide.allreduce_count} all-reduces per step"
+             if wide.allreduce_count == narrow.allreduce_count else
+             f"{w_name} makes {wide.allreduce_count} all-reduces per step against {narrow.allreduce_count} for "
+             f"{n_name}")
+    ar_w, ar_n = gpu_ms(tw, wide.allreduce_s), gpu_ms(tn, narrow.allreduce_s)
+    c_w, c_n = gpu_ms(tw, wide.compute_s), gpu_ms(tn, narrow.compute_s)
+    return (f"{count}; at batch {wide.batch} they take {wide.allreduce_s * 1e3:.2f} ms of each {w_name} step "
+            f"against {narrow.allreduce_s * 1e3:.2f} ms of each {n_name} step, with all {tw} GPUs waiting on them "
+            f"against {tn}. Per step that is {compare(ar_w, ar_n)} GPU time in all-reduces ({ar_w:.1f} GPU-ms "
+            f"against {ar_n:.1f}) and {compare(c_w, c_n)} in compute ({c_w:.1f} against {c_n:.1f}).")
+
+
+def fixed_batch_text(points: list[FrontierPoint], model: str | None = None) -> str:
     """The widest TP group against the next narrower one at the same batch per group, in words: which
     is dearer per token (tokens/s per GPU, hence J and $ per token) at the batches both run, and,
-    when the widest group alone makes the frontier, the point of the narrower one it beats on both."""
+    when the widest group alone makes the frontier, the point of the narrower one it beats on both.
+    With ``model`` (the frontier's), why, at the smallest batch both run: :func:`allreduce_reason_text`
+    of the two layouts' predicted decode steps."""
     tps = sorted({p.tp for p in points})
     if len(tps) < 2:
         return ""
@@ -687,8 +721,7 @@ def fixed_batch_text(points: list[FrontierPoint]) -> str:
     ends = pair(shared[0]) + (f", and {pair(shared[-1])}" if len(shared) > 1 else "")
     if len(dearer) == len(shared):
         verdict = (f"At a fixed batch per TP group the widest group, {w_name}, is the **dearer** per token at every "
-                   f"batch both run: against {n_name}, {ends}. Each of its GPUs serves a smaller share of the same "
-                   "users and waits on more all-reduces.")
+                   f"batch both run: against {n_name}, {ends}.")
     elif not dearer:
         verdict = (f"At a fixed batch per TP group the widest group, {w_name}, is the **cheaper** per token at every "
                    f"batch both run: against {n_name}, {ends}.")
@@ -697,6 +730,8 @@ def fixed_batch_text(points: list[FrontierPoint]) -> str:
         verdict = (f"At a fixed batch per TP group the widest group, {w_name}, is the dearer per token at batch "
                    f"{', '.join(map(str, dearer))} and the cheaper at batch {', '.join(map(str, cheaper))} against "
                    f"{n_name}: {ends}.")
+    if model is not None:
+        verdict += " " + allreduce_reason_text(*(_layout_step(model, side[shared[0]]) for side in (wide, narrow)))
     front = [p for p in points if p.on_frontier]
     if not front or any(p.tp != tps[-1] for p in front):
         return verdict
@@ -789,7 +824,8 @@ def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
         f = s.fast
         lines["fast"] = (
             "**Fast mode, computed:** a fast mode sells each user more speed at a higher GPU cost per token (a "
-            f"public talk on inference described one billing about {TALK_FAST_MODE_COMPUTE:.0f}x the tokens for about "
+            f"public talk on inference described one spending what seems to be about {TALK_FAST_MODE_COMPUTE:.0f}x the "
+            "tokens (read as a price) for about "
             f"{TALK_FAST_MODE_SPEEDUP:.0f}x the speed; how this model compares is below). "
             f"From the most economical frontier point within 50 ms ITL "
             f"({f.baseline.layout}, batch {f.baseline.batch}, {f.baseline.tokens_per_s_per_user:.0f} tok/s per user), "
@@ -811,7 +847,7 @@ def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
             f"{TALK_FAST_MODE_COMPUTE:.0f}x as many tokens per token as the regular mode for about "
             f"{TALK_FAST_MODE_SPEEDUP:.0f}x the speed: a price ratio, with no mechanism named beyond sitting at the "
             f"fast end of the frontier. This model's frontier is made of {', '.join(on_frontier)} only. "
-            + "".join(t + " " for t in [fixed_batch_text(s.frontier)] if t)
+            + "".join(t + " " for t in [fixed_batch_text(s.frontier, s.model)] if t)
             + "The model's fast point is "
             f"**{how}**: speed bought mostly by serving fewer users at once, and {reach}. What is real in both: speed "
             "per user costs GPU time per token, at an increasing rate. What the model leaves out, and a product pays: "

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..analysis.plausibility import R2_FLOOR
 from ..cluster.attention_ffn import AFDPoint
 from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
@@ -358,8 +359,9 @@ def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> s
         f"faster inference for {mixed['system']}, against {mixed['baseline']}: a claim about mixing chips, not "
         f"about the SRAM chip. **Computed here:** {chip}'s memory bandwidth is {c.bandwidth_ratio_vs(gpu):,.0f}× "
         f"an {gpu}'s HBM, so a bandwidth-bound batch-1 decode could be that much faster per chip, and the talk's "
-        f"own tokens/s give {c.claimed_speedup():.0f}×. Neither the {lo:.0f}–{hi:.0f}× nor the "
-        f"{pair['speedup']:.0f}× comes with a workload or a power figure we could check, so both stay the talk's "
+        f"own tokens/s give {c.claimed_speedup():.0f}×. Neither the {lo:.0f}–{hi:.0f}× nor the pairing's "
+        f"{pair['speedup']:.0f}× (for {pair['baseline']}) comes with a workload, a power figure or a baseline we "
+        "could check, so both stay the talk's "
         "claims; the pairing is the shape of the idea (each phase on the chip whose roofline suits it), not a "
         "measured result."
     )
@@ -556,7 +558,7 @@ def check_text(c: SimVsEngine) -> str:
     from ..analysis.plausibility import caution, line_fit_flags
 
     r = c.ratios()
-    flags = line_fit_flags("the engine's step time", c.fit.a_s, c.fit.b_s_per_token, c.fit.r2)
+    flags = line_fit_flags("the engine's step time", c.fit.a_s, c.fit.b_s_per_token, c.fit.r2, r2_floor=R2_FLOOR)
     schedule = ("the simulator's scheduler made **the same steps as the engine's, step for step**"
                 if c.same_schedule else "the simulator's scheduler made **DIFFERENT steps from the engine's**")
     times = (f"Simulated / measured: makespan {r['makespan']:.3f}, mean ITL {r['mean_itl']:.3f}, mean first-token "

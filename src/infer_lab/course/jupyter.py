@@ -36,6 +36,7 @@ EXPLORERS = {
     "03": ("memory_explorer",),
     "04": ("roofline_explorer",),
     "05": ("presets_explorer",),
+    "07": ("attention_memory_explorer", "dsa_explorer", "flash_explorer"),
     "14": ("scaling_explorer",),
     "16": ("where_next_explorer",),
 }
@@ -281,6 +282,77 @@ def presets_explorer() -> Any:
         trade = ch05.tradeoff([model], gpu)
         show_figure(ch05.tradeoff_figure(trade))
         say(ch05.tradeoff_text(trade))
+
+    return explorer(render, controls, rows=1)
+
+
+def attention_memory_explorer() -> Any:
+    """Chapter 07, part 2: KV memory per attention variant on a GPU at a context, live."""
+    from ..catalog import list_gpus
+    from . import ch07_attention_variants as ch07
+
+    w = _widgets()
+    controls = {
+        "gpu": w.Dropdown(options=list_gpus(), value=ch07.DEFAULT_GPU, description="GPU"),
+        "context": w.IntSlider(min=1024, max=131072, step=1024, value=ch07.DEFAULT_CONTEXT, description="context"),
+    }
+
+    def render(gpu: str, context: int) -> None:
+        memory = ch07.memory_rows(gpu, context)
+        show_figure(ch07.kv_figure(memory, "KV bytes per token per variant, all layers (analytic)"))
+        say(ch07.memory_text(memory))
+        show_table(ch07.memory_table(memory))
+
+    return explorer(render, controls, rows=1)
+
+
+def dsa_explorer() -> Any:
+    """Chapter 07, part 5: the states of architectures without a growing KV cache, and what a DSA
+    decode step reads, at a context and a top-k, live."""
+    from . import ch07_attention_variants as ch07
+
+    w = _widgets()
+    low, high, step = ch07.DSA_TOP_K_RANGE
+    controls = {
+        "context": w.IntSlider(min=1024, max=131072, step=1024, value=ch07.DEFAULT_CONTEXT, description="context"),
+        "top_k": w.IntSlider(min=low, max=high, step=step, value=ch07.DSA_TOP_K, description="DSA top-k",
+                             style={"description_width": "initial"}),
+    }
+
+    def render(context: int, top_k: int) -> None:
+        show_table(ch07.state_table(context=context, top_k=top_k))
+        say(ch07.dsa_text(ch07.dsa_reads(context, top_k=top_k)))
+
+    return explorer(render, controls, rows=1)
+
+
+def flash_explorer() -> Any:
+    """Chapter 07, part 6: FlashAttention's HBM bytes on a GPU, with the shared memory per thread block
+    (it starts at the GPU's own figure, and moves to it when the GPU changes) and the causal mask, live."""
+    from ..catalog import list_gpus
+    from . import ch07_attention_variants as ch07
+
+    w = _widgets()
+    low, high, step = ch07.FLASH_SHARED_KIB_RANGE
+
+    def own_kib(gpu: str) -> int:
+        return ch07.flash_tiling(gpu).sram_bytes // 1024
+
+    controls = {
+        "gpu": w.Dropdown(options=list_gpus(), value=ch07.DEFAULT_GPU, description="GPU"),
+        "shared_kib": w.IntSlider(min=low, max=high, step=step, value=own_kib(ch07.DEFAULT_GPU),
+                                  description="M: shared memory per thread block (KiB)",
+                                  style={"description_width": "initial"}),
+        "causal": w.Checkbox(value=True, description="causal mask"),
+    }
+    controls["gpu"].observe(lambda change: setattr(controls["shared_kib"], "value", own_kib(change["new"])),
+                            names="value")
+
+    def render(gpu: str, shared_kib: int, causal: bool) -> None:
+        flash = ch07.flash_result(ch07.flash_tiling(gpu, causal=causal, sram_bytes=shared_kib * 1024), gpu)
+        show_figure(ch07.hbm_figure(flash))
+        say(ch07.flash_text(flash))
+        show_table(ch07.flash_table(flash))
 
     return explorer(render, controls, rows=1)
 

@@ -248,8 +248,9 @@ def _(ch07, context, gpu, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch07, mo):
+    top_k = mo.ui.slider(*ch07.DSA_TOP_K_RANGE, value=ch07.DSA_TOP_K, label="DSA top-k (tokens)", show_value=True)
+    mo.md(f"""
     ## 5 · Beyond KV caches (analytic)
 
     **Linear attention** replaces softmax with a kernel so the past folds into one `d × d` matrix
@@ -258,43 +259,54 @@ def _(mo):
     *lightning indexer* scores every cached token against the query, using its own small key per
     token, and the main attention then reads only the top-k tokens it picked.
 
-    **Predict first:** double the context. Does a DSA step read more bytes, or the same?
-    Sizes at Mistral-7B's widths, at the context chosen in part 2; DSA's row names what it assumes:
+    **Predict first:** double the context. Does a DSA step read more bytes, or the same? And with
+    a top-k larger than the context? Sizes at Mistral-7B's widths, at the context<!-- marimo -->
+    chosen in part 2<!-- /marimo --> and the top-k set below; DSA's row names what it assumes.
+
+    {top_k}
     """)
-    return
+    return (top_k,)
 
 
 @app.cell
-def _(ch07, context, mo, nb):
-    mo.vstack([nb.table(ch07.state_table(context=context.value)),
-               mo.md(ch07.dsa_text(ch07.dsa_reads(context.value)))])
+def _(ch07, context, mo, nb, top_k):
+    mo.vstack([nb.table(ch07.state_table(context=context.value, top_k=top_k.value)),
+               mo.md(ch07.dsa_text(ch07.dsa_reads(context.value, top_k=top_k.value)))])
     return
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def flash_controls(ch07, gpu, mo):
+    shared_kib = mo.ui.slider(*ch07.FLASH_SHARED_KIB_RANGE, value=ch07.flash_tiling(gpu.value).sram_bytes // 1024,
+                              label="M: shared memory per thread block (KiB)", show_value=True)
+    causal = mo.ui.switch(value=True, label="causal mask")
+    mo.md(f"""
     ## 6 · FlashAttention: tiles and an online softmax (analytic bytes)
 
-    `infer_lab.attention.flash_attention` walks key/value tiles past each query tile, keeping three
-    named quantities: `running_max`, `running_sum` and `output_acc`. It never forms the N × N
-    scores, and it equals SDPA (part 1). On a GPU the tiles live in **SRAM**, the shared memory
-    next to each SM's cores: small, and far faster than HBM. Naive
-    attention writes the scores S and the probabilities P to HBM and reads them back; tiled
-    attention keeps them in SRAM, one tile at a time, and re-reads K and V for each query tile
-    instead. How many bytes that saves depends on two things the model must assume: how tall a
-    query tile the SRAM allows, and whether the K/V re-reads come from HBM or hit the L2 cache.
+    `infer_lab.attention.flash_attention` walks key/value tiles past each query tile (FlashAttention-2's
+    loop order; FlashAttention's own Algorithm 1 swaps the loops), keeping three named quantities:
+    `running_max`, `running_sum` and `output_acc`. It never forms the N × N scores, and it equals
+    SDPA (part 1). On a GPU the tiles live on chip, small and far faster than HBM: the Q, K and V
+    tiles in the shared memory one thread block may use (on NVIDIA, less than the whole L1/shared
+    SRAM of an SM; on AMD, a compute unit's LDS), the scores S and probabilities P in shared memory
+    and registers. Naive attention writes S
+    and P to HBM and reads them back; tiled attention keeps them on chip, one tile at a time, and
+    re-reads K and V for each query tile instead. How many bytes that saves depends on two things
+    the model must assume: how tall a query tile that shared memory allows, and whether the K/V
+    re-reads come from HBM or hit a cache.
 
-    **Predict first:** is the saving the same at every length? And with less SRAM (pass
-    `sram_bytes=` in the cell below), or without the causal mask (`causal=False`), does the tiled
-    path still move fewer bytes than the naive one?
+    **Predict first:** is the saving the same at every length? And with less shared memory per
+    block (the slider below starts at the GPU's own figure), or without the causal mask (turn it
+    off below), does the tiled path still move fewer bytes than the naive one?
+
+    {mo.hstack([shared_kib, causal], justify="start")}
     """)
-    return
+    return causal, shared_kib
 
 
 @app.cell
-def _(ch07, gpu, mo, nb):
-    tiling = ch07.flash_tiling(gpu.value, causal=True)  # M: one SM's SRAM on this GPU; try sram_bytes=32 * 1024
+def flash_cell(causal, ch07, gpu, mo, nb, shared_kib):
+    tiling = ch07.flash_tiling(gpu.value, causal=causal.value, sram_bytes=shared_kib.value * 1024)
     flash = ch07.flash_result(tiling, gpu.value)
     mo.vstack([ch07.hbm_figure(flash), mo.md(ch07.flash_text(flash)), nb.table(ch07.flash_table(flash))])
     return

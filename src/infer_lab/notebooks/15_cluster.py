@@ -210,7 +210,7 @@ def _(ch15, mo, nb, sizes):
 
 
 @app.cell(hide_code=True)
-def _(ch15, mo, nb):
+def check_intro(ch15, mo, nb):
     check_button = mo.ui.run_button(label=ch15.PARTS["check"])
     mo.md(f"""
     ## 4 · Is the simulator right? Check it against our engine
@@ -220,8 +220,9 @@ def _(ch15, mo, nb):
     and time; a line `a + b × tokens` is fitted to them; the simulator replays the same requests
     on that cost. **Predict:** the same steps? How close are the totals? (The tolerances, and why
     those: `SimVsEngine.within` in `src/infer_lab/cluster/engine_check.py`.) The replay runs on a
-    line fitted to these very steps, so the totals can only test that line when it explains the
-    steps; what this check really tests is the simulator's scheduler.
+    line fitted to these very steps, so the total busy time agrees by construction; the
+    per-request times (ITL, first token) test the line only when it explains the steps (R² above
+    the floor of {ch15.R2_FLOOR}). What this check really tests is the simulator's scheduler.
 
     {check_button} {nb.button_time(ch15, "check")}
     """)

@@ -7,7 +7,7 @@ weight that was reordered once into its own blocked layout (a "prepacked" weight
 what vLLM's CPU backend and ``torch.compile``'s CPU freezing do as well.
 
 ``infer-lab bench gemm`` times one step's GEMMs both ways over a model's real weights; on the
-course's 2-core AMD EPYC (``assets/results/gemm-cpu-*.json``) the prepacked ones are about twice
+course's 2-core AMD EPYC (``src/infer_lab/results/gemm-cpu-*.json``) the prepacked ones are about twice
 as fast at decode's batch sizes and still ahead at prefill's. The results differ from
 ``F.linear``'s only by float rounding (another blocking of the same sums).
 
