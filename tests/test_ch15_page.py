@@ -74,6 +74,9 @@ def test_the_check_gives_no_verdict_on_times_from_a_fit_that_explains_nothing(qu
     assert "**agree**" not in ch15.check_text(bad) and "no verdict on times" in ch15.check_text(bad)
     other = dataclasses.replace(good, sim_step_tokens=good.sim_step_tokens[:-1])
     assert "**DIFFERENT steps" in ch15.check_text(other) and "they **DO NOT agree**" in ch15.check_text(other)
+    # the busy time matches "by construction" only over the same steps
+    assert "by construction" in ch15.check_text(good) and "by construction" not in ch15.check_text(other)
+    assert "even its busy time tests the fit" in ch15.check_text(other)
 
 
 def _edited_notebook(tmp_path, slots: int):

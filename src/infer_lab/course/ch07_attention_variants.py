@@ -457,8 +457,9 @@ def naive_memory_text(rows: list[HBMRow], memory_bytes: int, gpu: str) -> str:
     else:
         where, rows_count = f"From {first.seq_len:,} tokens on (the last {len(over)} rows)", "those rows count"
     return (f"{where} the naive path's score matrix alone, {fmt_bytes(first.score_matrix_bytes)} for one layer at "
-            f"{first.seq_len:,}, is more than {gpu}'s {fmt_bytes(memory_bytes)} of memory: the naive path could not "
-            f"run on {gpu} there, so {rows_count} the bytes of a path that could not run.")
+            f"{first.seq_len:,}, is more than {gpu}'s {fmt_bytes(memory_bytes)} of memory: the naive path as modelled (every head's "
+            f"scores at once) could not run on {gpu} there, so {rows_count} the bytes of a path that could not run "
+            f"that way.")
 
 
 def flash_assumptions_text(f: FlashResult) -> str:
@@ -746,8 +747,8 @@ def flash_title(f: FlashResult) -> str:
     """The figure's title, with the assumptions its tiled lines follow from."""
     t = f.tiling
     return (f"Attention HBM traffic, one layer, {f.heads} heads × d {t.head_dim}, {t.bytes_per_element} B/element "
-            f"(analytic)\nquery tile {t.block_q} rows from M = {fmt_bytes(t.sram_bytes)} of shared memory per block "
-            f"({'set by hand' if t.sram_of == 'set by hand' else f.gpu}), " + ("causal" if t.causal else "no mask"))
+            f"(analytic)\nquery tile {t.block_q} rows from M = {fmt_bytes(t.sram_bytes)} "
+            f"({t.sram_of}), " + ("causal" if t.causal else "no mask"))
 
 
 def hbm_figure(f: FlashResult, title: str | None = None):

@@ -54,7 +54,7 @@ ANALYTIC_PARTS = ("scaling",)
 TP_WORLD_SIZE = 2  # the ranks of the notebook's experiment cell (``world_size = 2``)
 
 # Claims quoted in a public talk on LLM inference, kept as cited numbers to compare the model with.
-TALK_FAST_MODE_COMPUTE = 6.0  # "6 times as many tokens to process a single token" (billed: a price ratio) ...
+TALK_FAST_MODE_COMPUTE = 6.0  # "what seems to be 6 times as many tokens to process a single token" (read as a price) ...
 TALK_FAST_MODE_SPEEDUP = 2.0  # "... for about 2x speed"
 TALK_TP_SPEEDUP_AT_4 = 2.0  # "4x GPUs gave about 2x speed"
 TP_QUESTIONS = (
@@ -843,9 +843,9 @@ def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
         how = ("the same layout at a smaller batch" if f.fast.layout == f.baseline.layout
                else f"{f.fast.layout} instead of {f.baseline.layout}, at batch {f.fast.batch}")
         lines["quote"] = (
-            f"**What the model shows, and where it differs from the quote:** a public talk on inference described a provider's \"fast mode\" that spends about "
+            f"**What the model shows, and where it differs from the quote:** a public talk on inference described a provider's \"fast mode\" that spends what seems to be about "
             f"{TALK_FAST_MODE_COMPUTE:.0f}x as many tokens per token as the regular mode for about "
-            f"{TALK_FAST_MODE_SPEEDUP:.0f}x the speed: a price ratio, with no mechanism named beyond sitting at the "
+            f"{TALK_FAST_MODE_SPEEDUP:.0f}x the speed (read as a price ratio), with no mechanism named beyond sitting at the "
             f"fast end of the frontier. This model's frontier is made of {', '.join(on_frontier)} only. "
             + "".join(t + " " for t in [fixed_batch_text(s.frontier, s.model)] if t)
             + "The model's fast point is "

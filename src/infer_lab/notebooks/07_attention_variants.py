@@ -23,6 +23,8 @@ app = marimo.App(width="medium")
 with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    # infer_lab first: it sets OpenMP's wait policy before torch loads (see infer_lab/__init__.py).
+    import infer_lab  # noqa: F401, I001
     import torch
 
     from infer_lab.attention import (

@@ -220,7 +220,7 @@ def check_intro(ch15, mo, nb):
     and time; a line `a + b × tokens` is fitted to them; the simulator replays the same requests
     on that cost. **Predict:** the same steps? How close are the totals? (The tolerances, and why
     those: `SimVsEngine.within` in `src/infer_lab/cluster/engine_check.py`.) The replay runs on a
-    line fitted to these very steps, so the total busy time agrees by construction; the
+    line fitted to these very steps, so when the steps are the same the total busy time agrees by construction; the
     per-request times (ITL, first token) test the line only when it explains the steps (R² above
     the floor of {ch15.R2_FLOOR}). What this check really tests is the simulator's scheduler.
 
