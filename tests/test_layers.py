@@ -18,7 +18,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "src" / "infer_lab"
 
 # Front ends that present the course: they may import it (and the course must not import them).
 FRONT_ENDS = ("infer_lab.nb", "infer_lab.tour", "infer_lab.slides", "infer_lab.commands",
-              "infer_lab.cli", "infer_lab.__main__")
+              "infer_lab.cli", "infer_lab.__main__",
+              "infer_lab.notebooks")  # the marimo pages: package data, the course's top layer
 # What measures or loads a model: nothing in analysis (computed from configs only) imports these.
 MEASURING = ("infer_lab.harness", "infer_lab.hardware", "infer_lab.models", "infer_lab.evaluation",
              "infer_lab.bench", "infer_lab.server", "infer_lab.loadgen")
