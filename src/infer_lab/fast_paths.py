@@ -88,6 +88,10 @@ def refused_by_choice() -> set[str]:
     return names | _FORCED
 
 
+def _refused_by_choice_verdict(path: str) -> Verdict:
+    return Verdict(path, False, f"refused by choice ({ENV_REFUSE} or fast_paths.refused)", forced=True)
+
+
 def _first_line(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0].strip()}" if lines else type(error).__name__
@@ -102,7 +106,7 @@ def ask(path: str, probe: Callable[[], str | None]) -> Verdict:
     if path not in PATHS:
         raise ValueError(f"unknown fast path {path!r}; known: {', '.join(PATHS)}")
     if path in refused_by_choice():
-        return Verdict(path, False, f"refused by choice ({ENV_REFUSE} or fast_paths.refused)", forced=True)
+        return _refused_by_choice_verdict(path)
     if path not in _VERDICTS:
         try:
             reason = probe()
@@ -119,7 +123,7 @@ def asked() -> dict[str, dict[str, Any]]:
     """
     out = {p: v.as_dict() for p, v in _VERDICTS.items()}
     for p in sorted(refused_by_choice()):
-        out[p] = Verdict(p, False, f"refused by choice ({ENV_REFUSE} or fast_paths.refused)", forced=True).as_dict()
+        out[p] = _refused_by_choice_verdict(p).as_dict()
     return out
 
 
