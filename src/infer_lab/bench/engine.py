@@ -16,6 +16,14 @@ import torch
 
 from ..engine import Engine, EngineConfig, RequestOutput, SamplingParams
 from ..harness import env_metadata, summarize
+from .ledger import (
+    copy_bandwidth,
+    decode_step_bytes,
+    engine_weight_bytes,
+    kv_dtype_of,
+    ledger_row,
+    mean_decode_context,
+)
 
 DECODE_PATHS = {
     "auto": {},
@@ -64,6 +72,9 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
     kv = engine.kv
     pool = kv if hasattr(kv, "num_used_blocks") else None  # paged KV
     pc = engine.prefix_cache
+    decode = [r for r in log if r.prefill_tokens == 0 and r.decode_tokens > 0 and not r.failed]
+    decode_s, decode_tokens = sum(r.duration_s for r in decode), sum(r.decode_tokens for r in decode)
+    lens = ([len(o.prompt_ids) for o in outputs], [len(o.token_ids) for o in outputs])
     return {
         "output_tokens": n_out,
         "elapsed_s": elapsed_s,
@@ -81,7 +92,34 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
         "prefix_hit_tokens": pc.stats.hit_tokens if pc else 0,
         "num_preemptions": engine.scheduler.num_preemptions,
         "failed_requests": sum(1 for o in outputs if o.finish_reason == "error"),
+        "decode_steps": len(decode),
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s else None,
+        "mean_decode_batch": decode_tokens / len(decode) if decode else None,
+        "mean_decode_context": mean_decode_context(*lens) if decode else None,
+        "samples": {"ttft_s": ttft, "e2e_s": [o.e2e_s for o in outputs], "steps": {
+            "duration_s": [r.duration_s for r in log], "num_seqs": [r.num_seqs for r in log],
+            "prefill_tokens": [r.prefill_tokens for r in log], "decode_tokens": [r.decode_tokens for r in log]}},
     }
+
+
+def engine_step_bytes(lm: Any, engine: Engine, run: dict[str, Any]) -> int | None:
+    """Bytes (:func:`~.ledger.decode_step_bytes`) of a mean pure decode step of a :func:`summarize_run`
+    result, at its mean batch and context, with the engine's weights and KV format; None without
+    decode steps or without a KV cache (``nocache`` recomputes instead of reading K/V)."""
+    if run["decode_tokens_per_s"] is None or engine.config.kv_mode == "nocache":
+        return None
+    return decode_step_bytes(lm, run["mean_decode_batch"], run["mean_decode_context"],
+                             weight_bytes=engine_weight_bytes(lm, engine.model),
+                             kv_dtype=kv_dtype_of(engine.model.dtype, engine.config.kv_dtype))
+
+
+def engine_ledger(lm: Any, run: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`~.ledger.ledger_row` of a :func:`timed_engine_run` result at its decode tokens/s (None
+    where it has no ``decode_step_bytes``); measures the copy bandwidth on first use."""
+    if run["decode_step_bytes"] is None:
+        return None
+    return ledger_row(run["decode_tokens_per_s"], run["mean_decode_batch"], run["decode_step_bytes"],
+                      copy_bandwidth(lm.device))
 
 
 def engine_config(
@@ -145,6 +183,7 @@ def timed_engine_run(
     outputs = engine.generate(prompts, params)
     elapsed = time.perf_counter() - t0
     result = summarize_run(engine, outputs, elapsed)
+    result["decode_step_bytes"] = engine_step_bytes(lm, engine, result)
     result["decode_path"] = {
         "batched_decode": config.batched_decode,
         "static_decode": runner is not None,
@@ -233,6 +272,7 @@ def run_engine_benchmark(
         warm_up_engine(lm, config, seed + 1)
     result, _ = timed_engine_run(lm, config, wl.prompts, lens)
     result["decode_path"]["requested"] = decode_path
+    result["ledger"] = engine_ledger(lm, result)
     result["config"] = {
         "requests": requests,
         "concurrency": concurrency,
@@ -301,6 +341,7 @@ def compare_with_hf(
         elif name != UNCOMPILED:
             run_contender(name, lm, small, concurrency)
     tokens_per_s: dict[str, list[float]] = {n: [] for n in names}
+    engine_decode: list[float] = []  # the engine's decode tokens/s per round (the ledger's speed)
     outputs: dict[str, list[list[int]]] = {}
     engine_result: dict[str, Any] = {}
     for r in range(rounds):
@@ -308,6 +349,7 @@ def compare_with_hf(
             if name == "engine":
                 engine_result, outs = timed_engine_run(lm, config, wl.prompts, wl.output_lens)
                 tokens_per_s[name].append(engine_result["output_tokens_per_s"])
+                engine_decode.append(engine_result["decode_tokens_per_s"])
                 outputs[name] = [o.token_ids for o in outs]
             elif name == UNCOMPILED:
                 other, outs = timed_engine_run(lm, uncompiled, wl.prompts, wl.output_lens)
@@ -322,6 +364,10 @@ def compare_with_hf(
     result["output_tokens_per_s"] = median["engine"]
     result["rounds"] = rounds
     result["tokens_per_s_by_round"] = tokens_per_s
+    if result["decode_tokens_per_s"] is not None:  # the ledger at the median, as the tok/s beside it
+        result["decode_tokens_per_s_by_round"] = engine_decode
+        result["decode_tokens_per_s"] = statistics.median(engine_decode)
+    result["ledger"] = engine_ledger(lm, result)
     result["workload"] = wl.describe()
     result["threads"] = torch.get_num_threads()
     if workload_kind == "uniform":  # the bound assumes equal lengths: say how close the engine got
@@ -374,5 +420,7 @@ def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) ->
         kwargs.pop("rounds", None)
         result = run_engine_benchmark(lm, **kwargs)
     result["threads"] = torch.get_num_threads()
+    if result.get("ledger") is not None:
+        result["copy_bandwidth"] = copy_bandwidth(lm.device).as_dict()
     result["environment"] = env_metadata(lm)
     return result

@@ -21,6 +21,7 @@ import torch
 from ..engine import prepack
 from ..engine.model import EngineModel
 from ..harness import env_metadata
+from .ledger import copy_bandwidth
 
 BATCHES = (1, 4, 16, 64, 256)
 
@@ -34,6 +35,8 @@ class GemmPoint:
     prepacked_ms: float
     weight_bytes: int
     max_abs_diff: float  # largest |plain - prepacked| over the LM head's outputs
+    plain_samples_ms: tuple[float, ...] = ()  # every round's time, in order
+    prepacked_samples_ms: tuple[float, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -67,8 +70,8 @@ def _step_gemms(batch: int, model: EngineModel, dtype: torch.dtype,
     return one_pass
 
 
-def _median_ms_interleaved(passes: list[Callable[[], None]], repeats: int) -> list[float]:
-    """Each pass once to warm up, then ``repeats`` rounds of all of them in turn: medians in ms."""
+def _interleaved_ms(passes: list[Callable[[], None]], repeats: int) -> list[list[float]]:
+    """Each pass once to warm up, then ``repeats`` rounds of all of them in turn: every time, in ms."""
     for one_pass in passes:
         one_pass()
     times: list[list[float]] = [[] for _ in passes]
@@ -77,7 +80,7 @@ def _median_ms_interleaved(passes: list[Callable[[], None]], repeats: int) -> li
             t0 = time.perf_counter()
             one_pass()
             ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) * 1e3 for ts in times]
+    return [[t * 1e3 for t in ts] for ts in times]
 
 
 @torch.inference_mode()
@@ -93,9 +96,10 @@ def measure_gemm_backends(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: 
     for batch in batches:
         x = torch.randn(batch, plain.shape.hidden, generator=torch.Generator().manual_seed(0)).to(lm.dtype)
         diff = (prepack.linear(x, plain.lm_head) - prepack.linear(x, packed.lm_head)).abs().max().item()
-        plain_ms, packed_ms = _median_ms_interleaved(
+        plain_ms, packed_ms = _interleaved_ms(
             [_step_gemms(batch, plain, lm.dtype), _step_gemms(batch, packed, lm.dtype)], repeats)
-        points.append(GemmPoint(batch, plain_ms, packed_ms, plain.gemm_weight_bytes(), diff))
+        points.append(GemmPoint(batch, statistics.median(plain_ms), statistics.median(packed_ms),
+                                plain.gemm_weight_bytes(), diff, tuple(plain_ms), tuple(packed_ms)))
     return points
 
 
@@ -122,21 +126,30 @@ def measure_one_row(lm: Any, repeats: int = 5, compiled: bool = True) -> dict[st
         passes["prepacked"] = _step_gemms(1, plain.prepacked(), dtype)
     if compiled and cpu_decode.unsupported_reason(plain.device, dtype) is None:
         passes["compiled gemv"] = _step_gemms(1, plain, dtype, cpu_decode.compiled_gemv())
-    times = _median_ms_interleaved(list(passes.values()), repeats)
+    times = _interleaved_ms(list(passes.values()), repeats)
     weight_bytes = plain.gemm_weight_bytes()
-    return {name: {"ms": ms, "gb_per_s": weight_bytes / (ms * 1e-3) / 1e9}
-            for name, ms in zip(passes, times, strict=True)}
+    out = {}
+    for name, samples in zip(passes, times, strict=True):
+        ms = statistics.median(samples)
+        out[name] = {"ms": ms, "gb_per_s": weight_bytes / (ms * 1e-3) / 1e9, "samples_ms": samples}
+    return out
 
 
 def gemm_benchmark(lm: Any, batches: tuple[int, ...] = BATCHES, repeats: int = 5) -> dict[str, Any]:
     """:func:`measure_gemm_backends` as JSON, with the environment and threads.
 
     When the batches include 1, also :func:`measure_one_row` (``one_row``): one user's step
-    through every path, next to the speed of merely reading the weights.
+    through every path, next to the speed of merely reading the weights. Every GB/s comes with
+    its fraction of the machine's :func:`~.ledger.copy_bandwidth` (``*fraction_of_copy``). The
+    bytes are the GEMM weights only: this times no attention, so it streams no K/V.
     """
     points = measure_gemm_backends(lm, batches, repeats)
-    rows = [{**asdict(p), "speedup": p.speedup, "plain_gb_per_s": p.plain_gb_per_s,
-             "prepacked_gb_per_s": p.prepacked_gb_per_s} for p in points]
     one_row = measure_one_row(lm, repeats) if 1 in batches else None
-    return {"rows": rows, "one_row": one_row, "repeats": repeats,
+    copy = copy_bandwidth(lm.device)
+    rows = [{**asdict(p), "speedup": p.speedup, "plain_gb_per_s": p.plain_gb_per_s,
+             "prepacked_gb_per_s": p.prepacked_gb_per_s, "plain_fraction_of_copy": p.plain_gb_per_s / copy.GBps,
+             "prepacked_fraction_of_copy": p.prepacked_gb_per_s / copy.GBps} for p in points]
+    for r in (one_row or {}).values():
+        r["fraction_of_copy"] = r["gb_per_s"] / copy.GBps
+    return {"rows": rows, "one_row": one_row, "repeats": repeats, "copy_bandwidth": copy.as_dict(),
             "threads": torch.get_num_threads(), "environment": env_metadata(lm)}

@@ -35,6 +35,13 @@ from ..engine.acceptance import (
     predicted_speedup,
 )
 from ..package_files import data_path
+from .ledger import (
+    CopyBandwidth,
+    copy_bandwidth,
+    decode_step_bytes,
+    ledger_row,
+    mean_decode_context,
+)
 
 WORKLOADS = ("grounded", "chat")
 PLAIN = "plain"
@@ -98,6 +105,8 @@ class RunTotals:
     ``passes`` holds ``(proposed, accepted)`` of every verification pass of a lone sequence
     (batch 1), the raw data of the acceptance analysis; ``verify_samples`` holds
     ``(tokens in the pass, target seconds)`` of every pure decode step at batch 1.
+    ``decode_seqs`` sums the sequences of every decode step; ``prompt_lens`` and
+    ``output_lens`` are every request's, for the ledger's mean context.
     """
 
     proposer: str
@@ -114,6 +123,9 @@ class RunTotals:
     decode_steps: int
     passes: tuple[tuple[int, int], ...] = ()
     verify_samples: tuple[tuple[int, float], ...] = ()
+    decode_seqs: int = 0
+    prompt_lens: tuple[int, ...] = ()
+    output_lens: tuple[int, ...] = ()
 
     @property
     def decode_passes(self) -> int:
@@ -151,6 +163,7 @@ def _add(a: RunTotals | None, b: RunTotals) -> RunTotals:
         a.target_passes + b.target_passes, a.proposed + b.proposed, a.accepted + b.accepted,
         a.wall_s + b.wall_s, a.decode_s + b.decode_s, a.draft_s + b.draft_s,
         a.decode_steps + b.decode_steps, a.passes + b.passes, a.verify_samples + b.verify_samples,
+        a.decode_seqs + b.decode_seqs, a.prompt_lens + b.prompt_lens, a.output_lens + b.output_lens,
     )
 
 
@@ -193,6 +206,8 @@ def run_once(engine: Engine, prompts: Sequence[list[int]], params: SamplingParam
         decode_steps=len(decode),
         passes=tuple((s.proposed, s.accepted) for s in lone),
         verify_samples=tuple((s.num_tokens, s.duration_s - s.draft_s) for s in lone),
+        decode_seqs=sum(s.num_seqs for s in decode),
+        prompt_lens=tuple(len(p) for p in prompts), output_lens=tuple(len(o.token_ids) for o in outs),
     )
     return totals, [o.token_ids for o in outs]
 
@@ -413,6 +428,20 @@ def rows(comparison: Comparison, workload: str) -> list[SpecRow]:
     return out
 
 
+def spec_ledger(lm: Any, totals: RunTotals, copy: CopyBandwidth) -> dict[str, float] | None:
+    """The ledger (:func:`~.ledger.ledger_row`) of a run's pure decode steps; None without any.
+
+    A step yields ``decode_tokens / decode_steps`` tokens (the sequences times the tokens per
+    pass) and streams the target's weights once and each sequence's K/V at the mean context.
+    The target's passes only: a ``self:L`` draft's reads of its L layers are not counted.
+    """
+    if not totals.decode_steps or not totals.decode_s:
+        return None
+    seqs = totals.decode_seqs / totals.decode_steps
+    step = decode_step_bytes(lm, seqs, mean_decode_context(totals.prompt_lens, totals.output_lens))
+    return ledger_row(totals.decode_tokens_per_s, totals.decode_tokens / totals.decode_steps, step, copy)
+
+
 def bench_spec(
     lm: Any,
     proposer: str,
@@ -423,7 +452,12 @@ def bench_spec(
     prompts: int | None = None,
     rounds: int = 1,
 ) -> dict[str, Any]:
-    """``infer-lab bench spec``: one proposer at several k on one workload, as plain JSON data."""
+    """``infer-lab bench spec``: one proposer at several k on one workload, as plain JSON data.
+
+    Plain decoding and every row carry their ``decode_tokens_per_s`` and ledger
+    (:func:`spec_ledger`); ``samples`` keeps every run's own totals (plain's: before and after
+    summed), in the order they ran.
+    """
     from ..harness import env_metadata
 
     if not ks or any(k < 1 for k in ks):
@@ -431,15 +465,22 @@ def bench_spec(
     chosen = load_prompts(workload, prompts)
     comparison = compare(lm, prompt_ids(lm, chosen), [(proposer, k) for k in ks], max_new_tokens,
                          batch=batch, rounds=rounds)
-    plain = comparison.plain
+    plain, copy = comparison.plain, copy_bandwidth(lm.device)
     out_rows = [dict(row.__dict__, measured_over_predicted=row.measured_over_predicted,
-                     measured_over_predicted_verify=row.measured_over_predicted_verify)
+                     measured_over_predicted_verify=row.measured_over_predicted_verify,
+                     decode_tokens_per_s=comparison.totals(row.proposer, row.k).decode_tokens_per_s,
+                     ledger=spec_ledger(lm, comparison.totals(row.proposer, row.k), copy))
                 for row in rows(comparison, workload)]
+    sample_keys = ("output_tokens", "wall_s", "decode_s", "draft_s", "decode_steps", "target_passes")
     return {
         "proposer": proposer, "ks": list(ks), "workload": workload, "batch": batch,
         "max_new_tokens": max_new_tokens, "rounds": rounds, "prompts": [p.name for p in chosen],
         "plain": {"tokens_per_s": plain.tokens_per_s, "output_tokens": plain.output_tokens // 2,
-                  "decode_step_ms": plain.step_s * 1e3},
+                  "decode_step_ms": plain.step_s * 1e3, "decode_tokens_per_s": plain.decode_tokens_per_s,
+                  "ledger": spec_ledger(lm, plain, copy)},
         "rows": out_rows,
+        "samples": {f"{p} k={k}": [{key: getattr(r, key) for key in sample_keys} for r in runs]
+                    for (p, k), runs in comparison.runs.items()},
+        "copy_bandwidth": copy.as_dict(),
         "environment": env_metadata(lm),
     }

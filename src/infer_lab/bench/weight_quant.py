@@ -25,6 +25,14 @@ import torch
 
 from ..engine import AttentionMetadata, Engine, EngineConfig, EngineModel, SamplingParams
 from ..harness import env_metadata
+from .ledger import (
+    copy_bandwidth,
+    decode_step_bytes,
+    engine_weight_bytes,
+    kv_dtype_of,
+    ledger_row,
+    mean_decode_context,
+)
 
 METHODS = ("int8", "int4")
 DTYPES = {"bf16": torch.bfloat16}  # not quantization, but measured the same way (EngineConfig.dtype)
@@ -104,7 +112,8 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
 
     Every round runs one fresh engine per contender on the same random prompt (EOS ignored,
     greedy) and records decode tokens/s = (new tokens - 1) / (time after the first token);
-    the median over rounds is reported, with the GEMM weights' stored bytes per token.
+    the median over rounds is reported, with the GEMM weights' stored bytes per token and the
+    ledger (:func:`~.ledger.ledger_row`: every weight and the K/V at the mean decode context).
     ``llama_cpp``: llama.cpp on the embedded model's GGUF file runs in the same rounds
     (:mod:`.llama_cpp`; only for the embedded model, with llama-cpp-python installed).
     """
@@ -136,19 +145,26 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
             rates[m].append(rate)
     base_name = str(lm.dtype).replace("torch.", "")
     fp = statistics.median(rates[None])
+    context, copy = mean_decode_context([prompt_len], [new_tokens]), copy_bandwidth(lm.device)
     out = {}
     for m in names[:-1] if decoder else names:
         e = engines[m]
         med = statistics.median(rates[m])
+        step = decode_step_bytes(lm, 1, context, weight_bytes=engine_weight_bytes(lm, e.model),
+                                 kv_dtype=kv_dtype_of(e.model.dtype, e.config.kv_dtype))
         out[m or base_name] = {
             "decode_tokens_per_s": med, "by_round": rates[m], "speedup_vs_base": med / fp,
             "gemm_weight_bytes_per_token": e.model.gemm_weight_bytes_stored(),
             "gemm_path": e.gemm_plan.describe() if m is None or m in DTYPES else _kernel(e.model),
+            "ledger": ledger_row(med, 1, step, copy),
         }
     if decoder:
         from .llama_cpp import summarize
 
-        out[LLAMA_CPP] = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
+        row = out[LLAMA_CPP] = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
+        # Its file's weights, and its K/V cache in llama.cpp's default type, fp16.
+        step = decode_step_bytes(lm, 1, context, weight_bytes=row["gemm_weight_bytes_per_token"], kv_dtype="fp16")
+        row["ledger"] = ledger_row(row["decode_tokens_per_s"], 1, step, copy)
     return out
 
 
@@ -192,6 +208,7 @@ def weight_quant_benchmark(lm: Any, methods: tuple[str, ...] = METHODS, prompt_l
         "speed": decode_speed(lm, methods, prompt_len, new_tokens, rounds, llama_cpp=llama_cpp),
         "skipped": skipped,
         "prompt_len": prompt_len, "new_tokens": new_tokens, "rounds": rounds,
+        "copy_bandwidth": copy_bandwidth(lm.device).as_dict(),
         "threads": torch.get_num_threads(),
     }
     if with_quality and lm.tokenizer is not None and not lm.is_random:

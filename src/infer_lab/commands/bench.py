@@ -9,8 +9,15 @@ ORDER = 60
 HELP = ("benchmark the from-scratch serving engine (engine: throughput, TTFT/ITL, KV; spec: speculative "
         "decoding; gemm: plain vs prepacked weights)")
 DESCRIPTION = """\
-Three benchmarks: `bench engine` (below first), `bench spec` (speculative decoding) and
-`bench gemm` (the GEMMs of one step, plain against prepacked weights, at the end).
+Four benchmarks: `bench engine` (below first), `bench spec` (speculative decoding), `bench gemm`
+(the GEMMs of one step, plain against prepacked weights) and `bench quant` (quantized weights).
+
+Each report shows, beside its decode tok/s, the ledger (bench/ledger.py): the bytes one decode step
+streams (every weight once, plus each sequence's K/V at the mean context), the GB/s that makes at
+the decode speed (decode steps only, prefill excluded), and that as a fraction of this machine's
+copy bandwidth (measured once per run, on every core, well past the last-level cache). --save
+writes one JSON per run (the project keeps them in assets/results/): the machine, the versions,
+the command line with every argument, and the raw samples beside the summaries.
 
 bench engine: run N random-prompt requests (EOS ignored, exact lengths) through the engine of chapters 08-11
 and report output tokens/s, requests/s, TTFT and ITL percentiles, KV blocks and prefix hits.
@@ -38,7 +45,8 @@ small ops (norms, RoPE, SiLU) to the static and cuda-graphs paths.
 with the engine over --rounds rounds after a warm-up: HF sequential (generate, one request at a
 time), HF padded batch (generate on left-padded groups of --concurrency) and HF continuous
 batching (transformers' own manager). It reports each one's tok/s (median over rounds), the
-engine's ratio to each, and whether the outputs were token-identical. The strongest of the
+engine's ratio to each, and whether the outputs were token-identical (the contenders are timed end to
+end, prefill included, so the ledger is the engine's alone). The strongest of the
 three is the fair baseline; one-at-a-time HF alone flatters any engine. On a CPU a fourth runs:
 HF padded batch with every nn.Linear on the same prepacked weights as the engine (not an HF
 feature), which splits the engine's lead into the GEMM backend's share and the scheduler's.
@@ -97,7 +105,8 @@ bench gemm: every weight multiplication of one engine step (q|k|v, o, gate|up, d
 layer, then the LM head), over the model's real weights in layer order, at each --batches size
 (rows = tokens in the step), through F.linear (PyTorch's BLAS on a plain matrix) and through
 oneDNN on weights reordered once at load ("prepacked", what the engine does on a CPU). Prints
-ms per step for each, the speedup, and the weight bytes streamed per second. CPU only.
+ms per step for each, the speedup, and the weight bytes streamed per second with their fraction of
+the copy bandwidth (GEMM weights only: no attention, no K/V; no decode tok/s either). CPU only.
 When --batches includes 1 it also times one row (one user's step) two more ways: the compiled
 multiply-sum GEMV of --compiled-decode (it compiles on first use) and a plain Tensor.sum over
 every weight, the speed of merely reading them: the mark a GEMV could reach.
@@ -259,19 +268,55 @@ def run(args) -> int:
 
 
 def _command_line(kind: str) -> str:
+    """The command as typed (the console script or ``python -m infer_lab``), else which bench ran."""
     import sys
+    from pathlib import Path
 
-    if sys.argv[0].endswith("infer-lab"):
+    script = Path(sys.argv[0])
+    if script.name == "infer-lab" or script.parts[-2:] == ("infer_lab", "__main__.py"):
         return "infer-lab " + " ".join(sys.argv[1:])
     return f"infer-lab bench {kind} (via python)"
 
 
+def _code_version() -> str | None:
+    """``git describe --always --dirty`` of the checkout infer_lab runs from (an editable install);
+    None when it runs from anywhere else (a wheel in site-packages)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]  # <root>/src/infer_lab/commands/bench.py
+    if not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def _save_or_print_json(args, result: dict, kind: str) -> bool:
-    """Stamp the command line, write ``--save``, print ``--json``; True when the JSON was all the output."""
+    """Stamp the run, write ``--save``, print ``--json``; True when the JSON was all the output.
+
+    The stamp: the command line and every parsed argument (so a call from Python is as
+    reproducible as one from a shell), infer_lab's version and git commit, and the CPU's model
+    and flags even on a GPU machine (``environment`` holds the rest: device, threads, library
+    versions). Each bench keeps its raw samples beside its summaries.
+    """
     import json
     from pathlib import Path
 
+    import infer_lab
+
+    from ..hardware import cpu_features
+
     result["command"] = _command_line(kind)
+    result["arguments"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    env = result.setdefault("environment", {})
+    env.setdefault("cpu", cpu_features())
+    env.update(infer_lab=infer_lab.__version__, git=_code_version())
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
@@ -302,17 +347,20 @@ def run_gemm(args) -> int:
     if _save_or_print_json(args, result, "gemm"):
         return 0
     print(f"GEMMs of one step of {lm.describe()}, median of {args.rounds} rounds")
-    print(f"{'batch':>5} {'F.linear ms':>11} {'prepacked ms':>12} {'speedup':>7} {'GB/s plain':>10} {'GB/s packed':>11}")
+    print(f"{'batch':>5} {'F.linear ms':>11} {'prepacked ms':>12} {'speedup':>7} {'GB/s plain':>10} {'% copy':>6} "
+          f"{'GB/s packed':>11} {'% copy':>6}")
     for r in result["rows"]:
         print(f"{r['batch']:>5} {r['plain_ms']:>11.1f} {r['prepacked_ms']:>12.1f} {r['speedup']:>6.2f}x "
-              f"{r['plain_gb_per_s']:>10.1f} {r['prepacked_gb_per_s']:>11.1f}")
-    print(f"[{result['environment']['hardware']}, {result['threads']} torch threads; weights "
-          f"{result['rows'][0]['weight_bytes'] / 1e9:.2f} GB per step; largest LM-head difference "
+              f"{r['plain_gb_per_s']:>10.1f} {r['plain_fraction_of_copy']:>6.0%} {r['prepacked_gb_per_s']:>11.1f} "
+              f"{r['prepacked_fraction_of_copy']:>6.0%}")
+    print(f"[{result['environment']['hardware']}, {result['threads']} torch threads; GEMM weights "
+          f"{result['rows'][0]['weight_bytes'] / 1e9:.2f} GB per step (no attention, so no K/V); "
+          f"{_copy_words(result['copy_bandwidth'])}; largest LM-head difference "
           f"{max(r['max_abs_diff'] for r in result['rows']):.1e}]")
     if result["one_row"]:
         print("one row (one user's step), the same weights read four ways:")
         for name, r in result["one_row"].items():
-            print(f"  {name:<14} {r['ms']:>6.1f} ms {r['gb_per_s']:>6.1f} GB/s")
+            print(f"  {name:<14} {r['ms']:>6.1f} ms {r['gb_per_s']:>6.1f} GB/s {r['fraction_of_copy']:>5.0%} of copy")
         if "compiled gemv" not in result["one_row"]:
             print("  (no compiled GEMV: torch.compile on a CPU needs a C++ compiler)")
     return 0
@@ -320,6 +368,7 @@ def run_gemm(args) -> int:
 
 def run_quant(args) -> int:
     """``bench quant``: one user's decode on quantized weights against the model's dtype, and quality."""
+    from ..bench.ledger import format_ledger
     from ..bench.weight_quant import LLAMA_CPP, check_method, weight_quant_benchmark
     from ..models import load_model
 
@@ -342,8 +391,10 @@ def run_quant(args) -> int:
     print(f"one user, {args.prompt_len} in / {args.output_len} out, decode tok/s median of {args.rounds} "
           f"interleaved rounds, {lm.describe()}")
     for name, r in result["speed"].items():
-        print(f"{name:>8}: {r['decode_tokens_per_s']:6.1f} tok/s ({r['speedup_vs_base']:.2f}x), "
+        print(f"{name:>8}: {format_ledger(r['decode_tokens_per_s'], r['ledger'])} ({r['speedup_vs_base']:.2f}x), "
               f"{r['gemm_weight_bytes_per_token'] / 1e6:.0f} MB of GEMM weights per token, {r['gemm_path']}")
+    print(f"          GB/step: every weight as stored, plus the K/V at the mean decode context; "
+          f"{_copy_words(result['copy_bandwidth'])}")
     if LLAMA_CPP in result["speed"]:
         r = result["speed"][LLAMA_CPP]
         print("          llama.cpp reads every tensor of the file per token, by type (MB): "
@@ -366,12 +417,14 @@ def run_spec(args) -> int:
     """``bench spec``: one proposer at several k against plain decoding."""
     import sys
 
+    from ..bench.ledger import format_ledger
     from ..bench.speculative import bench_spec, parse_proposer
     from ..models import load_model
 
     ks, proposer = parse_ks(args.k), parse_proposer(args.proposer)
     if args.batch < 1 or args.max_new_tokens < 1 or args.rounds < 1:
         raise ValueError("--batch, --max-new-tokens and --rounds must be >= 1")
+    _set_threads(args.threads)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     if lm.tokenizer is None or lm.is_random:
         raise ValueError("bench spec needs a pretrained model with a tokenizer (its prompts are text, and "
@@ -385,16 +438,57 @@ def run_spec(args) -> int:
     env, plain = result["environment"], result["plain"]
     print(f"plain decoding: {plain['tokens_per_s']:.1f} tok/s ({plain['decode_step_ms']:.1f} ms per decode step) "
           f"on {env['hardware']}, {env['torch_threads']} threads")
+    if plain["ledger"]:
+        print(f"plain, decode steps only: {format_ledger(plain['decode_tokens_per_s'], plain['ledger'])} "
+              f"({_copy_words(result['copy_bandwidth'])})")
     header = (f"{'k':>3} {'accept':>7} {'alpha':>6} {'tok/pass':>8} {'pass/tok':>8} {'tok/s':>7} "
-              f"{'speedup':>8} {'pred':>6} {'pred(v)':>7} {'same':>5}")
+              f"{'speedup':>8} {'pred':>6} {'pred(v)':>7} {'same':>5} {'dec tok/s':>9} {'GB/step':>7} "
+              f"{'GB/s':>6} {'% copy':>6}")
     print(header)
     for r in result["rows"]:
         acc = f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-"
         alpha = f"{r['alpha_mle']:.0%}" if r["alpha_mle"] is not None else "-"
         print(f"{r['k']:>3} {acc:>7} {alpha:>6} {r['tokens_per_pass']:>8.2f} {r['passes_per_token']:>8.2f} "
               f"{r['tokens_per_s']:>7.1f} {r['speedup']:>7.2f}x {r['predicted_speedup']:>5.2f}x "
-              f"{r['predicted_speedup_verify']:>6.2f}x {'yes' if r['identical'] else 'NO':>5}")
+              f"{r['predicted_speedup_verify']:>6.2f}x {'yes' if r['identical'] else 'NO':>5} "
+              + _ledger_columns(r["decode_tokens_per_s"], r["ledger"]))
+    print("dec tok/s: decode steps only; GB/step: the target's weights once plus every sequence's K/V "
+          "(a self:L draft's reads are not counted); % copy: GB/s over the copy bandwidth")
     return 0
+
+
+def _ledger_columns(tokens_per_s: float | None, ledger: dict | None) -> str:
+    """``dec tok/s``, ``GB/step``, ``GB/s`` and ``% copy`` for a table row (dashes without a ledger)."""
+    from ..units import gb, human
+
+    if ledger is None:
+        return f"{'—':>9} {'—':>7} {'—':>6} {'—':>6}"
+    return (f"{human(tokens_per_s):>9} {human(gb(ledger['bytes_per_step'])):>7} {human(ledger['GBps']):>6} "
+            f"{ledger['fraction_of_copy']:>6.0%}")
+
+
+def _copy_words(copy: dict) -> str:
+    """``'copy 33.6 GB/s, 2 threads'``: the bandwidth the ledger's fractions are of (and whether
+    other programs were busy when it was measured)."""
+    from ..timing import BUSY_CORES
+    from ..units import human
+
+    words = f"copy {human(copy['GBps'])} GB/s, " + (f"{copy['threads']} threads" if copy["threads"] else copy["device"])
+    if (copy.get("others_cores") or 0) >= BUSY_CORES:
+        words += f", measured with other programs busy on {human(copy['others_cores'], 2, keep_zeros=True)} cores"
+    return words
+
+
+def _engine_ledger_line(result: dict, kv_mode: str) -> str:
+    """The engine's ledger for people: its pure decode steps' speed, bytes per step and bandwidth."""
+    from ..bench.ledger import format_ledger
+    from ..units import human
+
+    if result["ledger"] is None:
+        return "decode ledger: none (" + ("no KV cache to read)" if kv_mode == "nocache" else "no pure decode step)")
+    return (f"decode steps only (mean batch {human(result['mean_decode_batch'])}, mean context "
+            f"{human(result['mean_decode_context'])} tokens): "
+            f"{format_ledger(result['decode_tokens_per_s'], result['ledger'])} ({_copy_words(result['copy_bandwidth'])})")
 
 
 def run_engine(args) -> int:
@@ -451,6 +545,7 @@ def run_engine(args) -> int:
             else "no ITL (1 token each)"
         )
     )
+    print(_engine_ledger_line(result, args.kv))
     if result.get("kv_blocks_total"):
         print(
             f"KV blocks: peak {result['kv_blocks_peak_used']} of {result['kv_blocks_total']}; "
