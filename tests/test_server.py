@@ -47,16 +47,20 @@ def _client(srv, key=KEY):
     return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, timeout=120)
 
 
-def _reference_greedy(lm, n_tokens: int) -> tuple[str, int]:
-    """Greedy text and token count (EOS excluded) of the chat prompt from transformers' generate."""
+def _reference_greedy(lm, n_tokens: int) -> tuple[str, int, bool]:
+    """Greedy text, token count and whether it ended on EOS, of the chat prompt, from
+    transformers' generate. The count includes the EOS that ended it (generate keeps it, and
+    vLLM and OpenAI count it in usage.completion_tokens); the text does not."""
     ids = lm.chat_ids(QUESTION)
     new = lm.model.generate(ids, max_new_tokens=n_tokens, do_sample=False)[
         0, ids.shape[1] :
     ].tolist()
     eos = lm.model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos])
-    kept = new[: next((i for i, t in enumerate(new) if t in eos), len(new))]
-    return lm.tokenizer.decode(kept, skip_special_tokens=True), len(kept)
+    end = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))
+    ended_on_eos = new[end - 1] in eos
+    text = lm.tokenizer.decode(new[:end], skip_special_tokens=True)
+    return text, end, ended_on_eos
 
 
 def _engine(srv):
@@ -92,14 +96,14 @@ def _wait_drained(engine, timeout_s: float = 60.0) -> None:
 
 def test_openai_client_chat_and_completions_match_transformers(ours, embedded):
     client = _client(ours)
-    expected, n_expected = _reference_greedy(embedded, 8)
+    expected, n_expected, ended_on_eos = _reference_greedy(embedded, 8)
     chat = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=8, temperature=0
     )
     assert chat.choices[0].message.content == expected
     assert chat.usage.completion_tokens == n_expected
     assert chat.usage.prompt_tokens == embedded.chat_ids(QUESTION).shape[1]
-    assert chat.choices[0].finish_reason == ("length" if n_expected == 8 else "stop")
+    assert chat.choices[0].finish_reason == ("stop" if ended_on_eos else "length")
 
     stream = client.chat.completions.create(
         model=MODEL,

@@ -32,7 +32,16 @@ A client must not hold what others need, so the work a request may cost is bound
 - past the shutdown timeout, streams end with an error event and the others get a 503 body.
 
 Parameters the server does not implement (``tools``, ``response_format``, ``echo``, ...) and
-unknown ones are refused with a 400 that names them, never accepted and ignored.
+unknown ones are refused with a 400 that names them, never accepted and ignored; the sampling
+parameters it does not implement are accepted only at the value that changes nothing
+(``repetition_penalty`` 1.0, ``top_k`` 0 or -1, ...: :data:`.schemas.NEUTRAL_ONLY`), as
+``vllm bench serve`` sends them.
+
+``usage.completion_tokens`` counts every generated token, including the EOS (or other stop
+token) that ended the answer, which is not sent as text, and, when a stop string ended it, the
+tokens up to the one that completed the stop string: as vLLM 0.32 and OpenAI count. With
+``return_token_ids`` (vLLM's extension) the response carries those ids (``token_ids``) and the
+prompt's (``prompt_token_ids``), in the places vLLM 0.32 puts them.
 
 With an API key, ``/v1/*``, ``/version`` and ``/openapi.json`` (it names the model, maybe a
 local path) need ``Authorization: Bearer <key>``; ``/health`` is always open, and
@@ -486,7 +495,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         if top_k is None:
             return None
         lm = backend.lm  # type: ignore[attr-defined]
-        answer = list(run.text.token_ids)
+        answer = run.token_ids  # the EOS that ended it too: as many entries as usage counts
         scores = await off_loop(
             score_tokens, lm.model, run.request.prompt_ids, answer, top_k, lm.device
         )
@@ -530,7 +539,8 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                     runs.discard(run)
 
             return StreamingResponse(
-                _sse(group, meta, chat, include_usage, request.is_disconnected),
+                _sse(group, meta, chat, include_usage, request.is_disconnected,
+                     return_token_ids=bool(body.return_token_ids)),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
                 # Runs after the stream ends or the client leaves, even before the first chunk.
@@ -539,7 +549,7 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
         texts: dict[int, list[str]] = {i: [] for i in range(len(group))}
         watcher = asyncio.create_task(_cancel_when_disconnected(request, group))
         try:
-            async for i, delta, _finish in _merged_events(group):
+            async for i, delta, _finish, _ids in _merged_events(group):
                 texts[i].append(delta)
         finally:
             watcher.cancel()
@@ -565,14 +575,21 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
                 choice["message"] = {"role": "assistant", "content": text}
             else:
                 choice["text"] = text
+            if body.return_token_ids:  # vLLM's fields: the prompt's per choice in completions
+                if not chat:
+                    choice["prompt_token_ids"] = list(run.request.prompt_ids)
+                choice["token_ids"] = run.token_ids
             choices.append(choice)
-        return {
+        response = {
             **meta,
             "object": "chat.completion" if chat else "text_completion",
             "choices": choices,
             "usage": _usage(group),
             "server_timing": first.timing(),
         }
+        if body.return_token_ids and chat:  # ... and once, at the top, in chat
+            response["prompt_token_ids"] = list(first.request.prompt_ids)
+        return response
 
     return app
 
@@ -588,22 +605,25 @@ def _usage(group: list["_Run"]) -> dict[str, int]:
     }
 
 
-async def _merged_events(group: list["_Run"]) -> AsyncIterator[tuple[int, str, str | None]]:
-    """(choice index, new text, finish or None) of all runs, in arrival order, until all end."""
+async def _merged_events(
+    group: list["_Run"],
+) -> AsyncIterator[tuple[int, str, str | None, list[int]]]:
+    """(choice index, new text, finish or None, new token ids) of all runs, in arrival order,
+    until all end."""
     if len(group) == 1:
-        async for delta, finish in group[0].events():
-            yield 0, delta, finish
+        async for delta, finish, ids in group[0].events():
+            yield 0, delta, finish, ids
             if finish:
                 return
         return
     # Bounded: a pump waits while the client is not reading, so its run's own queue fills and
     # the run is paused (an unbounded queue here would hide a non-reader from its runs).
-    merged: asyncio.Queue[tuple[int, str, str | None] | None] = asyncio.Queue(maxsize=1)
+    merged: asyncio.Queue[tuple[int, str, str | None, list[int]] | None] = asyncio.Queue(maxsize=1)
 
     async def pump(i: int, run: "_Run") -> None:
         try:
-            async for delta, finish in run.events():
-                await merged.put((i, delta, finish))
+            async for delta, finish, ids in run.events():
+                await merged.put((i, delta, finish, ids))
                 if finish:
                     return
         finally:
@@ -846,15 +866,22 @@ async def _sse(
     chat: bool,
     include_usage: bool,
     client_gone: Callable[[], Awaitable[bool]],
+    return_token_ids: bool = False,
 ) -> AsyncIterator[str]:
     """SSE lines of one streamed request (n choices, each chunk names its index).
     Cancellation (client gone) cancels every engine request of it.
 
     ``client_gone``: true once the client has disconnected (asked only while a run is paused:
-    a chunk "sent" to a closed connection must not resume it)."""
+    a chunk "sent" to a closed connection must not resume it). ``return_token_ids``: as vLLM,
+    each chunk's choice has the ``token_ids`` it adds (a token that completes no text yet gets
+    a chunk with empty text), and the prompt's ids come once: ``prompt_token_ids`` in the first
+    chunk of each choice (completions) or of the role chunks (chat)."""
     obj = "chat.completion.chunk" if chat else "text_completion"
+    prompt_ids_sent: set[int] = set()
 
-    def chunk(i: int, delta: str | None, finish: str | None, first: bool = False) -> str:
+    def chunk(
+        i: int, delta: str | None, finish: str | None, ids: list[int], first: bool = False
+    ) -> str:
         if chat:
             d: dict[str, Any] = (
                 {"role": "assistant", "content": delta or ""}
@@ -865,6 +892,13 @@ async def _sse(
         else:
             choice = {"index": i, "text": delta or "", "finish_reason": finish, "logprobs": None}
         payload = {**meta, "object": obj, "choices": [choice]}
+        if return_token_ids:
+            if i not in prompt_ids_sent:
+                prompt_ids_sent.add(i)
+                where = payload if chat else choice  # where vLLM 0.32 puts them
+                where["prompt_token_ids"] = list(group[i].request.prompt_ids)
+            if not first:
+                choice["token_ids"] = ids
         if include_usage:
             payload["usage"] = None
         return f"data: {json.dumps(payload)}\n\n"
@@ -875,9 +909,9 @@ async def _sse(
 
     if chat:
         for i in range(len(group)):
-            yield chunk(i, "", None, first=True)
+            yield chunk(i, "", None, [], first=True)
     failed = False
-    async for i, delta, finish in _merged_events(group):
+    async for i, delta, finish, ids in _merged_events(group):
         run = group[i]
         problem = None
         if run.shut_down:
@@ -890,12 +924,12 @@ async def _sse(
             problem = (f"generation failed: {run.error}", "internal_error")
         if problem is not None:
             if delta:
-                yield chunk(i, delta, None)
+                yield chunk(i, delta, None, ids)
             yield error_event(*problem)
             failed = True
             break
-        if delta or finish:
-            yield chunk(i, delta, finish)
+        if delta or finish or (return_token_ids and ids):
+            yield chunk(i, delta, finish, ids)
             # Asking for the next event resumes a paused run: not if the send that just
             # returned did so because the connection is gone (closed by the send timeout).
             if any(r.paused for r in group) and await client_gone():
@@ -949,7 +983,8 @@ class _Run:
         self.received_s = received_s
         self.text = TextStream(tokenizer, stop)
         self.stream_buffer = stream_buffer
-        self.completion_tokens = 0
+        self.completion_tokens = 0  # generated tokens, the EOS that ended the answer included
+        self.stop_token_id: int | None = None  # that EOS (or other stop token), once it came
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.paused = False  # out of the batch until its client reads what waits for it
@@ -959,6 +994,14 @@ class _Run:
         self._finished_s: float | None = None
         self._abandoned = False
         self._pending: list[tuple[str, tuple[Any, float]]] = []
+        self._ids_given = 0  # token ids already handed out by events()
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The generated ids so far, as vLLM returns them: those of the text, then the EOS that
+        ended the answer (if one did). After a stop string: up to the token that completed it."""
+        stop = [] if self.stop_token_id is None else [self.stop_token_id]
+        return self.text.token_ids + stop
 
     def usage(self) -> dict[str, int]:
         n_prompt = len(self.request.prompt_ids)
@@ -990,8 +1033,9 @@ class _Run:
         def on_token(token_id: int) -> None:
             loop.call_soon_threadsafe(put, ("token", (token_id, time.perf_counter())))
 
-        def on_finish(reason: str) -> None:
-            loop.call_soon_threadsafe(put, ("finish", (reason, time.perf_counter())))
+        def on_finish(reason: str, stop_token_id: int | None = None) -> None:
+            at = time.perf_counter()
+            loop.call_soon_threadsafe(put, ("finish", ((reason, stop_token_id), at)))
 
         self.backend.submit(self.request, on_token, on_finish)
         self.metrics.prompt_tokens.inc(len(self.request.prompt_ids))
@@ -1060,8 +1104,9 @@ class _Run:
         self._pending.append(item)
         return True
 
-    async def events(self) -> AsyncIterator[tuple[str, str | None]]:
-        """(new text, finish reason or None) pairs until the request ends; cancels it if abandoned."""
+    async def events(self) -> AsyncIterator[tuple[str, str | None, list[int]]]:
+        """(new text, finish reason or None, new token ids) until the request ends; cancels it if
+        abandoned. Each generated id comes once, with the text it completed (maybe none yet)."""
         inbox = self._inbox
         pending = self._pending
         done = False
@@ -1086,29 +1131,41 @@ class _Run:
                         self.backend.cancel(self.request.request_id)
                         self._finish("stop", at)
                         done = True
-                        yield delta, "stop"
+                        yield delta, "stop", self._new_ids()
                         return
-                    if delta:
-                        yield delta, None
+                    yield delta, None, self._new_ids()
                     continue
                 done = True
                 if kind == "shutdown" or self.shut_down:
                     self._finish("shutdown", at, count=False)
-                    yield "", "error"
+                    yield "", "error", []
                     return
-                if value.startswith("error"):
-                    self.error = value
+                reason, stop_token_id = value
+                if reason.startswith("error"):
+                    self.error = reason
                     self._finish("error", at)
-                    yield "", "error"
+                    yield "", "error", []
                     return
-                self._finish(value, at, count=not self._abandoned)
-                yield self.text.flush(), value
+                rest = self.text.flush()
+                if stop_token_id is not None and not self.text.stopped:
+                    # The EOS that ended the answer was generated: it counts, as vLLM and OpenAI
+                    # count it, and its id is returned; it is not text.
+                    self.stop_token_id = stop_token_id
+                    self._observe_token(at)
+                self._finish(reason, at, count=not self._abandoned)
+                yield rest, reason, self._new_ids()
                 return
         finally:
             if (
                 not done
             ):  # the client went away (or shutdown cancelled us): free the engine's resources
                 self.abandon()
+
+    def _new_ids(self) -> list[int]:
+        """The generated ids not handed out yet by :meth:`events`."""
+        ids = self.token_ids
+        new, self._ids_given = ids[self._ids_given :], len(ids)
+        return new
 
     def _observe_token(self, at: float) -> None:
         self.completion_tokens += 1

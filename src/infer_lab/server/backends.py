@@ -47,7 +47,17 @@ class GenerationRequest:
 
 
 OnToken = Callable[[int], None]
-OnFinish = Callable[[str], None]
+
+
+class OnFinish(Protocol):
+    """``on_finish(reason, stop_token_id)``: called once when a request ends.
+
+    ``stop_token_id``: the EOS (or other stop) token that ended it with ``"stop"``, None
+    otherwise. It was generated, so it counts in ``usage.completion_tokens`` (as vLLM and
+    OpenAI count), but it is not text, so it is never passed to ``on_token``.
+    """
+
+    def __call__(self, reason: str, stop_token_id: int | None = None) -> None: ...
 
 
 class Backend(Protocol):
@@ -59,7 +69,9 @@ class Backend(Protocol):
         """Start background work (threads); called once before the first request."""
 
     def submit(self, request: GenerationRequest, on_token: OnToken, on_finish: OnFinish) -> None:
-        """Queue a request. ``on_token(id)`` per generated token, then exactly one ``on_finish(reason)``."""
+        """Queue a request. ``on_token(id)`` per generated token, then exactly one
+        ``on_finish(reason, stop_token_id)`` (the EOS that ended it is passed there, not to
+        ``on_token``)."""
 
     def cancel(self, request_id: str) -> None:
         """Stop a request soon and free what it holds; ``on_finish("cancelled")`` follows unless it already finished."""
@@ -130,6 +142,7 @@ class _HFJob:
     on_finish: OnFinish
     generated: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
+    stop_token_id: int | None = None  # the EOS that ended it
 
 
 class HFBackend:
@@ -242,7 +255,7 @@ class HFBackend:
             self._pausing.discard(rid)
         key = reason if not reason.startswith("error") else "error"
         self.finished_counts[key] = self.finished_counts.get(key, 0) + 1
-        job.on_finish(reason)
+        job.on_finish(reason, job.stop_token_id)
 
     def _park_if_asked(self, job: _HFJob) -> bool:
         """True (and the job parked) when a pause was asked for; atomic with :meth:`resume`."""
@@ -293,6 +306,7 @@ class HFBackend:
             logits = model(ids, use_cache=True, logits_to_keep=1, **cache_kwarg).logits[0, -1]
             token = sample_next_token(logits.cpu(), params, job.generator)
             if token in self.eos_ids and not params.ignore_eos:
+                job.stop_token_id = token
                 return FINISH_STOP
             job.generated.append(token)
             job.on_token(token)

@@ -207,7 +207,9 @@ class ServerMetrics:
             registry=r,
         )
         self.generation_tokens = Counter(
-            PREFIX + "generation_tokens", "Tokens generated.", registry=r
+            PREFIX + "generation_tokens",
+            "Tokens generated, the EOS that ended an answer included (as usage counts them).",
+            registry=r,
         )
         self.prompt_tokens = Counter(
             PREFIX + "prompt_tokens", "Prompt tokens received.", registry=r

@@ -239,7 +239,10 @@ class OursBackend:
                 reason = event.finish_reason or "stop"
                 self.engine.release(event.request_id)  # a long-running server keeps nothing
                 self._count(reason)
-                on_finish(f"error: {event.error}" if reason == "error" else reason)
+                on_finish(
+                    f"error: {event.error}" if reason == "error" else reason,
+                    event.token_id if ends_on_stop_token else None,
+                )
 
         try:
             self.engine.add_request(

@@ -49,14 +49,24 @@ UNSUPPORTED = {
     "best_of": "best_of is not implemented",
     "suffix": "insertion (suffix) is not implemented",
     "logit_bias": "logit_bias is not implemented",
-    "presence_penalty": "presence_penalty is not implemented",
-    "frequency_penalty": "frequency_penalty is not implemented",
-    "repetition_penalty": "repetition_penalty is not implemented",
-    "min_tokens": "min_tokens is not implemented",
     "audio": "audio output is not implemented",
     "modalities": "only text output is implemented",
     "prediction": "predicted outputs are not implemented",
     "web_search_options": "web search is not implemented",
+}
+
+# Sampling parameters this server does not implement, accepted at the value that changes
+# nothing, as vLLM's benchmark client sends them (``vllm bench serve --backend openai`` always
+# sends "repetition_penalty": 1.0; its --top-k, --min-p, ... flags add the others); null is
+# their default too. Any other value is refused with a 400 that names the parameter and this
+# value. name -> (the accepted values, as the error words them).
+NEUTRAL_ONLY: dict[str, tuple[tuple[float, ...], str]] = {
+    "repetition_penalty": ((1.0,), "1.0 (no penalty)"),
+    "presence_penalty": ((0.0,), "0 (no penalty)"),
+    "frequency_penalty": ((0.0,), "0 (no penalty)"),
+    "top_k": ((0, -1), "0 or -1 (all tokens, as vLLM)"),
+    "min_p": ((0.0,), "0 (no filter)"),
+    "min_tokens": ((0,), "0"),
 }
 
 # Below this a temperature is greedy (as vLLM), and so is a top_p: logits / 1e-300 overflow
@@ -100,6 +110,23 @@ def json_int(**bounds: int) -> Any:
     """An integer in JSON's sense within ``bounds`` (pydantic's ``ge``, ``lt``, ...): 5 or 5.0,
     never true or "5" (5.5 fails too). The bounds come first, so the schema shows them."""
     return Annotated[int, Field(**bounds), BeforeValidator(_json_integer)]
+
+
+def neutral_only(kind: Any, name: str) -> Any:
+    """``kind`` (a float or an integer type) restricted to the values of ``NEUTRAL_ONLY[name]``,
+    which change nothing: a parameter this server does not implement, taken only where it is a
+    no-op. The schema lists them (``enum``); any other value gets a 400 naming both."""
+    accepted, says = NEUTRAL_ONLY[name]
+
+    def check(value: Any) -> Any:
+        if value not in accepted:
+            raise ValueError(
+                f"{name} is not supported by this server: only {says}, which changes nothing, "
+                f"is accepted (or leave it out); got {value!r}"
+            )
+        return value
+
+    return Annotated[kind, AfterValidator(check), Field(json_schema_extra={"enum": list(accepted)})]
 
 
 Text = Annotated[str, AfterValidator(_valid_unicode)]
@@ -199,6 +226,8 @@ class CompletionChoice(BaseModel):
     text: str
     finish_reason: str | None
     logprobs: CompletionLogprobs | None = None
+    prompt_token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
+    token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
 
 
 class CompletionResponse(BaseModel):
@@ -221,6 +250,7 @@ class ChatChoice(BaseModel):
     message: AssistantMessage
     finish_reason: str | None
     logprobs: ChatLogprobs | None = None
+    token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
 
 
 class ChatCompletionResponse(BaseModel):
@@ -231,6 +261,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     server_timing: ServerTiming | None = None
+    prompt_token_ids: list[int] | None = Field(default=None, description="with return_token_ids")
 
 
 def request_models(
@@ -275,6 +306,19 @@ def request_models(
         ignore_eos: StrictBool = Field(
             default=False, description="vLLM's extension: keep going past end-of-sequence"
         )
+        return_token_ids: StrictBool | None = Field(
+            default=None,
+            description="vLLM's extension: the response has the prompt's token ids "
+            "(prompt_token_ids) and the generated ones (token_ids, the EOS that ended the "
+            "answer included); streamed, each chunk has its own token_ids and the first the "
+            "prompt_token_ids",
+        )
+        repetition_penalty: neutral_only(StrictFloat, "repetition_penalty") | None = None  # type: ignore[valid-type]
+        presence_penalty: neutral_only(StrictFloat, "presence_penalty") | None = None  # type: ignore[valid-type]
+        frequency_penalty: neutral_only(StrictFloat, "frequency_penalty") | None = None  # type: ignore[valid-type]
+        top_k: neutral_only(json_int(), "top_k") | None = None  # type: ignore[valid-type]
+        min_p: neutral_only(StrictFloat, "min_p") | None = None  # type: ignore[valid-type]
+        min_tokens: neutral_only(json_int(), "min_tokens") | None = None  # type: ignore[valid-type]
         user: Text | None = Field(default=None, description="accepted, changes nothing")
         metadata: dict[str, Any] | None = Field(default=None, description="accepted, ignored")
         store: StrictBool | None = Field(default=None, description="accepted, ignored")
