@@ -229,7 +229,8 @@ def test_01_itl_inverted_is_inconclusive_with_the_busy_machine_named(busy):
 
 
 def _policy_in_a_fresh_process(code: str, **env: str) -> list[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "INFER_LAB_CHOSE_OMP_WAIT")}
     out = subprocess.run([sys.executable, "-c", code + "; import os, infer_lab; print(os.environ.get("
                           "'OMP_WAIT_POLICY'), infer_lab.OMP_WAIT_POLICY_SET_BY, infer_lab.OMP_WAIT_POLICY_APPLIES)"],
                          env={**clean, **env}, capture_output=True, text=True, check=True)
@@ -242,6 +243,30 @@ def test_infer_lab_asks_openmp_to_wait_passively_unless_the_user_chose():
     assert _policy_in_a_fresh_process("pass", GOMP_SPINCOUNT="300000") == ["None", "you", "True"]
     # torch imported first has read the environment already: the policy is set but says it is not in force
     assert _policy_in_a_fresh_process("import torch") == ["PASSIVE", "infer_lab", "False"]
+    # a child of an infer_lab process inherits its choice as infer_lab's, not yours; one you changed is yours
+    inherited = {"OMP_WAIT_POLICY": "PASSIVE", "INFER_LAB_CHOSE_OMP_WAIT": "PASSIVE"}
+    assert _policy_in_a_fresh_process("pass", **inherited) == ["PASSIVE", "infer_lab", "True"]
+    assert _policy_in_a_fresh_process("pass", **{**inherited, "OMP_WAIT_POLICY": "ACTIVE"})[1] == "you"
+    assert _policy_in_a_fresh_process("pass", **{**inherited, "GOMP_SPINCOUNT": "1000"})[1] == "you"
+
+
+def test_a_server_spins_briefly_unless_told_passive_or_you_chose():
+    code = ("import sys; from infer_lab.commands.serve import choose_wait_policy; "
+            "print(choose_wait_policy(sys.argv[1])); import os; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "INFER_LAB_CHOSE_OMP_WAIT")}
+
+    def run(wait: str, **env: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code, wait], env={**clean, **env}, capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+
+    spin = run("spin")
+    assert spin[0].startswith("spin") and spin[1] == "None 10000"
+    assert run("passive")[1] == "PASSIVE None"
+    assert run("spin", OMP_WAIT_POLICY="PASSIVE", INFER_LAB_CHOSE_OMP_WAIT="PASSIVE")[1] == "None 10000"
+    yours = run("spin", OMP_WAIT_POLICY="ACTIVE")
+    assert yours[0].startswith("your") and yours[1] == "ACTIVE None"
 
 
 def test_the_test_session_runs_under_the_librarys_policy():

@@ -314,3 +314,35 @@ def test_a_sampling_fault_fails_only_its_own_request(embedded, monkeypatch):
 
 def test_vanishing_temperatures_sample_the_argmax():
     assert SamplingParams(temperature=1e-300).greedy and not SamplingParams(temperature=0.5).greedy
+
+
+def test_decode_threads_runs_decode_steps_on_fewer_threads_and_keeps_the_tokens():
+    """A decode-only step runs on ``decode_threads`` threads, a prompt step on all of them; the
+    greedy tokens do not change (the same kernels, split differently)."""
+    import torch
+
+    from infer_lab.engine import Engine, EngineConfig, SamplingParams
+    from infer_lab.models import load_model
+
+    lm = load_model("smollm2-135m")
+    prompt = lm.tokenizer("The capital of France is")["input_ids"]
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    before = torch.get_num_threads()
+    from infer_lab.parallel.reference import hf_greedy_tokens
+
+    plain = hf_greedy_tokens(lm, [prompt], 6)[0]  # transformers' own greedy tokens
+    engine = Engine.from_loaded(lm, EngineConfig(max_num_seqs=2, decode_threads=1))
+    seen = []
+    original = engine.executor.execute
+    engine.executor.execute = lambda batch: (seen.append((batch.num_tokens, torch.get_num_threads())),
+                                             original(batch))[1]
+    try:
+        assert engine.generate([prompt], params)[0].token_ids == plain
+    finally:
+        torch.set_num_threads(before)
+    assert seen[0] == (len(prompt), before)  # the prompt step: every thread
+    assert all(threads == 1 for n, threads in seen[1:]) and len(seen) > 1
+    import pytest
+
+    with pytest.raises(ValueError, match="decode_threads"):
+        EngineConfig(decode_threads=0).validate()

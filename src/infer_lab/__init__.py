@@ -41,8 +41,15 @@ __version__ = "0.1.0"
 # torch is imported, so it applies only where infer_lab is imported before torch (the CLI,
 # scripts/workshop.py's marimo server and its kernels, most notebooks, the tests' conftest);
 # processes started from there inherit it. ``infer-lab env`` prints the policy and whether it applies.
-OMP_WAIT_POLICY_SET_BY = ("you" if {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(_os.environ)
+#
+# ``infer-lab serve`` is the exception: a server process that owns the machine's cores, as vLLM's
+# does, spins briefly (GOMP_SPINCOUNT=10000) unless told ``--omp-wait passive``; see
+# infer_lab/commands/serve.py for its measurements.
+_OMP_MARK = "INFER_LAB_CHOSE_OMP_WAIT"  # beside the policy infer_lab set, so a child process knows whose it is
+_INHERITED = (_os.environ.get(_OMP_MARK) == _os.environ.get("OMP_WAIT_POLICY") == "PASSIVE"
+              and "GOMP_SPINCOUNT" not in _os.environ)  # set by an infer_lab parent, not by you
+OMP_WAIT_POLICY_SET_BY = ("you" if {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(_os.environ) and not _INHERITED
                           else "infer_lab")
 OMP_WAIT_POLICY_APPLIES = "torch" not in _sys.modules  # torch imported first read the policy already
 if OMP_WAIT_POLICY_SET_BY == "infer_lab":
-    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    _os.environ["OMP_WAIT_POLICY"] = _os.environ[_OMP_MARK] = "PASSIVE"

@@ -135,6 +135,11 @@ def add_arguments(p) -> None:
         help="seconds in-flight requests get to finish on Ctrl-C; then they are cancelled, "
         "streams with an error event, the others with a 503 error body",
     )
+    p.add_argument(
+        "--omp-wait", choices=["spin", "passive"], default="spin",
+        help="idle OpenMP threads: spin briefly before sleeping (a server that owns its cores; default) "
+        "or sleep at once (passive: kinder to other programs on a shared machine)",
+    )
     g = p.add_argument_group("engine flags (--engine ours)")
     g.add_argument("--kv-dtype", choices=["auto", "int8", "fp8"], default="auto",
                    help="KV cache storage: the model's dtype, or int8 / fp8 with per-token per-head scales")
@@ -201,9 +206,39 @@ def resolve_api_key(args, environ=None) -> str | None:
     return args.api_key or environ.get(API_KEY_ENV) or None
 
 
+SERVE_SPINCOUNT = 10_000  # libgomp spins before an idle OpenMP thread sleeps, in `infer-lab serve`
+
+
+def choose_wait_policy(wait: str) -> str:
+    """Set OpenMP's wait policy for this server process before torch loads; what applies, in words.
+
+    ``spin``: an idle OpenMP thread spins ``SERVE_SPINCOUNT`` times before it sleeps, so the many
+    small parallel regions of a decode step do not each wait for a woken thread (a server owns
+    its cores). ``passive``: sleep at once, the course's default for shared machines
+    (infer_lab/__init__.py). A policy you set in the environment wins over both.
+    """
+    import os
+    import sys
+
+    import infer_lab
+
+    if infer_lab.OMP_WAIT_POLICY_SET_BY == "you":
+        return "your OMP_WAIT_POLICY / GOMP_SPINCOUNT"
+    if "torch" in sys.modules:
+        return "the policy torch loaded with (it was imported before the server could choose)"
+    if wait == "spin":
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        os.environ["GOMP_SPINCOUNT"] = str(SERVE_SPINCOUNT)
+        return f"spin {SERVE_SPINCOUNT:,} times, then sleep (--omp-wait spin)"
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.pop("GOMP_SPINCOUNT", None)
+    return "sleep at once (--omp-wait passive)"
+
+
 def run(args) -> int:
     import sys
 
+    policy = choose_wait_policy(args.omp_wait)  # before anything imports torch
     from ..models import load_model
     from ..server import serve
     from ..server.app import DEFAULT_MAX_BODY_BYTES
@@ -230,6 +265,7 @@ def run(args) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         print("[serve] warning: listening beyond this machine without --api-key", file=sys.stderr)
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
+    print(f"[serve] idle OpenMP threads: {policy}", file=sys.stderr)
     print(
         f"[serve] {lm.describe()} with engine {args.engine} on http://{args.host}:{args.port}"
         + (f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else ""),

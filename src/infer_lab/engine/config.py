@@ -65,6 +65,11 @@ class EngineConfig:
             (:mod:`infer_lab.quant.kernels`): ``"int8"`` (per output row), ``"int4"`` (groups
             of 32 inputs) or ``"int4-gN"``; ``None``: the model's own weights. Fewer bytes per
             token, so a faster batch-1 decode; close to, not equal to, full precision.
+        decode_threads: CPU: torch threads for a step that only decodes (one new token per
+            request, no prompt chunk); prompt steps keep every thread. ``None``: every thread.
+            A decode step is a chain of small, memory-bound GEMMs where each extra thread adds a
+            fork and a join per op; a server also needs a core for HTTP (vLLM's CPU build keeps
+            one for its API server), so ``infer-lab serve`` sets cores - 1 on a CPU.
     """
 
     kv_mode: str = "paged"
@@ -89,8 +94,11 @@ class EngineConfig:
     kv_dtype: str | None = None
     weight_quant: str | None = None
     dtype: str | None = None
+    decode_threads: int | None = None
 
     def validate(self) -> None:
+        if self.decode_threads is not None and self.decode_threads < 1:
+            raise ValueError(f"decode_threads must be >= 1 (or None: every thread), got {self.decode_threads}")
         if self.dtype not in (None, "fp32", "bf16"):
             raise ValueError(f"dtype must be None, 'fp32' or 'bf16', got {self.dtype!r}")
         if self.kv_mode not in KV_MODES:

@@ -152,6 +152,7 @@ class Engine:
         self._ids = itertools.count()
         self._lock = threading.RLock()
         self._draft_s = 0.0
+        self._all_threads = torch.get_num_threads()  # prompt steps; decode-only steps may use fewer
 
     def _build_kv(self, scratch_block: bool) -> Any:
         """The KV cache ``config.kv_mode`` names, over the (possibly replaced) block manager and store."""
@@ -410,8 +411,21 @@ class Engine:
         return [event for _, event in events]
 
     def execute(self, batch: SchedulerOutput) -> torch.Tensor:
-        """The forward pass over a scheduled step (:meth:`.executor.Executor.execute`): logits to sample."""
+        """The forward pass over a scheduled step (:meth:`.executor.Executor.execute`): logits to sample.
+
+        On a CPU with ``decode_threads`` set, a step that only decodes runs on that many threads and a
+        step with a prompt chunk on all of them (the count this thread had when the engine was built).
+        """
+        wanted = self._threads_for(batch)
+        if wanted is not None and wanted != torch.get_num_threads():
+            torch.set_num_threads(wanted)
         return self.executor.execute(batch)
+
+    def _threads_for(self, batch: SchedulerOutput) -> int | None:
+        if self.config.decode_threads is None or self.model.device.type != "cpu":
+            return None
+        decoding_only = all(item.num_real_tokens == 1 and item.start > 0 for item in batch.scheduled)
+        return min(self.config.decode_threads, self._all_threads) if decoding_only else self._all_threads
 
     def propose(self, batch: SchedulerOutput) -> None:
         """Speculative decoding: ask the proposer for guesses for every decoding request and make room.

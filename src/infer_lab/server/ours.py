@@ -88,6 +88,8 @@ class OursBackend:
         self._work = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._caller_runs_loop = False  # run_loop() on the caller's thread instead of a thread of its own
+        self._loop_done = threading.Event()
         self.step_errors = 0
         self.finished_counts: dict[str, int] = {}  # finish reason -> requests, as the hf backend
 
@@ -95,6 +97,8 @@ class OursBackend:
     # Called from the event loop: never blocks.
 
     def start(self) -> None:
+        if self._caller_runs_loop:
+            return  # the thread that called run_loop() steps the engine
         if self._thread is None:
             self._stopping = False
             self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
@@ -177,11 +181,33 @@ class OursBackend:
         """Cancel everything (queued or running) and stop the step thread; blocks up to ``timeout_s``."""
         self._stopping = True
         self._work.set()
-        if self._thread is not None:
+        if self._caller_runs_loop:
+            self._loop_done.wait(timeout_s)
+        elif self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
         else:  # never started: nothing else touches the engine
             self._cancel_everything()
+
+    def step_on_caller(self) -> None:
+        """Have :meth:`run_loop`, called later from the thread of the caller's choice, step the engine
+        instead of a thread the backend starts itself."""
+        self._caller_runs_loop = True
+
+    def run_loop(self) -> None:
+        """Step the engine on this thread until :meth:`shutdown` (after :meth:`step_on_caller`).
+
+        ``infer-lab serve`` calls it from the process's main thread, the one that loaded the model:
+        libgomp keeps one pool of worker threads per thread that starts parallel regions, and while
+        two pools exist on a 2-core machine it counts more threads than cores and stops spinning
+        between regions (each small GEMM then waits for a woken thread). One thread starting them
+        keeps the decode step as fast as the engine alone.
+        """
+        self._loop_done.clear()
+        try:
+            self._loop()
+        finally:
+            self._loop_done.set()
 
     # ---------------------------------------------------------------------------------------
     # The step thread: the only one that calls the engine.

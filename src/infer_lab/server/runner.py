@@ -3,6 +3,7 @@ background thread on a free port (tests, notebooks, the tour)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -232,4 +233,23 @@ def serve(
         protect_metrics=protect_metrics,
         **engine_options,
     )
-    uvicorn_server(app, host, port, shutdown_timeout_s, "info").run()
+    server = uvicorn_server(app, host, port, shutdown_timeout_s, "info")
+    backend = getattr(app.state, "backend", None)
+    if not hasattr(backend, "step_on_caller"):
+        server.run()
+        return
+    # Our engine steps on this (main) thread, the one that loaded the model (see OurBackend.run_loop);
+    # HTTP runs in a thread, and Ctrl-C / SIGTERM here asks it for the graceful shutdown it would do.
+    backend.step_on_caller()
+    http = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        http.start()
+        while http.is_alive() and not server.started:
+            time.sleep(0.02)
+        if http.is_alive():
+            backend.run_loop()  # returns when the app's shutdown stops the backend
+        http.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
