@@ -259,7 +259,8 @@ class LaunchSettings:
     dtype: str = "float32"  # vLLM's --dtype; llama.cpp runs the GGUF file's own types
     max_model_len: int = 2048
     kv_cache_gib: float = 1.0  # vLLM's VLLM_CPU_KVCACHE_SPACE
-    threads: int | None = None  # llama.cpp's n_threads (default: every core); vLLM binds its own
+    threads: int | None = None  # llama.cpp's threads (default: cores - 1 to decode, every core for
+    # prompts, which measured fastest here; see launch_command); vLLM binds its own
     max_num_seqs: int = 16  # requests vLLM batches at once
     eager: bool = True  # vLLM: --enforce-eager, no torch.compile (a start of seconds, not minutes)
     extra_args: tuple[str, ...] = ()
@@ -294,13 +295,27 @@ def launch_command(name: str, settings: LaunchSettings) -> tuple[list[str], dict
             cmd.append("--enforce-eager")
         env |= {"VLLM_CPU_KVCACHE_SPACE": f"{settings.kv_cache_gib:g}", "VLLM_NO_USAGE_STATS": "1"}
     else:
-        threads = settings.threads or os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+        threads = settings.threads or max(1, cores - 1)  # as vLLM's CPU build: a core left to the HTTP server
         cmd = [str(venv_python(name)), "-m", "llama_cpp.server", "--model", files, "--model_alias", settings.model,
                "--host", settings.host, "--port", str(settings.port), "--n_ctx", str(settings.max_model_len),
-               "--n_threads", str(threads), "--n_threads_batch", str(threads),
+               "--n_threads", str(threads), "--n_threads_batch", str(settings.threads or cores),
                # By default its server ends a streaming answer early when another request waits.
                "--interrupt_requests", "False"]
     return cmd + list(settings.extra_args), env
+
+
+def engine_environment() -> dict[str, str]:
+    """This process's environment less the OpenMP wait policy infer_lab chose for itself (see
+    infer_lab/__init__.py): an engine gets its own default, as it would started by hand. A policy
+    you set yourself is passed on."""
+    import infer_lab
+
+    env = dict(os.environ)
+    if infer_lab.OMP_WAIT_POLICY_SET_BY == "infer_lab":
+        for key in ("OMP_WAIT_POLICY", "INFER_LAB_CHOSE_OMP_WAIT"):
+            env.pop(key, None)
+    return env
 
 
 def launch(name: str, settings: LaunchSettings | None = None, *, timeout_s: float = 600.0,
@@ -319,7 +334,7 @@ def launch(name: str, settings: LaunchSettings | None = None, *, timeout_s: floa
     url = f"http://{settings.host}:{settings.port}"
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **extra_env})
+                                env={**engine_environment(), **extra_env})
     rec = launchers.LaunchRecord(engine=name, pid=proc.pid, url=url, command=cmd, log_file=str(log_file),
                                  started_at=time.time())
     try:

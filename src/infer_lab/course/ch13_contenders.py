@@ -122,6 +122,58 @@ def ranking_text(result: SideBySide) -> str:
     return "\n".join(lines)
 
 
+def prediction_bytes() -> dict[str, int]:
+    """Weight bytes one decode token streams for the embedded model: fp32 (ours, HF, vLLM) and the
+    GGUF file's own tensors (llama.cpp)."""
+    from ..bench.ledger import streamed_weight_bytes
+    from ..bench.llama_cpp import streamed_bytes
+    from ..models import EMBEDDED_NAME, embedded_gguf_path, load_model
+
+    return {"fp32": streamed_weight_bytes(load_model(EMBEDDED_NAME)),
+            "gguf": streamed_bytes(embedded_gguf_path())["bytes_per_token"]}
+
+
+def why_text(result: SideBySide) -> str:
+    """Where each lead or lag comes from, said from the run's own numbers: requests served one at
+    a time (tok/s flat with concurrency), bytes per token (the ledger), or time per step at equal bytes."""
+    lines = []
+    cs = result.workload.concurrencies
+    lo, hi = cs[0], cs[-1]
+    ours_row = result.ledger.get("ours", {})
+    for server in result.servers:
+        name = server.contender
+        a, b = result.median(name, lo), result.median(name, hi)
+        if not (a and b):
+            continue
+        if name in contenders.ONE_AT_A_TIME:
+            ttft = result.median(name, hi, "ttft_ms_p50")
+            lines.append(f"- **{LABELS[name]}** answers one request at a time: from concurrency {lo} to {hi} its "
+                         f"output tokens/s went {a:,.1f} → {b:,.1f} ({b / a:.1f}×), and at {hi} a request waited "
+                         f"{ttft / 1000:,.1f} s for its first token (TTFT p50): the queue.")
+    gguf, fp32 = result.ledger.get("llama-cpp", {}).get(lo), ours_row.get(lo)
+    if gguf and fp32 and result.median("llama-cpp", lo) and result.median("ours", lo):
+        lines.append(f"- **Bytes per token:** llama.cpp's 4-bit file streams {gguf['bytes_per_step'] / 1e6:,.0f} MB "
+                     f"per decode step against {fp32['bytes_per_step'] / 1e6:,.0f} MB for fp32 "
+                     f"({fp32['bytes_per_step'] / gguf['bytes_per_step']:.1f}× fewer). Its decode steps took "
+                     f"{result.median('llama-cpp', lo, 'tpot_ms_p50'):,.1f} ms against our "
+                     f"{result.median('ours', lo, 'tpot_ms_p50'):,.1f} ms (TPOT p50, one user), and its prompts "
+                     f"{result.median('llama-cpp', lo, 'ttft_ms_p50'):,.0f} ms against our "
+                     f"{result.median('ours', lo, 'ttft_ms_p50'):,.0f} ms (TTFT p50): a prompt is compute, "
+                     "where fewer bytes do not help.")
+    vllm = result.ledger.get("vllm-cpu", {})
+    for c in cs:
+        if c in vllm and c in ours_row:
+            lines.append(f"- **Same bytes, time per step** (concurrency {c}): vLLM-CPU and our engine stream the "
+                         f"same {ours_row[c]['bytes_per_step'] / 1e6:,.0f} MB per decode step (fp32 weights and "
+                         f"K/V), so the gap is how fast a step runs: ours at {ours_row[c]['fraction_of_copy']:.0%} "
+                         f"of this machine's copy bandwidth, vLLM at {vllm[c]['fraction_of_copy']:.0%}.")
+    if "vllm-cpu" in vllm or any(s.contender == "vllm-cpu" for s in result.servers):
+        lines.append("- vLLM 0.32's CPU build runs its model on one core and keeps the other for its API "
+                     "server and engine-core processes (its log: `reserve_cpu_num=1`, \"Reducing Torch threads "
+                     "from 2 to 1\"); ours runs the model on both cores and answers HTTP from the same process.")
+    return "\n".join(lines)
+
+
 def agreement_text(result: SideBySide) -> str:
     """Greedy agreement with transformers, one clause per contender."""
     parts = []
@@ -145,8 +197,8 @@ def contenders_text(result: SideBySide) -> str:
     head = (f"Every contender got the same {w.input_tokens}-token prompts (token ids) and produced "
             f"{w.output_tokens} tokens each, EOS ignored, through the same client; "
             f"{w.rounds} interleaved round{'s' if w.rounds > 1 else ''}, each level with fresh prompts.")
-    return "\n\n".join(t for t in (head, ranking_text(result), agreement_text(result), starts_text(result),
-                                   skipped_text(result)) if t)
+    return "\n\n".join(t for t in (head, ranking_text(result), why_text(result), agreement_text(result),
+                                   starts_text(result), skipped_text(result)) if t)
 
 
 COLUMNS = [

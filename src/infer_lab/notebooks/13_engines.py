@@ -213,6 +213,7 @@ def _(ch13c, mo, nb, sizes):
     start_button = mo.ui.run_button(label="Start the four servers")
     measure_button = mo.ui.run_button(label="Measure them side by side")
     _missing = ch13c.missing_engines()
+    _bytes = ch13c.prediction_bytes()  # weight bytes per decode token: fp32, and the GGUF file's own
     _install = "\n".join(f"- {ch13c.LABELS[c]}: {why}" for c, why in _missing.items())
     mo.md(f"""
     ## Our engine beside vLLM and llama.cpp, on this machine
@@ -226,8 +227,9 @@ def _(ch13c, mo, nb, sizes):
     **Predict first:** vLLM's CPU build gives its model one thread and keeps the other core for
     its API server; ours uses both for the model and answers HTTP in the same process. At
     concurrency {", ".join(map(str, contenders_workload.concurrencies))}, who leads? And
-    llama.cpp reads 4-bit weights, a fifth of the bytes, but its Python server answers one
-    request at a time: where does that win, and where does it lose?
+    llama.cpp streams {_bytes["gguf"] / 1e6:,.0f} MB of 4-bit weights per token against
+    {_bytes["fp32"] / 1e6:,.0f} MB in fp32, but llama-cpp-python's server answers one request at a
+    time: where does that win, and where does it lose?
 
     {"Not runnable here yet:" if _missing else ""}
     {_install}
