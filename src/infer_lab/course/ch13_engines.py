@@ -520,7 +520,8 @@ def engines_text(model: str = GPU_MODEL) -> str:
                        for e, d in installed.items())
     launch = " ".join(launchers.build_command("vllm", launchers.EngineOptions(model=model), python="python"))
     return "\n".join([
-        f"Here: {status}. On a GPU box with them installed, start each one (one at a time on the same port) "
+        f"Here, in this Python: {status} (vLLM's CPU build, above, runs from a virtual environment of its "
+        "own). On a GPU box with them installed, start each one (one at a time on the same port) "
         "and run the same loadgen:", "", "```bash", *gpu_commands(model), "```", "",
         f"`launch` runs, for vLLM, `{launch}`, waits for `/health`, and records the version and the PID.",
     ])
