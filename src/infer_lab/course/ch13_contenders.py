@@ -16,7 +16,7 @@ from typing import Any
 from ..bench import contenders
 from ..bench.contenders import CONTENDERS, LABELS, SideBySide, Workload  # noqa: F401  (the page's names)
 from ..package_files import results_dir
-from ..units import human
+from ..units import count, human
 from .tables import Column, people_table
 
 SAVED_PATTERN = "engines-vllm-cpu-*.json"
@@ -152,26 +152,42 @@ def why_text(result: SideBySide) -> str:
                          f"{ttft / 1000:,.1f} s for its first token (TTFT p50): the queue.")
     gguf, fp32 = result.ledger.get("llama-cpp", {}).get(lo), ours_row.get(lo)
     if gguf and fp32 and result.median("llama-cpp", lo) and result.median("ours", lo):
-        lines.append(f"- **Bytes per token:** llama.cpp's 4-bit file streams {gguf['bytes_per_step'] / 1e6:,.0f} MB "
-                     f"per decode step against {fp32['bytes_per_step'] / 1e6:,.0f} MB for fp32 "
-                     f"({fp32['bytes_per_step'] / gguf['bytes_per_step']:.1f}× fewer). Its decode steps took "
-                     f"{result.median('llama-cpp', lo, 'tpot_ms_p50'):,.1f} ms against our "
-                     f"{result.median('ours', lo, 'tpot_ms_p50'):,.1f} ms (TPOT p50, one user), and its prompts "
-                     f"{result.median('llama-cpp', lo, 'ttft_ms_p50'):,.0f} ms against our "
-                     f"{result.median('ours', lo, 'ttft_ms_p50'):,.0f} ms (TTFT p50): a prompt is compute, "
-                     "where fewer bytes do not help.")
+        l_tpot, o_tpot = result.median("llama-cpp", lo, "tpot_ms_p50"), result.median("ours", lo, "tpot_ms_p50")
+        l_ttft, o_ttft = result.median("llama-cpp", lo, "ttft_ms_p50"), result.median("ours", lo, "ttft_ms_p50")
+        lines.append(f"- **Bytes per token:** llama.cpp's file (4-bit layers, an 8-bit embedding that is also the LM "
+                     f"head) streams {gguf['bytes_per_step'] / 1e6:,.0f} MB per decode step against "
+                     f"{fp32['bytes_per_step'] / 1e6:,.0f} MB for fp32 "
+                     f"({fp32['bytes_per_step'] / gguf['bytes_per_step']:.1f}× fewer). With one user its decode steps "
+                     f"took {l_tpot:,.1f} ms against our {o_tpot:,.1f} ms (TPOT p50: "
+                     f"{'faster' if l_tpot < o_tpot else 'not faster'} with fewer bytes), and its first token "
+                     f"{l_ttft:,.0f} ms against our {o_ttft:,.0f} ms (TTFT p50; its prompts arrive as text).")
     vllm = result.ledger.get("vllm-cpu", {})
     for c in cs:
         if c in vllm and c in ours_row:
             lines.append(f"- **Same bytes, time per step** (concurrency {c}): vLLM-CPU and our engine stream the "
                          f"same {ours_row[c]['bytes_per_step'] / 1e6:,.0f} MB per decode step (fp32 weights and "
-                         f"K/V), so the gap is how fast a step runs: ours at {ours_row[c]['fraction_of_copy']:.0%} "
-                         f"of this machine's copy bandwidth, vLLM at {vllm[c]['fraction_of_copy']:.0%}.")
-    if "vllm-cpu" in vllm or any(s.contender == "vllm-cpu" for s in result.servers):
-        lines.append("- vLLM 0.32's CPU build runs its model on one core and keeps the other for its API "
-                     "server and engine-core processes (its log: `reserve_cpu_num=1`, \"Reducing Torch threads "
-                     "from 2 to 1\"); ours runs the model on both cores and answers HTTP from the same process.")
+                         f"K/V), so the gap is how fast a step runs: the step rates their TPOT implies stream "
+                         f"{ours_row[c]['fraction_of_copy']:.0%} (ours) and {vllm[c]['fraction_of_copy']:.0%} (vLLM) "
+                         "of this machine's copy bandwidth.")
+    vllm_server = next((s for s in result.servers if s.contender == "vllm-cpu"), None)
+    if vllm_server is not None and vllm_server.notes.get("worker_cores"):
+        n, reserved = len(vllm_server.notes["worker_cores"]), vllm_server.notes.get("reserved_cores", [])
+        lines.append(f"- vLLM 0.32.0's CPU build bound its model worker to {count(n, 'core')} and reserved "
+                     f"{count(len(reserved), 'core')} for its scheduler process (its log: `core ids="
+                     f"{vllm_server.notes['worker_cores']}`, `reserved_cpus={reserved}`); ours runs the model on "
+                     f"{count(result.machine.get('torch_threads') or 0, 'torch thread')} and answers HTTP from the same "
+                     "process.")
+    if any(lv.contender == "vllm-cpu" for lv in result.levels):
+        lines.append("- vLLM ran as `infer-lab engines launch vllm --cpu` starts it: eager (`--enforce-eager`, "
+                     "no torch.compile) and without the tcmalloc/libiomp `LD_PRELOAD` its log recommends; neither "
+                     "was measured the other way here.")
     return "\n".join(lines)
+
+
+LEDGER_NOTE = ("The ledger assumes that a decode step carries as many sequences as the concurrency (one for "
+               "a server that answers one request at a time) and lasts the TPOT p50, prompt chunks that "
+               "share it included; that each sequence's cache holds the mean context of its decode steps; and "
+               "K/V in fp32 (fp16 for llama.cpp). Copy bandwidth: {how}")
 
 
 def agreement_text(result: SideBySide) -> str:
@@ -179,7 +195,8 @@ def agreement_text(result: SideBySide) -> str:
     parts = []
     for a in result.agreement:
         parts.append(f"{LABELS[a.contender]}: {a.matches} of {a.prompts} prompts identical ({a.compared})")
-    return "Greedy answers against transformers' own: " + "; ".join(parts) + "." if parts else ""
+    tokens = result.workload.check_tokens
+    return f"Greedy answers of up to {tokens} tokens against transformers' own: " + "; ".join(parts) + "." if parts else ""
 
 
 def starts_text(result: SideBySide) -> str:
@@ -188,17 +205,24 @@ def starts_text(result: SideBySide) -> str:
 
 
 def skipped_text(result: SideBySide) -> str:
-    return "\n".join(f"- **{LABELS.get(c, c)} did not run here:** {why}" for c, why in result.skipped.items())
+    lines = [f"- **{LABELS.get(c, c)} did not run here:** {why}" for c, why in result.skipped.items()]
+    return "\n".join(lines + [f"- **Note:** {note}" for note in result.notes])
 
 
 def contenders_text(result: SideBySide) -> str:
     """Everything said about one run, in reading order (markdown)."""
     w = result.workload
-    head = (f"Every contender got the same {w.input_tokens}-token prompts (token ids) and produced "
-            f"{w.output_tokens} tokens each, EOS ignored, through the same client; "
-            f"{w.rounds} interleaved round{'s' if w.rounds > 1 else ''}, each level with fresh prompts.")
-    return "\n\n".join(t for t in (head, ranking_text(result), why_text(result), agreement_text(result),
-                                   starts_text(result), skipped_text(result)) if t)
+    text_only = [LABELS[s.contender] for s in result.servers if not s.takes_token_ids]
+    head = (f"Every contender got the same {w.input_tokens}-token prompts as token ids"
+            + (f" ({', '.join(text_only)}: as the text those ids decode to, which its tokenizer reads back "
+               "as about as many tokens)" if text_only else "")
+            + f" and produced {w.output_tokens} tokens each, end of answer suppressed, through the same client; "
+            f"{w.rounds} interleaved round{'s' if w.rounds > 1 else ''}, each level with fresh prompts, after "
+            f"{count(w.warmup, 'warm-up request')}; our engine over vLLM is the median of the per-round ratios.")
+    copy = next((row.get("copy_how") for d in result.ledger.values() for row in d.values() if row.get("copy_how")),
+                "measured once in the process that ran the client.")
+    return "\n\n".join(t for t in (head, ranking_text(result), why_text(result), LEDGER_NOTE.format(how=copy),
+                                   agreement_text(result), starts_text(result), skipped_text(result)) if t)
 
 
 COLUMNS = [
@@ -207,8 +231,8 @@ COLUMNS = [
     Column("output_tokens_per_s_min", "min"), Column("output_tokens_per_s_max", "max"),
     Column("ttft_ms_p50", "TTFT p50 (ms)"), Column("ttft_ms_p99", "TTFT p99 (ms)"),
     Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
-    Column("rss_bytes", "resident memory", "bytes"), Column("ledger_bytes_per_step", "bytes per decode step", "bytes"),
-    Column("ledger_GBps", "GB/s streamed"), Column("ledger_fraction_of_copy", "of copy bandwidth", "pct"),
+    Column("rss_bytes", "resident memory (RSS summed over its processes)", "bytes"), Column("ledger_bytes_per_step", "bytes per decode step", "bytes"),
+    Column("ledger_GBps", "GB/s implied (ledger)"), Column("ledger_fraction_of_copy", "of copy bandwidth", "pct"),
     Column("agreement", "greedy = transformers", "text"), Column("start_s", "start (s)"),
 ]
 

@@ -68,8 +68,9 @@ class EngineConfig:
         decode_threads: CPU: torch threads for a step that only decodes (one new token per
             request, no prompt chunk); prompt steps keep every thread. ``None``: every thread.
             A decode step is a chain of small, memory-bound GEMMs where each extra thread adds a
-            fork and a join per op; a server also needs a core for HTTP (vLLM's CPU build keeps
-            one for its API server), so ``infer-lab serve`` sets cores - 1 on a CPU.
+            fork and a join per op, and a server needs some CPU for HTTP (vLLM 0.32's CPU build
+            reserves a core for its scheduler process). A knob to measure: nothing sets it by
+            default, and on the 2-core machine one decode thread was not faster through HTTP.
     """
 
     kv_mode: str = "paged"

@@ -3,7 +3,8 @@
 Times are wall-clock seconds from ``time.perf_counter``. TTFT is measured to the first chunk
 that carries text; inter-token gaps are the times between text-carrying chunks. Token counts
 come from the server's ``usage`` (we ask for it with ``stream_options.include_usage``); only
-when a server sends no usage do we fall back to counting chunks, and the record says so.
+when a server sends no usage do we fall back, to ``max_tokens`` when it stopped for length and
+else to counting chunks, and the record says which.
 
 Two clocks: ours starts when the request is sent; a server's starts when its engine gets the
 request, after parsing and tokenizing. When the server reports its own clock (infer-lab's
@@ -36,7 +37,7 @@ class RequestRecord:
     chunk_times_s: list[float] = field(default_factory=list)  # perf_counter of each text chunk
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    usage_source: str = "none"  # "usage" (from the server) | "chunks" (fallback) | "none"
+    usage_source: str = "none"  # "usage" (from the server) | "max_tokens" or "chunks" (fallbacks) | "none"
     finish_reason: str | None = None
     text: str = ""
     server_ttft_s: float | None = None  # the server's own TTFT (from its engine's arrival)
@@ -163,6 +164,7 @@ async def _stream_into(
 ) -> None:
     parts: list[str] = []
     saw_done = False
+    asked = body.get("max_tokens")
     async with client.stream("POST", cfg.url(), json=body, headers=cfg.headers()) as resp:
         rec.status = resp.status_code
         if resp.status_code != 200:
@@ -204,7 +206,11 @@ async def _stream_into(
     if not saw_done:
         rec.error = "stream ended without data: [DONE]"
         return
-    if rec.usage_source != "usage":
+    if rec.usage_source != "usage" and rec.finish_reason == "length" and asked:
+        # No usage streamed (llama-cpp-python 0.3.36 sends it only unstreamed): "length" means it made
+        # max_tokens, while its chunks can be fewer (a token that completes no character sends none).
+        rec.completion_tokens, rec.usage_source = asked, "max_tokens"
+    elif rec.usage_source != "usage":
         rec.completion_tokens, rec.usage_source = len(rec.chunk_times_s), "chunks"
     if rec.ttft_s is None:  # an empty answer: the first token is the end of the stream
         rec.ttft_s = rec.e2e_s

@@ -224,12 +224,13 @@ def _(ch13c, mo, nb, sizes):
     contender, ours included, runs as a server process on 127.0.0.1 and gets the same token-id
     prompts from the same client.
 
-    **Predict first:** vLLM's CPU build gives its model one thread and keeps the other core for
-    its API server; ours uses both for the model and answers HTTP in the same process. At
+    **Predict first:** on a 2-core machine vLLM's CPU build binds its model to one core and
+    reserves the other for its scheduler; ours runs the model on both and answers HTTP in the
+    same process. At
     concurrency {", ".join(map(str, contenders_workload.concurrencies))}, who leads? And
-    llama.cpp streams {_bytes["gguf"] / 1e6:,.0f} MB of 4-bit weights per token against
-    {_bytes["fp32"] / 1e6:,.0f} MB in fp32, but llama-cpp-python's server answers one request at a
-    time: where does that win, and where does it lose?
+    llama.cpp streams {_bytes["gguf"] / 1e6:,.0f} MB of weights per token (4-bit layers, an
+    8-bit embedding) against {_bytes["fp32"] / 1e6:,.0f} MB in fp32, but llama-cpp-python's server
+    answers one request at a time: where does that win, and where does it lose?
 
     {"Not runnable here yet:" if _missing else ""}
     {_install}
