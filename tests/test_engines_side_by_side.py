@@ -17,7 +17,7 @@ import pytest
 from infer_lab import launchers, local_engines
 from infer_lab.bench import contenders
 from infer_lab.bench.contenders import Agreement, Level, Server, SideBySide, Workload
-from infer_lab.course import ch13_contenders as ch13c
+from infer_lab.course import side_by_side as ch13c
 from infer_lab.course.notebook_code import notebook_function
 
 STANDIN = f"{sys.executable} {Path(__file__).with_name('standin_engine.py')}"

@@ -280,7 +280,7 @@ def _compare(args) -> int:
     import sys
 
     from ..bench import contenders
-    from ..course import ch13_contenders as ch13
+    from ..course import side_by_side as ch13
 
     levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
     names = tuple(c.strip() for c in args.contenders.split(",") if c.strip())

@@ -39,7 +39,7 @@ def _():
     import marimo as mo
 
     from infer_lab import nb
-    from infer_lab.course import ch13_contenders as ch13c
+    from infer_lab.course import side_by_side as ch13c
     from infer_lab.course import ch13_engines as ch13
     return ch13, ch13c, mo, nb
 

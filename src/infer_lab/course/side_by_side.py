@@ -1,4 +1,4 @@
-"""Chapter 13's side-by-side: our engine, HF, vLLM's CPU build and llama.cpp on the learner's machine.
+"""Chapter 13's side-by-side (a helper module of the chapter, not a chapter): our engine, HF, vLLM's CPU build and llama.cpp on the learner's machine.
 
 The measurement is :func:`infer_lab.bench.contenders.side_by_side`; this module gives it the
 chapter's sizes and says its result for people: the sentence that ranks the contenders (computed
