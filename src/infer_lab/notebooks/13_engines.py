@@ -39,8 +39,8 @@ def _():
     import marimo as mo
 
     from infer_lab import nb
-    from infer_lab.course import side_by_side as ch13c
     from infer_lab.course import ch13_engines as ch13
+    from infer_lab.course import side_by_side as ch13c
     return ch13, ch13c, mo, nb
 
 
