@@ -8,7 +8,9 @@ installs the clone it sits in, else a wheel or sdist beside it, else the package
 the imports of the marimo notebook;
 then, cell by cell, the marimo notebook's narrative markdown (its hidden cells; an f-string becomes a code cell that renders it
 with the same chapter functions), the chapter panel's run button wherever the marimo notebook has a
-part's run button, the ipywidgets explorers where it has live controls, and its saved GPU view.
+part's run button, the ipywidgets explorers where it has live controls, each visible cell that only
+shows things (a table, a figure, words from the chapter's functions; the page's controls at their
+defaults, as variables to change), and its saved GPU view.
 A part that the marimo notebook never shows a button for is added at the end.
 
 The notebooks are committed without outputs; tests/test_jupyter.py checks that they match this
@@ -26,8 +28,10 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "jupyter"
@@ -138,6 +142,7 @@ class Built:
     """The cells of one notebook as (kind, source) pairs."""
 
     cells: list[tuple[str, str]] = field(default_factory=list)
+    displays: list[str] = field(default_factory=list)  # the code cells translated from visible display cells
 
     def markdown(self, text: str) -> None:
         if text.strip():  # a marimo-only text (<!-- marimo --> around all of it) leaves nothing
@@ -254,6 +259,91 @@ def local_setup(cell: ast.FunctionDef, known: set[str]) -> tuple[list[str], set[
     return lines, names
 
 
+def control_defaults(tree: ast.Module) -> dict[str, tuple[list[str], str]]:
+    """``{name: (setup lines, default value's source)}`` of the marimo sliders and dropdowns the notebook
+    assigns: ``gpu = mo.ui.dropdown(..., value=ch07.DEFAULT_GPU)`` gives ``{"gpu": ([], "ch07.DEFAULT_GPU")}``,
+    and a default read from the defining cell's own variable (``value=_s.context``) brings that
+    variable's assignment along as setup."""
+    out = {}
+    for cell in app_cells(tree):
+        local = {t.id: ast.unparse(stmt) for stmt in cell.body if isinstance(stmt, ast.Assign)
+                 for t in stmt.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(cell):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    dotted(node.value.func).startswith("mo.ui."):
+                value = next((k.value for k in node.value.keywords if k.arg == "value"), None)
+                setup = [local[n] for n in sorted(free_names(value)) if n in local] if value is not None else []
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and value is not None:
+                        out[target.id] = (setup, ast.unparse(value))
+    return out
+
+
+def code_names(fn: Any) -> set[str]:
+    """Every attribute and global name a function's code (nested functions included) refers to."""
+    names, stack = set(), [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names |= set(code.co_names)
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
+
+
+class _ControlValues(ast.NodeTransformer):
+    """``gpu.value`` -> ``gpu``: in the Jupyter cell the control is a plain variable set to its default."""
+
+    def __init__(self, controls: set[str]) -> None:
+        self.controls = controls
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if node.attr == "value" and isinstance(node.value, ast.Name) and node.value.id in self.controls:
+            return ast.copy_location(ast.Name(node.value.id, ast.Load()), node)
+        return self.generic_visit(node)
+
+
+SHOWN_AS = {"mo.md": "jupyter.md", "nb.md": "jupyter.md", "nb.table": "jupyter.show_table"}  # everything else: jupyter.show_figure
+
+
+def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tuple[list[str], str]],
+                 experiments: set[str], number: str) -> str | None:
+    """A visible marimo cell that only shows things (text, tables, figures computed from the chapter's
+    functions, the page's experiments and its controls) as one Jupyter code cell; None for any other cell.
+
+    The page's controls become variables at their defaults, first in the cell, for the learner to
+    change; an experiment it calls is fetched from the marimo notebook itself (one copy).
+    """
+    body = [s for s in cell.body if not isinstance(s, ast.Return)]
+    if not body or not isinstance(body[-1], ast.Expr) or any(dotted(c.func).startswith("mo.ui.") for c in calls(cell)):
+        return None
+    inputs = {a.arg for a in cell.args.args}
+    controls = sorted(inputs & defaults.keys())
+    if not inputs <= known | set(controls) | {"mo"}:
+        return None
+    shown = body[-1].value
+    items = (shown.args[0].elts if isinstance(shown, ast.Call) and dotted(shown.func) in ("mo.vstack", "mo.hstack")
+             and shown.args and isinstance(shown.args[0], ast.List) else [shown])
+    setup = list(dict.fromkeys(line for name in controls for line in defaults[name][0]))
+    setup += [f"{name} = {defaults[name][1]}  # the marimo page's control, at its default: change it here"
+              for name in controls]
+    used = free_names(cell)
+    setup = [f'{name} = jupyter.notebook_function("{number}", "{name}")  # the page\'s experiment'
+             for name in sorted(used & experiments)] + setup
+    if "lm" in used:
+        setup.insert(0, "lm = panel.lm()  # this cell computes from the model")
+    lines = [ast.unparse(s) for s in body[:-1]]
+    for item in items:
+        name = dotted(item.func) if isinstance(item, ast.Call) else ""
+        if name in SHOWN_AS:
+            lines.append(f"{SHOWN_AS[name]}({', '.join(ast.unparse(a) for a in item.args)})")
+        elif name.startswith(("mo.", "nb.")):
+            return None  # a marimo element this edition has no counterpart for
+        else:
+            lines.append(f"jupyter.show_figure({ast.unparse(item)})")
+    lines = [ast.unparse(s) for s in _ControlValues(set(controls)).visit(ast.parse("\n".join(lines))).body]
+    text = "\n".join(setup + lines)
+    return None if "mo." in text else text
+
+
 MARIMO_ONLY = re.compile(r"\s*<!-- marimo -->.*?<!-- /marimo -->", re.S)
 
 
@@ -354,7 +444,7 @@ def build(chapter) -> Built:
     known |= {"jupyter", "calculator", "panel", "sizes"} | set(dir(builtins))
     if chapter.NEEDS_MODEL:  # a prediction in the text that needs the model loads it there
         known.add("lm")
-    labels, guesses = ui_labels(tree), guess_inputs(tree)
+    labels, guesses, defaults = ui_labels(tree), guess_inputs(tree), control_defaults(tree)
     out = Built()
     out.markdown(
         f"# {chapter.TITLE}\n\n"
@@ -369,6 +459,8 @@ def build(chapter) -> Built:
     out.code("\n".join(header) + f"\n\nsizes = {alias}.sizes()  # this device's sizes, as the prose below quotes them"
              f"\npanel = jupyter.ChapterPanel({alias})\npanel")
     shown, explorers = set(), list(jupyter.EXPLORERS.get(chapter.NUMBER, ()))
+    explorer_names: set[str] = set()  # what the explorers emitted so far show (their code's names)
+    explored: set[int] = set()  # cells whose controls became an explorer
     experiments = app_functions(tree)  # shown before the run button that runs them (panel.part)
 
     def show_experiments(before_line: float) -> None:
@@ -398,9 +490,17 @@ def build(chapter) -> Built:
         if calculator_calls:
             out.code(calculator_calls[0])
         elif explorers and any(n.startswith("mo.ui.") and n.rsplit(".", 1)[-1] in CONTROL_FACTORIES for n in names):
+            explorer_names |= code_names(getattr(jupyter, explorers[0]))
+            explored.add(i)
             out.code(f"jupyter.{explorers.pop(0)}()")
         if "nb.saved_view" in names:
             out.code(f"jupyter.show_saved({alias})")
+        elif not hidden(cell) and not calculator_calls and i not in explored:
+            shown_cell = display_cell(cell, known, defaults, {f.name for f in app_functions(tree)}, chapter.NUMBER)
+            chapter_calls = {n.split(".", 1)[1] for n in names if n.startswith(f"{alias}.")}
+            if shown_cell and not chapter_calls <= explorer_names:  # an explorer above already shows these
+                out.code(shown_cell)
+                out.displays.append(shown_cell)
     for key, label in chapter.PARTS.items():
         if key not in shown:
             out.markdown(f"## {label}")

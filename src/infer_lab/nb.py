@@ -61,6 +61,14 @@ def button_label(button: Any) -> str:
     return re.sub(r"<[^>]+>", "", label or "").strip()
 
 
+def md(text: str) -> Any:
+    """Computed markdown whose ``$`` are dollars: marimo would pair ``$0.16 … **$249`` as LaTeX math
+    and typeset the words between them, so each ``$`` goes out escaped (``\\$``)."""
+    import marimo as mo
+
+    return mo.md(re.sub(r"(?<!\\)\$", r"\\$", text))
+
+
 def table(frame: Any, interactive: bool = False, **kwargs: Any) -> Any:
     """A chapter's people table (display strings) as a plain HTML table.
 

@@ -44,15 +44,33 @@ def _num(value: float, digits: int) -> str:
 
 
 SMALL = 1e-3  # below this, :func:`human` writes a power of ten
+# From here up, :func:`human` writes a power of ten too: a float holds 15 significant decimal digits,
+# so an integer of 16 digits or more would print digits the value does not have (6.35e24 written out
+# in full ends in "...457,179,136").
+LARGE = 1e15
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
+def power_of_ten(value: float, digits: int = 3, keep_zeros: bool = False) -> str:
+    """``value`` as a mantissa of ``digits`` significant figures times a power of ten, for people.
+
+    ``6.3498e24, 2 -> '6.3 × 10²⁴'``, ``8.94e-08 -> '8.94 × 10⁻⁸'``, ``9.96e24, 2 -> '1 × 10²⁵'``
+    (the rounding carries into the exponent). ``keep_zeros`` keeps the mantissa's trailing zeros.
+    """
+    mantissa, exponent = f"{float(value):.{max(digits - 1, 0)}e}".split("e")
+    if not keep_zeros and "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa} × 10{str(int(exponent)).translate(SUPERSCRIPT)}"
+
+
 def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) -> str:
-    """A number rounded for people: ``digits`` significant figures, thousands separators, no exponent.
+    """A number rounded for people: ``digits`` significant figures, thousands separators, no ``e`` exponent.
 
     ``24.869571912452834 -> '24.9'``, ``1536.0 -> '1,536'``, ``0.012345 -> '0.0123'``,
-    ``8.94e-08 -> '8.94 × 10⁻⁸'``,
-    ``None`` or NaN -> ``'—'``. ``keep_zeros`` keeps trailing zeros (``14.96 -> '15.0'``), so a
+    ``8.94e-08 -> '8.94 × 10⁻⁸'`` (below :data:`SMALL`), ``6.35e24 -> '6.35 × 10²⁴'`` (from
+    :data:`LARGE` up), ``None`` or NaN -> ``'—'``. Between 10^(digits-1) and :data:`LARGE` a value
+    is written as a whole number with separators (``1536 -> '1,536'``, more figures than ``digits``
+    but none the float lacks). ``keep_zeros`` keeps trailing zeros (``14.96 -> '15.0'``), so a
     table column shows the same precision in every row.
     """
     if value is None:
@@ -65,9 +83,9 @@ def human(value: float | int | None, digits: int = 3, keep_zeros: bool = False) 
     if x == 0:
         return "0"
     if abs(x) < SMALL:  # 8.94e-08 -> '8.94 × 10⁻⁸', never a row of zeros or an exponent in code style
-        exponent = math.floor(math.log10(abs(x)))
-        mantissa = f"{x / 10 ** exponent:.{max(digits - 1, 0)}f}".rstrip("0").rstrip(".")
-        return f"{mantissa} × 10{str(exponent).translate(SUPERSCRIPT)}"
+        return power_of_ten(x, digits)
+    if abs(x) >= LARGE:  # 6.35e24 -> '6.35 × 10²⁴', never 25 digits of which 10 are float noise
+        return power_of_ten(x, digits, keep_zeros)
     if abs(x) >= 10 ** (digits - 1):
         return f"{round(x):,}"
     decimals = digits - 1 - math.floor(math.log10(abs(x)))

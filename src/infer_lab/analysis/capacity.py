@@ -546,6 +546,50 @@ def _plan_order(p: CapacityPlan) -> tuple:
     return (not p.meets_slo, not p.fits, cost, p.usd_per_hour)
 
 
+@dataclass(frozen=True)
+class RequestCost:
+    """What one request costs on a plan, prefill and decode apart, in USD.
+
+    ``prefill_usd`` is the prompt's tokens at the plan's $ per input token (the GPUs only prefilling),
+    ``decode_usd`` the output tokens at its $ per output token (the GPUs only decoding at the plan's
+    batch): the GPU time each phase of the request takes, priced at the plan's $/hour.
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    prefill_usd: float
+    decode_usd: float
+
+    @property
+    def total_usd(self) -> float:
+        return self.prefill_usd + self.decode_usd
+
+    @property
+    def prefill_share(self) -> float:
+        """The prefill's part of the request's cost, 0 to 1."""
+        return self.prefill_usd / self.total_usd if self.total_usd else 0.0
+
+    @property
+    def usd_per_m_tokens(self) -> float:
+        """The blended price: the request's cost per million tokens of either kind (prompt + output)."""
+        return self.total_usd / (self.prompt_tokens + self.output_tokens) * 1e6
+
+
+def request_cost(p: CapacityPlan, output_tokens: int | None = None) -> RequestCost | None:
+    """One request's cost on plan ``p``: ``p.prompt_tokens`` prefilled plus ``output_tokens`` decoded.
+
+    ``output_tokens`` defaults to what the context leaves after the prompt (``context - prompt_tokens``).
+    ``None`` when the plan has no price (it does not fit).
+    """
+    if p.usd_per_m_input_tokens is None or p.usd_per_m_output_tokens is None:
+        return None
+    output = p.context - p.prompt_tokens if output_tokens is None else output_tokens
+    if output < 0:
+        raise ValueError(f"output_tokens must be >= 0, got {output}")
+    return RequestCost(p.prompt_tokens, output, p.prompt_tokens * p.usd_per_m_input_tokens / 1e6,
+                       output * p.usd_per_m_output_tokens / 1e6)
+
+
 def cheapest(plans: list[CapacityPlan]) -> CapacityPlan | None:
     """The plan with the lowest $/M output tokens among those that meet the SLOs (None if none do)."""
     ok = [p for p in plans if p.meets_slo]

@@ -7,6 +7,8 @@ weight dtype: quantizing weights to int4 does not shrink the KV cache.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -62,7 +64,11 @@ WEIGHT_FORMATS: dict[str, NumberFormat] = {
             "int8", 8, group_size=128, scale_bits=16, note="one fp16 scale per 128 weights"
         ),
         NumberFormat(
-            "int4", 4, group_size=128, scale_bits=16, note="one fp16 scale per 128 weights"
+            "int4",
+            4,
+            group_size=128,
+            scale_bits=16,
+            note="one fp16 scale per 128 weights, symmetric (no zero point)",
         ),
         NumberFormat(
             "nf4",
@@ -123,12 +129,14 @@ def kv_bytes_per_element(kv_dtype: str) -> int:
 
 @dataclass(frozen=True)
 class WeightBytes:
-    """Bytes of the weights: quantized matmul weights plus what stays 16-bit (embeddings, norms)."""
+    """Bytes of the weights: the quantized matmul weights plus what stays 16-bit (embeddings, norms,
+    and any module the checkpoint's ``quantization_config`` leaves unconverted)."""
 
     dtype: str
-    matmul_bytes: int
-    other_bytes: int
+    matmul_bytes: int  # the weights stored in ``dtype``
+    other_bytes: int  # the weights kept in 16 bits
     params: ParamCounts
+    kept_modules: tuple[str, ...] = ()  # the checkpoint's modules_to_not_convert, when they applied
 
     @property
     def total(self) -> int:
@@ -142,7 +150,63 @@ class WeightBytes:
             "total_bytes": self.total,
             "params": self.params.total,
             "active_params": self.params.active,
+            "kept_modules": list(self.kept_modules),
         }
+
+
+# Where each matmul component of :class:`ParamCounts` lives in a transformers checkpoint (Llama,
+# Mistral, Qwen2, DeepSeek-V3, gpt-oss module names; layer 0 stands for every layer). A pattern of
+# ``modules_to_not_convert`` that matches one of these paths, or a module above it, keeps it unquantized.
+COMPONENT_MODULES: dict[str, tuple[str, ...]] = {
+    "attention": ("model.layers.0.self_attn",),
+    "mlp_dense": ("model.layers.0.mlp",),
+    "experts": ("model.layers.0.mlp.experts",),
+    "shared_experts": ("model.layers.0.mlp.shared_experts",),
+    "routers": ("model.layers.0.mlp.router", "model.layers.0.mlp.gate"),
+}
+
+
+def modules_not_converted(model: ModelLike, dtype: str) -> tuple[str, ...]:
+    """The checkpoint's ``quantization_config.modules_to_not_convert`` when it is stored in ``dtype``.
+
+    A released quantized checkpoint (gpt-oss in mxfp4) says which modules it kept in 16 bits; the
+    list applies only to the format it names (``quant_method``), not to a format the course
+    applies itself. Empty when the config has no such block or cannot be found (a shape whose name
+    is not in the catalog).
+    """
+    if isinstance(model, dict):
+        return _unconverted(model, dtype)
+    if isinstance(model, ModelShape):
+        return _catalog_unconverted(model.name, dtype, missing_ok=True)
+    return _catalog_unconverted(str(model), dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _catalog_unconverted(name_or_path: str, dtype: str, missing_ok: bool = False) -> tuple[str, ...]:
+    """:func:`modules_not_converted` of a catalog name or config path (read once per name)."""
+    from ..catalog import load_model_config
+
+    try:
+        config = load_model_config(name_or_path)
+    except (KeyError, FileNotFoundError):  # a shape of no catalogued config: no checkpoint to read
+        if missing_ok:
+            return ()
+        raise
+    return _unconverted(config, dtype)
+
+
+def _unconverted(config: dict[str, Any], dtype: str) -> tuple[str, ...]:
+    quantization = config.get("quantization_config") or {}
+    if str(quantization.get("quant_method", "")).lower() != dtype:
+        return ()
+    return tuple(quantization.get("modules_to_not_convert") or ())
+
+
+def _kept(path: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``path`` or a module above it matches one of ``patterns`` (``*`` as in the config)."""
+    parts = path.split(".")
+    ancestors = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(a, p) for a in ancestors for p in patterns)
 
 
 def weight_bytes(
@@ -152,7 +216,10 @@ def weight_bytes(
 
     Quantized formats (fp8, int8, int4, nf4, mxfp4) apply to the matmul weights of the layers;
     embeddings, LM head and norms stay in ``keep_dtype``, as bitsandbytes and most checkpoints do.
-    Unquantized formats (fp32, bf16, fp16) apply to everything.
+    When the model's config describes a released checkpoint in ``dtype`` (its
+    ``quantization_config``), the modules it lists in ``modules_to_not_convert`` stay in
+    ``keep_dtype`` too: gpt-oss ships only its MoE experts in mxfp4 and keeps attention and
+    routers in bf16. Unquantized formats (fp32, bf16, fp16) apply to everything.
     """
     fmt = weight_format(dtype, group_size)
     counts = param_counts(as_shape(model))
@@ -160,9 +227,16 @@ def weight_bytes(
         return WeightBytes(
             dtype, fmt.bytes_for(counts.matmul), fmt.bytes_for(counts.total - counts.matmul), counts
         )
+    kept_modules = modules_not_converted(model, dtype)
+    kept = sum(
+        getattr(counts, component)
+        for component, paths in COMPONENT_MODULES.items()
+        if any(_kept(path, kept_modules) for path in paths)
+    )
+    quantized = counts.matmul - kept
     keep = weight_format(keep_dtype)
     return WeightBytes(
-        dtype, fmt.bytes_for(counts.matmul), keep.bytes_for(counts.total - counts.matmul), counts
+        dtype, fmt.bytes_for(quantized), keep.bytes_for(counts.total - quantized), counts, kept_modules
     )
 
 

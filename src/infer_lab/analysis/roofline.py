@@ -21,6 +21,7 @@ faster: see :mod:`infer_lab.analysis.parallel` for pipeline and data parallelism
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -524,16 +525,7 @@ def critical_batch(
         step = predict_decode(shape, roof, b, context, **kwargs)
         return step.flops / roof.peak_flops >= step.bytes / roof.bandwidth_Bps
 
-    if not compute_bound(max_batch):
-        return None
-    lo, hi = 1, max_batch
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if compute_bound(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return smallest_true(compute_bound, max_batch)
 
 
 @dataclass(frozen=True)
@@ -611,3 +603,18 @@ def predict(
         prefill=pre,
         decode=dec,
     )
+
+
+def smallest_true(condition: Callable[[int], bool], largest: int) -> int | None:
+    """The smallest n in 1..``largest`` for which ``condition(n)`` holds, for a condition that stays
+    true once it turns true (a bisection, about log2(largest) calls); None when even ``largest`` fails."""
+    if not condition(largest):
+        return None
+    lo, hi = 1, largest
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if condition(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -280,7 +280,7 @@ def draft_mechanisms(
                        extra_params=medusa_heads * medusa_head, extra_kv_bytes_per_token=0,
                        draft_params_read=medusa_head, **common),
         DraftMechanism("EAGLE (one decoder layer)",
-                       drafts_from="the target's second-to-top features plus the next token's embedding",
+                       drafts_from="the target's last hidden state (the features under its LM head) plus the next token's embedding",
                        adds="a 2h -> h projection and one decoder layer; embedding and LM head shared",
                        extra_params=eagle, extra_kv_bytes_per_token=kv_layer,
                        draft_params_read=2 * h * h + h + last_active + head, **common),

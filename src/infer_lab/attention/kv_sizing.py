@@ -27,7 +27,7 @@ VARIANT_MODELS = ("mistral-7b", "llama-3.1-70b", "deepseek-v3")  # each reads th
 
 
 def variant_shapes(model: str, window: int = 4096) -> dict[str, ModelShape]:
-    """The model's shape as MHA, its own GQA, MQA, sliding-window (its KV heads) and MLA when it has it.
+    """The model's shape as MHA, its own GQA, MQA, MLA when it has it, and a sliding window over its own KV.
 
     Shapes are :class:`infer_lab.shape.ModelShape` copies with one field changed. For an MLA
     model the MHA and MQA use the value head dim for K too (see the module docstring).
@@ -42,15 +42,33 @@ def variant_shapes(model: str, window: int = 4096) -> dict[str, ModelShape]:
         if 1 < shape.kv_heads < shape.heads:
             variants[f"GQA-{shape.kv_heads}"] = shape
         variants["MQA"] = dataclasses.replace(shape, kv_heads=1)
-    own = shape if not shape.mla else variants["MHA"]
-    variants[f"sliding-{window} (own KV heads)"] = dataclasses.replace(own, layer_windows=(window,) * shape.layers)
+    # The window applies to the model's own cache: its KV heads, or MLA's latent (not the MHA expansion).
+    variants[f"sliding-{window} (own KV)"] = dataclasses.replace(shape, layer_windows=(window,) * shape.layers)
     return variants
 
 
-def gpus_to_hold(model_shape: Any, gpu_memory_bytes: int, weight_dtype: str = "bf16") -> int:
-    """Fewest GPUs whose memory holds the weights with 25% to spare (tensor parallel, as a node would)."""
-    weights = kv_memory.weight_bytes(model_shape, weight_dtype).total
-    return max(1, -(-int(weights * 1.25) // gpu_memory_bytes))
+# The precision a model's released checkpoint ships in, where it is not bf16: the weights a deployment
+# actually loads. DeepSeek-V3: FP8 e4m3 with one fp32 scale per 128 x 128 block (README_WEIGHTS.md of the
+# deepseek-ai/DeepSeek-V3 repository: "natively supports FP8 weight format with 128x128 block scaling", and
+# its config.json's quantization_config). GPT-OSS-120B: MXFP4 MoE experts (its config.json's
+# quantization_config). The byte counts use the planner's formats (analysis/memory.py).
+SHIPPED_WEIGHT_DTYPE = {"deepseek-v3": "fp8", "gpt-oss-120b": "mxfp4"}
+WEIGHT_SPARE = 0.25  # room left beside the weights when choosing a GPU count (KV, activations)
+
+
+def shipped_weight_dtype(model_shape: Any) -> str:
+    """The weight format ``model_shape``'s released checkpoint ships in (``'bf16'`` unless listed)."""
+    return SHIPPED_WEIGHT_DTYPE.get(kv_memory.as_shape(model_shape).name, "bf16")
+
+
+def gpus_to_hold(model_shape: Any, gpu_memory_bytes: int, weight_dtype: str | None = None) -> int:
+    """GPUs a deployment of the weights takes: the fewest whose memory holds them with 25% to spare,
+    rounded up to a power of two, as tensor- and pipeline-parallel layouts split a model (a count
+    like 21 divides no model's heads). ``weight_dtype`` defaults to the shipped format."""
+    dtype = weight_dtype or shipped_weight_dtype(model_shape)
+    weights = kv_memory.weight_bytes(model_shape, dtype).total
+    fewest = max(1, -(-int(weights * (1 + WEIGHT_SPARE)) // gpu_memory_bytes))
+    return 1 << (fewest - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,7 @@ class VariantMemory:
     gpu: str
     n_gpus: int
     max_users: int
+    weight_dtype: str = "bf16"  # the weights the GPU count and max users assume
 
 
 def variant_memory_table(
@@ -73,26 +92,29 @@ def variant_memory_table(
     gpu: str = "H100-SXM",
     context: int = 32768,
     kv_dtype: str = "bf16",
-    weight_dtype: str = "bf16",
+    weight_dtype: str | None = None,
     n_gpus: int | None = None,
     window: int = 4096,
 ) -> list[VariantMemory]:
     """KV bytes per token (all layers), KV per user at ``context`` and max users on ``gpu``, per variant.
 
-    ``n_gpus`` defaults to the fewest GPUs that hold the weights (so the 671B model gets a node).
+    ``weight_dtype`` defaults to each model's shipped format (:func:`shipped_weight_dtype`: DeepSeek-V3
+    in fp8) and ``n_gpus`` to :func:`gpus_to_hold` of those weights (a power of two: the 671B model
+    gets 8 H200s or 16 H100s, not 21).
     """
     spec = get_gpu(gpu)
     rows = []
     for model in models:
         variants = variant_shapes(model, window)
-        gpus = n_gpus or gpus_to_hold(variants["MHA"], spec.memory_bytes, weight_dtype)
+        dtype = weight_dtype or shipped_weight_dtype(model)
+        gpus = n_gpus or gpus_to_hold(variants["MHA"], spec.memory_bytes, dtype)
         mha_per_user = kv_memory.kv_bytes(variants["MHA"], context, 1, kv_dtype)
         for name, shape in variants.items():
             per_user = kv_memory.kv_bytes(shape, context, 1, kv_dtype)
             users = kv_memory.max_users(shape, spec.memory_bytes, context, n_gpus=gpus,
-                                        weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                                        weight_dtype=dtype, kv_dtype=kv_dtype)
             rows.append(VariantMemory(model, name, kv_memory.kv_bytes_per_token(shape, kv_dtype), context,
-                                      per_user, mha_per_user / per_user, spec.name, gpus, users))
+                                      per_user, mha_per_user / per_user, spec.name, gpus, users, dtype))
     return rows
 
 
@@ -110,11 +132,13 @@ class PredictedDecode:
 
 
 def predicted_decode(
-    model_shape: Any, gpu: str, batch: int, context: int, kv_dtype: str = "bf16", n_gpus: int = 1
+    model_shape: Any, gpu: str, batch: int, context: int, kv_dtype: str = "bf16", n_gpus: int = 1,
+    weight_dtype: str = "bf16",
 ) -> PredictedDecode:
-    """Roofline decode step of a (variant) shape on ``n_gpus`` ``gpu``s."""
+    """Roofline decode step of a (variant) shape on ``n_gpus`` ``gpu``s, weights in ``weight_dtype``."""
     step = roofline.predict_decode(
-        model_shape, roofline.gpu_roof(gpu, n_gpus=n_gpus), batch, context, kv_dtype=kv_dtype
+        model_shape, roofline.gpu_roof(gpu, n_gpus=n_gpus), batch, context, kv_dtype=kv_dtype,
+        weight_dtype=weight_dtype,
     )
     ops = roofline.decode_ops(model_shape, batch, context, kv_dtype=kv_dtype)
     kv_read = sum(getattr(o, "kv_read_bytes", 0.0) for o in ops)
@@ -271,7 +295,7 @@ def scorecard(
     """MHA / GQA / MQA / MLA / sliding window on quality, KV memory and predicted decode throughput.
 
     KV bytes, max users and the roofline decode rate come from the analysis for ``model``'s
-    shape (MLA only for models that have it), on the fewest ``gpu``s that hold the weights.
+    shape (MLA only for models that have it), on :func:`gpus_to_hold` ``gpu``s for its shipped weights.
     ``measured_quality`` maps a variant family (``'MQA'``, ``'sliding'``...) to a measured
     statement shown beside the cited one, which it never replaces: a measurement on another model or
     setting does not say what the literature's trained variant costs.
@@ -281,12 +305,13 @@ def scorecard(
     quality = {family: "; ".join(x for x in (CITED_QUALITY.get(family, ""), measured.get(family, "")) if x)
                for family in {*CITED_QUALITY, *measured}}
     variants = variant_shapes(model, window)
-    gpus = gpus_to_hold(variants["MHA"], spec.memory_bytes)
+    dtype = shipped_weight_dtype(model)
+    gpus = gpus_to_hold(variants["MHA"], spec.memory_bytes, dtype)
     rows = []
     for name, shape in variants.items():
-        users = kv_memory.max_users(shape, spec.memory_bytes, context, n_gpus=gpus)
-        single = predicted_decode(shape, gpu, 1, context, n_gpus=gpus)
-        full = predicted_decode(shape, gpu, max(users, 1), context, n_gpus=gpus)
+        users = kv_memory.max_users(shape, spec.memory_bytes, context, n_gpus=gpus, weight_dtype=dtype)
+        single = predicted_decode(shape, gpu, 1, context, n_gpus=gpus, weight_dtype=dtype)
+        full = predicted_decode(shape, gpu, max(users, 1), context, n_gpus=gpus, weight_dtype=dtype)
         rows.append(ScorecardRow(name, quality.get(variant_family(name), ""), kv_memory.kv_bytes_per_token(shape),
                                  gpus, users, single.tokens_per_s, full.tokens_per_s if users else 0.0,
                                  model, spec.name, context))

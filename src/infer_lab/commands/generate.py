@@ -24,8 +24,10 @@ TTFT (time to first token: the prefill) and ITL (each decode step after it).
 
 --speculative (chapter 12) lets a proposer guess up to K tokens that the target verifies in one
 forward pass: ngram (prompt lookup: what followed the last n <= 3 tokens earlier in the text;
-ngram:N for n <= N) or self:L (the target's own first L layers). Greedy output is token-identical
-to plain decoding; --json then adds proposed_tokens, accepted_tokens and target_passes.
+ngram:N for n <= N) or self:L (the target's own first L layers). With exact arithmetic greedy output
+is token-identical to plain decoding; in floating point a batched verification adds in a different
+order (on a GPU in bf16 above all), which can flip a near-tie: `infer-lab bench spec` checks it.
+--json then adds proposed_tokens, accepted_tokens and target_passes.
 
 With --weights random the prompt is replaced by random token ids of the same length budget
 (--prompt-len) and the text is meaningless; memory and timing are true.

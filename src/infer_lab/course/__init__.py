@@ -1,6 +1,8 @@
 """The course: one module per chapter, each the single source of its notebook, tour step and checks.
 
-Chapter ``NN`` lives in ``course/chNN_<slug>.py`` next to ``infer_lab/notebooks/NN_<slug>.py``. Every
+Chapter ``NN`` lives in ``course/chNN_<slug>.py`` (or, once it outgrows one file, the package
+``course/chNN_<slug>/`` with a file per part, re-exporting the same names) next to
+``infer_lab/notebooks/NN_<slug>.py``. Every
 chapter module has the same small surface, and every consumer (the notebook, ``infer-lab
 tour``, the tests, the exercises, the slides) calls it and restates nothing:
 

@@ -50,6 +50,7 @@ DEFAULTS_CAPACITY = {
     "kv_dtype": "bf16",
     "context": 4096,
     "users": 0,
+    "min_users": 1,
     "itl_slo_ms": 50.0,
     "ttft_slo_ms": 2000.0,
     "memory_fraction": 0.9,
@@ -209,15 +210,21 @@ def capacity_plans(
     itl_slo_ms: float = 0.0,
     ttft_slo_ms: float = 0.0,
     memory_fraction: float = 0.9,
+    min_users: int = 1,
 ) -> CalculatorResult:
     """Plan the workload on the catalog (``gpu='all'``) or on ``n_gpus`` of one GPU type.
 
     Widget conventions: ``gpu='all'`` compares the catalog (each GPU type at the smallest count
-    that fits), ``users=0`` means "as many as memory and the SLO allow", an SLO of 0 means "none".
+    that meets the SLOs), ``users=0`` means "as many as memory and the SLO allow", an SLO of 0
+    means "none". ``min_users`` is the minimum batch: the concurrent users (all GPUs of a
+    configuration together) the deployment must serve; a configuration that holds fewer within
+    memory and the ITL SLO misses, so with ``gpu='all'`` a larger minimum buys more GPUs.
     """
+    require_positive("min_users", int(min_users))
     kwargs = dict(
         context=int(context),
         users=int(users) or None,
+        min_users=int(min_users),
         itl_slo_ms=itl_slo_ms or None,
         ttft_slo_ms=ttft_slo_ms or None,
         weight_dtype=weight_dtype,
@@ -236,7 +243,7 @@ def verdict(plans: list[CapacityPlan]) -> str:
             least = min(plans, key=lambda p: p.fit.shortfall_bytes)
             return (f"**It does not fit.** The closest, {least.n_gpus}x {least.gpu}, is short by "
                     f"{fmt_bytes(least.fit.shortfall_bytes)}: {least.why_not}.")
-        return "**No configuration meets these SLOs.** The last column says why, for each GPU."
+        return "**No configuration meets these SLOs and this minimum batch.** The last column says why, for each GPU."
     text = (
         f"**Cheapest that meets the SLOs: {best.n_gpus}x {best.gpu}**: {best.users:,} users, "
         f"ITL {human(best.itl_ms, 3)} ms, TTFT {best.ttft_ms:,.0f} ms, {best.tokens_per_s:,.0f} tokens/s, "
@@ -310,6 +317,7 @@ def capacity_controls(mo: Any):
             "kv_dtype": mo.ui.dropdown(list(KV_FORMATS), value=d["kv_dtype"], label="KV"),
             "context": mo.ui.number(128, 1_048_576, step=128, value=d["context"], label="context (tokens)"),
             "users": mo.ui.number(0, 4096, value=d["users"], label="users (0 = max within SLO)"),
+            "min_users": mo.ui.number(1, 4096, value=d["min_users"], label="minimum batch (users)"),
             "itl_slo_ms": mo.ui.number(0, 10_000, value=d["itl_slo_ms"], label="ITL SLO ms (0 = none)"),
             "ttft_slo_ms": mo.ui.number(0, 600_000, value=d["ttft_slo_ms"], label="TTFT SLO ms (0 = none)"),
             "memory_fraction": mo.ui.slider(0.5, 1.0, step=0.01, value=d["memory_fraction"],
@@ -355,6 +363,7 @@ def capacity_calculator_ipywidget():
         "kv_dtype": w.Dropdown(options=list(KV_FORMATS), value=d["kv_dtype"], description="KV"),
         "context": w.BoundedIntText(min=128, max=1_048_576, step=128, value=d["context"], description="context"),
         "users": w.BoundedIntText(min=0, max=4096, value=d["users"], description="users (0=max)"),
+        "min_users": w.BoundedIntText(min=1, max=4096, value=d["min_users"], description="minimum batch (users)"),
         "itl_slo_ms": w.BoundedFloatText(min=0, max=10_000, value=d["itl_slo_ms"], description="ITL SLO ms"),
         "ttft_slo_ms": w.BoundedFloatText(min=0, max=600_000, value=d["ttft_slo_ms"], description="TTFT SLO ms"),
         "memory_fraction": w.FloatSlider(min=0.5, max=1.0, step=0.01, value=d["memory_fraction"],
@@ -372,4 +381,4 @@ def capacity_calculator_ipywidget():
         control.style.description_width = "initial"
     out = w.interactive_output(render, controls)
     items = list(controls.values())
-    return w.VBox([w.HBox(items[:5]), w.HBox(items[5:]), out])
+    return w.VBox([w.HBox(items[:6]), w.HBox(items[6:]), out])

@@ -6,6 +6,10 @@ The experiments are the notebook's own code: ``@app.function`` definitions in
 draws and describes what they return, and runs the very same functions for the tour, the tests and
 the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
 
+0. **Why inference cost matters** (cited and analytic, no button): the opener's token volumes,
+   what a month of them costs and why batching makes tokens cheaper, from
+   :mod:`infer_lab.course.opener` (the deck's opener slides use the same functions), after the
+   learner's guess of the latest volume's average tokens per second (:func:`rate_guess_text`).
 1. **The loop** (counted; ``generate_step_by_step``): tokenize, embed, every decoder layer, the
    LM head's logits, a greedy choice, append; one full forward pass per token (no KV cache), with
    the engine's greedy tokens beside it.
@@ -13,9 +17,13 @@ the Jupyter edition (``run_*``, through :mod:`infer_lab.course.notebook_code`).
    the learner's model and a 7B of the catalog, against the "95 % in the layers" rule of thumb.
 3. **Bandwidth by working set** (measured; ``bandwidth_curve``): copies from a few KiB to beyond
    the last cache, GB/s against the working set, the cache sizes marked.
+   Beside it, a GPU's two levels as the talks drew them (HBM and on-chip SRAM) with catalog
+   figures (:func:`gpu_memory_text`, chapter 04's ``hierarchy_text``).
 4. **Why decode waits on memory** (predicted, then measured; ``decode_prediction`` and
-   ``decode_measured``): a decode step's bytes / measured bandwidth against its FLOPs / measured
-   FLOP/s, then the engine's own step beside the prediction.
+   ``decode_measured``): first the share of a datasheet GPU's decode step spent waiting on memory
+   (:func:`gpu_decode_wait_text`, chapter 04's ``decode_wait_text``), then a decode step's bytes /
+   measured bandwidth against its FLOPs / measured FLOP/s on this machine, then the engine's own
+   step beside the prediction.
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ from ..figures import finish, subplots
 from ..hardware import device_label
 from ..shape import ModelShape, model_shape
 from ..units import count, fmt_bytes, human
-from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, chapter_number, check_machine, choose_size, run_parts
 from .notebook_code import notebook_function
+from .opener import TITLE as OPENER_TITLE  # noqa: F401 - the part this chapter opens with (build_self_paced)
+from .opener import TokenVolume, tokens_in_words
 from .saved import SavedView
 from .tables import Column, people_table
 
@@ -85,6 +95,33 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------------------
+# Part 0: why inference cost matters (the experiment is infer_lab.course.opener, shown in the cell)
+
+GUESS_WITHIN = 2.0  # a guess within this factor of the answer reads "close"
+
+
+def rate_guess_text(guess_tokens_per_s: float | None, volume: TokenVolume) -> str:
+    """The learner's guess of ``volume``'s average tokens per second against the real average.
+
+    ``guess_tokens_per_s`` in tokens/s (``None`` or 0: no guess); the average is the monthly
+    volume over a 30.44-day month (:attr:`TokenVolume.tokens_per_s`).
+    """
+    rate = volume.tokens_per_s
+    answer = (f"{volume.qualifier.capitalize()} {tokens_in_words(volume.value)} tokens a month is "
+              f"**{volume.qualifier} {tokens_in_words(rate)} tokens per second** on average, day and night.")
+    if not guess_tokens_per_s:
+        return answer
+    ratio = rate / guess_tokens_per_s
+    if 1 / GUESS_WITHIN <= ratio <= GUESS_WITHIN:
+        verdict = f"your guess is within {human(GUESS_WITHIN)}× of it: close."
+    elif ratio > 1:
+        verdict = f"the real rate is **{human(ratio, 2)}× higher** than your guess."
+    else:
+        verdict = f"the real rate is **{human(1 / ratio, 2)}× lower** than your guess."
+    return f"You guessed **{tokens_in_words(guess_tokens_per_s)} tokens per second**. {answer} So {verdict}"
+
+
+# ---------------------------------------------------------------------------------------------
 # Part 1: the loop (the experiment is the notebook's `generate_step_by_step`)
 
 
@@ -123,6 +160,16 @@ NO_TOKENIZER = ("**This model has no tokenizer** (random weights): the prompt's 
 def prompt_ids(lm: Any, prompt: str) -> list[int]:
     """Tokenize ``prompt``; without a tokenizer, one fixed id per word (what the notebook's cell does)."""
     return lm.tokenizer.encode(prompt) if lm.tokenizer else lm.word_ids(prompt)[0].tolist()
+
+
+def loop_question(lm: Any, prompt: str) -> str:
+    """Part 1's prediction question, with the prompt's length counted by ``lm``'s own tokenizer
+    (without one, one id per word), so the learner can answer it before running the cell."""
+    count = len(prompt_ids(lm, prompt))
+    unit = "tokens for this model's tokenizer" if lm.tokenizer else "token ids (no tokenizer: one per word)"
+    return (f"**Predict first:** the cell below writes `new_tokens` tokens (set in the cell) after the prompt "
+            f"\"{prompt}\", which is **{count} {unit}**. In its last pass, how many tokens go through every "
+            "layer? How long is each pass's logits vector, for this model?")
 
 
 def loop_result(lm: Any, prompt: str, ids: list[int], steps: list[dict[str, Any]], engine_tokens: list[int]) -> LoopResult:
@@ -319,6 +366,24 @@ def levels_text(device: Any = None) -> str:
     return f"{device_label(dev)} has these data caches ({where} says so): {listed}."
 
 
+def gpu_memory_text() -> str:
+    """A GPU's two memory levels, HBM and on-chip SRAM (shared memory), in sizes and bandwidths from
+    the catalog: chapter 04's ``hierarchy_text`` for the GPU its deck slides use."""
+    from . import ch04_prefill_decode_roofline as ch04
+
+    gpu = ch04.sizes("cpu", "quick").gpu
+    return ch04.hierarchy_text(ch04.hierarchy_rows([gpu]), gpu)
+
+
+def gpu_decode_wait_text() -> str:
+    """How much of a batch-1 decode step a datasheet GPU's compute units spend waiting on memory:
+    chapter 04's ``decode_wait_text`` for the model, GPU and context of its deck slides."""
+    from . import ch04_prefill_decode_roofline as ch04
+
+    s = ch04.sizes("cpu", "quick")
+    return ch04.decode_wait_text(s.model, s.gpu, s.context)
+
+
 def run_bandwidth(lm: Any, sizes: Sizes) -> BandwidthResult:
     """Run the notebook's own sweep (``bandwidth_curve``) on the model's device."""
     points = notebook_function(NUMBER, "bandwidth_curve")(lm.device, sizes.bw_smallest, sizes.bw_largest,
@@ -490,7 +555,8 @@ def decode_text(step: StepPrediction, row: dict[str, Any]) -> str:
             f"prediction. It took {human(row['measured_ms'] / compute_ms)}× what its arithmetic alone needs at the "
             f"measured FLOP/s, and {human(row['measured_ms'] / memory_ms)}× what its bytes alone need at the measured "
             "bandwidth: the bytes are the floor it stands on. What is left above the roofline is the engine's "
-            "software (Python, one kernel per op, the cache's gather), which chapter 09 takes apart.")
+            f"software (Python, one kernel per op, the cache's gather), which chapter {chapter_number('batching')} "
+            "takes apart.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,15 @@ from ..analysis.compare import dtype_name, shape_of
 from ..figures import finish
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, compare_spreads
 from ..units import GB, count, human
-from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .chapter import (
+    NO_MODEL,
+    ChapterResult,
+    chapter_number,
+    check_machine,
+    choose_size,
+    finding,
+    run_parts,
+)
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -229,6 +237,17 @@ def memory_prediction(lm: Any) -> str:
             f"**{per_token:,} bytes per token**, so 4× the tokens or 4× the users is 4× the bytes.")
 
 
+def memory_panels_text(contexts: tuple[int, ...], users: tuple[int, ...]) -> str:
+    """What the memory figure's two panels show, from the sweep's contexts and user counts (tokens, users)."""
+    def listed(numbers: tuple[int, ...]) -> str:
+        words = [f"{n:,}" for n in numbers]
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+    return (f"The dots are those counts; the line extends them. Left: one user at {listed(contexts)} tokens. "
+            f"Right: {listed(users)} users, each at {contexts[0]:,} tokens, the context the right panel's dots were "
+            "measured at, so its line carries that same context.")
+
+
 def memory_result(lm: Any, kv: dict[tuple[int, int], int]) -> MemoryResult:
     """The notebook's ``kv_after_prefill`` output ({(context, users): bytes}) as a :class:`MemoryResult`."""
     from ..hardware import detect
@@ -320,14 +339,66 @@ def decode_bytes(lm: Any, batch: int, context: int) -> float:
                                                     act_dtype=dtype))
 
 
-def itl_prediction(lm: Any, contexts: tuple[int, ...], batches: tuple[int, ...]) -> str:
-    """Bytes a decode step moves at the smallest and largest (context, batch), before anything runs."""
-    c, b = min(contexts), max(batches)
-    small, big = decode_bytes(lm, 1, c), decode_bytes(lm, b, max(contexts))
-    return (f"**Predicted from the config:** a decode step at batch 1 and {c:,} tokens moves "
-            f"{human(small / 1e6, 3)} MB (nearly all of it weights); at batch {b} and {max(contexts):,} tokens "
-            f"{human(big / 1e6, 3)} MB, **{human(big / small, 3)}×** the bytes for {b}× the tokens. If the step "
-            "waits on memory, its time grows like the bytes and the total tokens/s grows almost with the batch.")
+@dataclass(frozen=True)
+class ITLPlan:
+    """Which (context, batch) points of the decode sweep fit in the device's memory, and which do not.
+
+    A point fits when the weights, the KV of ``batch`` sequences of ``context`` + the decoded tokens
+    and the activations of their one prefill fit, by :func:`infer_lab.analysis.memory.fit` (its
+    default usable fraction and runtime reserve), in ``memory_bytes``.
+    """
+
+    measured: list[tuple[int, int]]  # (context tokens, batch) that fit, in sweep order
+    left_out: list[tuple[int, int]]  # (context tokens, batch) whose memory would not fit
+    memory_bytes: int
+    memory_label: str  # "GPU memory" or "RAM"
+
+
+def itl_plan_for(model: memory.ModelLike, dtype: str, contexts: tuple[int, ...], batches: tuple[int, ...],
+                 steps: int, memory_bytes: int, memory_label: str) -> ITLPlan:
+    """The decode sweep's points that fit in ``memory_bytes`` (bytes) for ``model`` in ``dtype``
+    (weights and KV), decoding ``steps`` tokens after the prefill's first one."""
+    measured, left_out = [], []
+    for context in contexts:
+        for batch in batches:
+            report = memory.fit(model, memory_bytes, context + steps + 1, users=batch, weight_dtype=dtype,
+                                kv_dtype=dtype, prefill_chunk=batch * context)  # the whole batch prefills at once
+            (measured if report.fits else left_out).append((context, batch))
+    return ITLPlan(measured, left_out, memory_bytes, memory_label)
+
+
+def itl_plan(lm: Any, contexts: tuple[int, ...], batches: tuple[int, ...], steps: int) -> ITLPlan:
+    """:func:`itl_plan_for` with the loaded model's config and dtype and its device's total memory."""
+    from ..hardware import detect
+
+    shape, dtype = _shape_dtype(lm)
+    info = detect(lm.device)
+    return itl_plan_for(shape, dtype, contexts, batches, steps, info.memory_total_bytes,
+                        "GPU memory" if info.kind == "cuda" else "RAM")
+
+
+def left_out_text(plan: ITLPlan) -> str:
+    """Which sweep points are skipped because their memory would not fit ('' when none is)."""
+    if not plan.left_out:
+        return ""
+    points = ", ".join(f"batch {b:,} at {c:,} tokens" for c, b in plan.left_out)
+    return (f" Left out of the sweep: {points}: weights, KV and the prefill's activations would not fit in this "
+            f"machine's {plan.memory_label} ({plan.memory_bytes / GB:.1f} GB).")
+
+
+def itl_prediction(lm: Any, plan: ITLPlan) -> str:
+    """Bytes a decode step moves at the smallest and the largest measured (context, batch), before anything runs."""
+    if not plan.measured:
+        return "**Nothing in this sweep fits in memory.**" + left_out_text(plan)
+    c = min(context for context, _ in plan.measured)
+    b = min(batch for context, batch in plan.measured if context == c)
+    big_c, big_b = max(plan.measured, key=lambda point: (point[0] * point[1], point[1]))
+    small, big = decode_bytes(lm, b, c), decode_bytes(lm, big_b, big_c)
+    return (f"**Predicted from the config:** a decode step at batch {b:,} and {c:,} tokens moves "
+            f"{human(small / 1e6, 3)} MB (nearly all of it weights); at batch {big_b:,} and {big_c:,} tokens "
+            f"{human(big / 1e6, 3)} MB, **{human(big / small, 3)}×** the bytes for {human(big_b / b, 3)}× the tokens. "
+            "If the step waits on memory, its time grows like the bytes and the total tokens/s grows almost with "
+            "the batch." + left_out_text(plan))
 
 
 def itl_points(runs: dict[tuple[int, int], tuple[Any, int]]) -> list[ITLPoint]:
@@ -339,7 +410,8 @@ def itl_points(runs: dict[tuple[int, int], tuple[Any, int]]) -> list[ITLPoint]:
 def run_itl(lm: Any, sizes: Sizes) -> list[ITLPoint]:
     """Run the notebook's own experiment (``decode_step_times`` of ``infer_lab/notebooks/02_feel_the_pain.py``)."""
     experiment = notebook_function(NUMBER, "decode_step_times")
-    return itl_points(experiment(lm, sizes.itl_contexts, sizes.itl_batches, sizes.itl_steps))
+    plan = itl_plan(lm, sizes.itl_contexts, sizes.itl_batches, sizes.itl_steps)
+    return itl_points(experiment(lm, plan.measured, sizes.itl_steps))
 
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
@@ -353,6 +425,21 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     })
 
 
+def verdict(outcome: str, claim: str, opposite: str, machine: MachineLoad, spread: str) -> str:
+    """The verdict of a timed part: :func:`~infer_lab.course.chapter.finding`, except that a run
+    pointing the other way on a machine not found busy is reported as what it measured.
+
+    ``claim`` is the lesson as a sentence without its full stop, ``opposite`` what the run showed
+    when it points the other way, ``spread`` the evidence. A busy machine explains a contradiction
+    (``finding`` says *inconclusive*); a quiet one does not, so the page says what was measured.
+    """
+    if outcome != CONTRADICTED or machine.busy:
+        return finding(outcome, claim, machine, spread)
+    return (f"**This run measured the opposite:** {opposite} ({spread}). {machine.text()} One run can be an "
+            "accident: press the button again. If it holds, it is this machine's result at these sizes, and the "
+            "numbers below say by how much.")
+
+
 def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
     """Whether TTFT grew from the shortest to the longest prompt beyond the repeats' spread, with
     the machine's load (``machine``, else the check stored with the points, else one taken now)."""
@@ -362,8 +449,10 @@ def ttft_text(ttft: list[TTFTPoint], machine: MachineLoad | None = None) -> str:
                               [b.min_s, b.max_s if b.max_s is not None else b.p90_s])
     numbers = (f"TTFT p50 was {a.p50_s * 1e3:,.1f} ms at {a.prompt_len:,} tokens and {b.p50_s * 1e3:,.1f} ms at "
                f"{b.prompt_len:,} tokens ({a.repeats} runs each).")
-    claim = (f"TTFT grows with the prompt, from {a.prompt_len:,} to {b.prompt_len:,} tokens")
-    return finding(outcome, claim, machine, f"beyond the spread of {a.repeats} runs per length, fastest to slowest") + " " + numbers
+    claim = f"TTFT grows with the prompt, from {a.prompt_len:,} to {b.prompt_len:,} tokens"
+    opposite = f"TTFT fell from {a.prompt_len:,} to {b.prompt_len:,} tokens"
+    spread = f"beyond the spread of {a.repeats} runs per length, fastest to slowest"
+    return verdict(outcome, claim, opposite, machine, spread) + " " + numbers
 
 
 def guess_line(what: str, guess: float | None, predicted: float, measured: float) -> str:
@@ -415,32 +504,60 @@ def memory_text(memory: MemoryResult) -> str:
 def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> str:
     """The verdict (does one batch beat one request at a time?) with the machine's load, then the numbers."""
     machine = machine or check_machine()
-    verdict = finding(SUPPORTED if serving.speedup > 1 else CONTRADICTED,
-                      "one padded batch serves more tokens per second than one request at a time", machine,
-                      "one run of each")
-    return verdict + " " + (
-        f"One padded batch gives **{serving.speedup:.1f}×** the throughput of one request at a time here "
+    outcome = (SUPPORTED if serving.speedup > 1 else CONTRADICTED if serving.speedup < 1 else INCONCLUSIVE)
+    verdict_text = verdict(outcome, "one padded batch serves more tokens per second than one request at a time",
+                           "one padded batch served fewer tokens per second than one request at a time", machine,
+                           "one run of each")
+    return verdict_text + " " + (
+        f"One padded batch gives **{serving.speedup:.2f}×** the throughput of one request at a time here "
         f"({serving.tokens_per_s('sequential'):.1f} → {serving.tokens_per_s('batched'):.1f} output tokens/s), "
         f"and the mean request finishes at {serving.mean_finish_s('batched'):.2f} s instead of "
         f"{serving.mean_finish_s('sequential'):.2f} s. One static batch is not the end of the story: "
-        "chapter 09 shows continuous batching."
+        f"chapter {chapter_number('batching')} shows continuous batching."
     )
+
+
+def itl_batch_pairs(itl: list[ITLPoint]) -> list[tuple[ITLPoint, ITLPoint]]:
+    """(smallest batch, largest batch) at each context the sweep measured with two batches or more,
+    shortest context first: the like-for-like comparisons of the batch's effect."""
+    pairs = []
+    for context in sorted({p.context for p in itl}):
+        at_context = sorted((p for p in itl if p.context == context), key=lambda p: p.batch)
+        if len(at_context) > 1:
+            pairs.append((at_context[0], at_context[-1]))
+    return pairs
 
 
 def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
-    """The verdict (does a bigger batch give more tokens/s in total?) with the machine's load, then the numbers."""
-    first, last = itl[0], max(itl, key=lambda p: (p.context, p.batch))
+    """The verdict (does a bigger batch give more tokens/s in total?) with the machine's load, then the
+    numbers: batches compared at the same context, one context at a time (:func:`itl_batch_pairs`)."""
     machine = machine or check_machine()
-    outcome = (INCONCLUSIVE if last.batch == first.batch else
-               SUPPORTED if last.tokens_per_s_total > first.tokens_per_s_total else CONTRADICTED)
-    verdict = finding(outcome, "a decode step over a bigger batch yields more tokens per second in total", machine,
-                      "step p50 of each point")
-    return verdict + " " + (
-        f"A decode step took {first.p50_s * 1e3:.1f} ms at batch {first.batch} and context {first.context}, "
-        f"and {last.p50_s * 1e3:.1f} ms at batch {last.batch} and context {last.context}: "
-        f"{last.tokens_per_s_total / first.tokens_per_s_total:.1f}× the total tokens/s for "
-        f"{last.p50_s / first.p50_s:.1f}× the step time."
-    )
+    pairs = itl_batch_pairs(itl)
+    claim = "a decode step over a bigger batch yields more tokens per second in total"
+    if not pairs:
+        return finding(INCONCLUSIVE, claim, machine, "one batch size per context, so no two batches to compare")
+    wins = [big.tokens_per_s_total > small.tokens_per_s_total for small, big in pairs]
+    outcome = SUPPORTED if all(wins) else CONTRADICTED if not any(wins) else INCONCLUSIVE
+    spread = (f"step p50 of each point, batches compared at the same context: the bigger batch won at "
+              f"{sum(wins)} of {count(len(pairs), 'context')}")
+    opposite = "at every context, the bigger batch yielded fewer tokens per second in total"
+    numbers = "; ".join(
+        f"at {small.context:,} tokens, batch {big.batch:,} gave {human(big.tokens_per_s_total, 3)} tokens/s in total "
+        f"against {human(small.tokens_per_s_total, 3)} at batch {small.batch:,} "
+        f"({human(big.tokens_per_s_total / small.tokens_per_s_total, 3)}× the total tokens/s for "
+        f"{human(big.p50_s / small.p50_s, 3)}× the step time)" for small, big in pairs)
+    said = (contexts_disagree_text(claim, sum(wins), len(pairs), machine) if outcome == INCONCLUSIVE else
+            verdict(outcome, claim, opposite, machine, spread))
+    return said + " " + numbers[0].upper() + numbers[1:] + "."
+
+
+def contexts_disagree_text(claim: str, wins: int, contexts: int, machine: MachineLoad) -> str:
+    """The ITL verdict when the bigger batch won at some contexts (``wins`` of ``contexts``) and lost at others:
+    the contexts disagree, which is not a spread wider than the effect."""
+    return (f"**Inconclusive on this run:** the contexts disagree (the bigger batch won at {wins} of "
+            f"{count(contexts, 'context')}), so it cannot show that {claim}. {machine.text()} Press the button again; "
+            "if they still disagree, whether a bigger batch pays depends on the context at these sizes, and the "
+            "numbers say where.")
 
 
 def summary(result: Result) -> str:
@@ -513,32 +630,41 @@ def tables(result: Result) -> dict[str, Any]:
     return out
 
 
+def users_panel_context(memory: MemoryResult) -> int:
+    """Tokens per user in the figure's "users" panel: the context its dots were measured at."""
+    users = [p for p in memory.points if p.axis == "users"]
+    return users[0].context if users else memory.points[0].context
+
+
 def memory_figure(memory: MemoryResult, source: str):
     """Weights + KV vs context (1 user) and vs users, in GB (1e9 B), on log axes.
 
     Dots are measured after a real prefill; the line extends the measured bytes per token and
-    says so, to show where the device memory runs out.
+    says so, to show where the device memory runs out. In the users panel every user has the
+    context the dots were measured at (:func:`users_panel_context`), so the dots sit on the line.
     """
     import numpy as np
 
     from ..figures import subplots
 
     per_token, weights = memory.kv_bytes_per_token, memory.weight_bytes
-    users_context = 4096
+    budget = memory.device_memory_bytes
+    users_context = users_panel_context(memory)
+    users_full = (budget - weights) / (per_token * users_context)  # users at which the memory is full
+    users_max = max(1024, 2 * users_full)
     fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     panels = ((axes[0], "context", max(memory.max_context, max(p.context for p in memory.points)), 1,
-               "context length (tokens), 1 user"),
-              (axes[1], "users", 1024, users_context, f"concurrent users at {users_context:,} tokens each"))
-    budget = memory.device_memory_bytes
-    for ax, axis, x_max, tokens_per_x, xlabel in panels:
+               "context length (tokens), 1 user", "measured after a prefill, 1 user"),
+              (axes[1], "users", users_max, users_context, f"concurrent users at {users_context:,} tokens each",
+               f"measured after a prefill at {users_context:,} tokens"))
+    for ax, axis, x_max, tokens_per_x, xlabel, dots_label in panels:
         x = np.geomspace(1, x_max, 200)
         ax.plot(x, (weights + per_token * tokens_per_x * x) / GB, color="tab:red",
                 label=f"weights + KV (extrapolated from the measured {per_token:,.0f} B/token)")
         ax.axhline(weights / GB, color="tab:gray", lw=1, label=f"weights ({weights / GB:.2f} GB)")
         measured = [p for p in memory.points if p.axis == axis]
         ax.plot([p.context if axis == "context" else p.users for p in measured],
-                [(p.weight_bytes + p.kv_bytes) / GB for p in measured], "ko",
-                label="measured after a prefill" if axis == "context" else f"measured at {measured[0].context} tokens")
+                [(p.weight_bytes + p.kv_bytes) / GB for p in measured], "ko", label=dots_label)
         ax.axhline(budget / GB, color="k", ls="--", lw=1,
                    label=f"{memory.device_memory_label} ({budget / GB:.1f} GB)")
         limit = (budget - weights) / (per_token * tokens_per_x)
@@ -549,8 +675,8 @@ def memory_figure(memory: MemoryResult, source: str):
                         xytext=(5, -14), ha="left", fontsize=8,
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9))
         ax.set(xscale="log", yscale="log", xlabel=xlabel)
+        ax.legend(fontsize=7, loc="upper left")
     axes[0].set_ylabel("GB (10⁹ bytes), log scale")
-    axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"Memory grows with tokens and users: {source}", fontsize=10)
     finish(fig)
     return fig

@@ -9,6 +9,7 @@ from the cache's K and V tensors after a generation.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..attention.kv_sizing import mla_ratio_explained
 from ..figures import finish
 from ..units import GB, KiB, fmt_bytes, human
 from .calculator import DEFAULTS_KV, KVCurves, kv_curves, kv_visualizer_figure
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, chapter_number, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
 from .tables import Column, people_table
@@ -36,6 +37,12 @@ PARTS = {
     "check": "Load the model and count its bytes",
 }
 MLA_EXAMPLE = "deepseek-v3"
+# The planner's defaults, read from the functions that apply them (one source for the words and the numbers).
+PLANNER_MEMORY_FRACTION: float = inspect.signature(memory.fit).parameters["memory_fraction"].default
+KEPT_DTYPE: str = inspect.signature(memory.weight_bytes).parameters["keep_dtype"].default
+# Talk 2 (Daniel, Cerebras; talks/T4-system-talk.txt): "for a model with 70 billion parameters ... for every
+# 3000 tokens, you need 1 GB of additional KV cache", for one request.
+RULE_OF_THUMB_TOKENS, RULE_OF_THUMB_BYTES, RULE_OF_THUMB_MODEL = 3_000, 10**9, "llama-3-70b"
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class MLATrap:
     variants: list[VariantRow]
     per_layer_7b_model: str  # the often-quoted "about 14x": one MLA layer vs one MHA layer of a 7B model
     per_layer_7b_ratio: float
+    talk_corrected: float = 0.0  # the workshop's corrected figure (chapter 07's TALK_MLA_CORRECTED)
+    per_layer_7b_is_talk_figure: bool = False  # chapter 07's matching reads that figure as this ratio
 
     @property
     def mha_all_layers(self) -> int:
@@ -165,7 +174,7 @@ class FitView:
     fit: memory.FitReport
     max_context_one_user: int  # what memory allows, before the model's own limit
     tradeoff: list[TradeoffPoint]
-    memory_fraction: float = 0.9
+    memory_fraction: float = PLANNER_MEMORY_FRACTION
     prefill_chunk: int = 2048
     context_limit: int = 0  # the model's max_position_embeddings (0: unknown)
     dropped_contexts: tuple[int, ...] = ()  # trade-off contexts past the model's limit, left out
@@ -313,12 +322,27 @@ def mla_trap(model: ModelLike = MLA_EXAMPLE, kv_dtype: str = "bf16") -> MLATrap:
     if not shape.mla:
         raise ValueError(f"{shape.name} does not use MLA")
     variants = [VariantRow(**v) for v in memory.attention_variants(shape, kv_dtype)]
+    from .ch07_attention_variants import TALK_MLA_CORRECTED, ratio_matching
+
     seven_b = "mistral-7b"
-    per_layer_7b = mla_ratio_explained(shape.name, seven_b)["7b_layer"].ratio
+    ratios = mla_ratio_explained(shape.name, seven_b)
+    per_layer_7b = ratios["7b_layer"]
+    match = ratio_matching(TALK_MLA_CORRECTED, ratios)
     return MLATrap(shape.name, shape.layers, shape.mla.kv_lora_rank, shape.mla.qk_rope_head_dim, shape.kv_heads,
                    memory.kv_bytes_per_element(kv_dtype), memory.kv_bytes_per_token(shape, kv_dtype),
                    memory.naive_kv_bytes_per_token(shape, kv_dtype),
-                   memory.kv_bytes_per_token_per_layer(shape, kv_dtype), variants, seven_b, per_layer_7b)
+                   memory.kv_bytes_per_token_per_layer(shape, kv_dtype), variants, seven_b, per_layer_7b.ratio,
+                   TALK_MLA_CORRECTED, match is not None and match.comparison == per_layer_7b.comparison)
+
+
+def talk_figure_words(trap: MLATrap) -> str:
+    """Whether the per-layer ratio is the workshop's corrected figure, as chapter 07 reads it: "probably",
+    since the transcript does not say what the demo computed."""
+    from .ch07_attention_variants import TALK_MATCH
+
+    if trap.per_layer_7b_is_talk_figure:
+        return f"probably the talk's corrected {trap.talk_corrected:g}× (talk 1, the workshop)"
+    return f"not the talk's corrected {trap.talk_corrected:g}× (more than {TALK_MATCH:.0%} from it)"
 
 
 def mla_text(trap: MLATrap) -> str:
@@ -329,12 +353,14 @@ def mla_text(trap: MLATrap) -> str:
         f"{trap.bytes_per_element} B).\n"
         f"- The blind GQA formula with the config's `num_key_value_heads: {trap.config_kv_heads}`: "
         f"{trap.naive:,} B/token, **{human(trap.naive_over_right, 3)}× too large**.\n"
-        f"- A slip seen in published workshop material: MLA for one layer ({trap.one_layer:,} B) against MHA for all "
-        f"layers ({trap.mha_all_layers:,} B) gives {trap.wrong_ratio:,.0f}×, inflated by the layer count. "
+        f"- A slip seen in published workshop material compares MLA for one layer with MHA for all layers. On "
+        f"{trap.model}'s shape that slip gives {trap.wrong_ratio:,.0f}× ({trap.mha_all_layers:,} B against "
+        f"{trap.one_layer:,} B; this is our computation, not that material's figure), inflated by the layer count. "
         f"Over all layers on both sides the ratio is **{human(trap.right_ratio, 3)}×**. Against one MHA layer of a "
         f"7B-class model ({trap.per_layer_7b_model}'s shape, all heads) it is {human(trap.per_layer_7b_ratio, 3)}× per "
-        "layer: the talk's corrected figure. It answers another question (a different model's layer); it does not "
-        f"fix the {human(trap.right_ratio, 3)}×, which is the like-for-like ratio (chapter 07 explains both)."
+        f"layer: {talk_figure_words(trap)}. It answers another question (a different model's layer); it does not "
+        f"fix the {human(trap.right_ratio, 3)}×, which is the like-for-like ratio (chapter "
+        f"{chapter_number('attention_variants')} explains both)."
     )
 
 
@@ -381,14 +407,86 @@ def one_user_text(view: FitView) -> str:
     return f"one user can have up to **{view.max_context_one_user:,} tokens**."
 
 
-def fit_intro(prefill_chunk: int = 2048, memory_fraction: float = 0.9) -> str:
+
+
+# vLLM's default for ``gpu_memory_utilization``: 0.92 in vLLM's current source (``vllm/config/cache.py``,
+# ``CacheConfig.gpu_memory_utilization``, read 2026-12); 0.9 before (vLLM 0.6.4's engine-argument docs,
+# docs.vllm.ai/en/v0.6.4/models/engine_args.html). Not tied to a release: the snapshot read names no version,
+# and the default of the vLLM this course pins for CPU runs (``local_engines.SPECS``) was not checked.
+VLLM_MEMORY_UTILIZATION = 0.92
+VLLM_OLD_MEMORY_UTILIZATION = 0.9
+
+
+def memory_fraction_text(memory_fraction: float = PLANNER_MEMORY_FRACTION) -> str:
+    """Where the usable fraction of the GPU's memory comes from: a setting of the planner (and of
+    engines), not a property of the GPU."""
+    return (f"the planner counts {memory_fraction:.0%} of the GPU's memory as usable: its default `memory_fraction`, "
+            "an engine setting rather than a property of the GPU (vLLM's `gpu_memory_utilization` is the same knob: "
+            f"current vLLM source, `vllm/config/cache.py`, defaults to {VLLM_MEMORY_UTILIZATION:g}; older releases and "
+            f"docs said {VLLM_OLD_MEMORY_UTILIZATION:g}, vLLM 0.6.4's among them). The capacity calculator's "
+            f"\"memory fraction\" slider (chapter {chapter_number('capacity_planner')}) changes it")
+
+
+def fit_intro(prefill_chunk: int = 2048, memory_fraction: float = PLANNER_MEMORY_FRACTION) -> str:
     """How the fit is computed, with the defaults of :func:`infer_lab.analysis.memory.fit`."""
     return (
-        f"Usable memory = {memory_fraction:.0%} of the GPU's memory. After the weights and an overhead term (a "
+        f"Usable memory: {memory_fraction_text(memory_fraction)}. After the weights and an overhead term (a "
         f"runtime reserve of {fmt_bytes(memory.DEFAULT_RUNTIME_OVERHEAD_BYTES)} plus the activation workspace of "
         f"a {prefill_chunk:,}-token prefill chunk), the rest is KV budget. At a fixed GPU and model you trade "
         "context length against concurrent users."
     )
+
+
+def kept_dtype_text(keep_dtype: str = KEPT_DTYPE) -> str:
+    """What a quantized format leaves unquantized (:func:`infer_lab.analysis.memory.weight_bytes`)."""
+    return (f"the embeddings, the LM head and the norms stay in {keep_dtype} (a released quantized checkpoint can "
+            "keep more, as its config's `modules_to_not_convert` lists)")
+
+
+@dataclass(frozen=True)
+class RuleOfThumb:
+    """Talk 2's "1 GB of KV per 3,000 tokens for a 70B model" against the KV formula on one model."""
+
+    model: str
+    kv_dtype: str
+    kv_bytes_per_token: int  # from the formula (B)
+    rule_tokens: int  # tokens in the rule
+    rule_bytes: int  # bytes in the rule (B)
+
+    @property
+    def formula_bytes(self) -> int:
+        """What the formula gives for the rule's tokens (B)."""
+        return self.kv_bytes_per_token * self.rule_tokens
+
+    @property
+    def tokens_per_rule_bytes(self) -> float:
+        """Tokens of KV that the rule's bytes hold, by the formula."""
+        return self.rule_bytes / self.kv_bytes_per_token
+
+    @property
+    def rule_over_formula(self) -> float:
+        return self.rule_bytes / self.formula_bytes
+
+
+def rule_of_thumb(model: ModelLike = RULE_OF_THUMB_MODEL, kv_dtype: str = "bf16",
+                  rule_tokens: int = RULE_OF_THUMB_TOKENS, rule_bytes: int = RULE_OF_THUMB_BYTES) -> RuleOfThumb:
+    """The rule of thumb (``rule_bytes`` of KV per ``rule_tokens`` tokens) next to the KV formula on ``model``."""
+    return RuleOfThumb(as_shape(model).name, kv_dtype, memory.kv_bytes_per_token(model, kv_dtype), rule_tokens,
+                       rule_bytes)
+
+
+def rule_of_thumb_text(rule: RuleOfThumb) -> str:
+    """The rule, the formula's answer and how close they are, every number from ``rule``."""
+    gap = rule.rule_over_formula - 1
+    closeness = (f"the rule is **{abs(gap):.1%} {'above' if gap > 0 else 'below'}** the formula" if abs(gap) >= 0.0005
+                 else "the rule and the formula agree")
+    verdict = ("a good rule of thumb" if abs(gap) <= 0.05 else
+               f"{'an overestimate' if gap > 0 else 'an underestimate'} by {human(max(rule.rule_over_formula, 1 / rule.rule_over_formula), 3)}×")
+    return (f"Talk 2 (Daniel, Cerebras) gives a rule of thumb for a 70-billion-parameter model: **{human(rule.rule_bytes / GB, 3)} GB "
+            f"of KV per {rule.rule_tokens:,} tokens**, for one request. The formula on {rule.model} ({rule.kv_dtype} KV) "
+            f"gives {rule.kv_bytes_per_token:,} B per token, so {rule.rule_tokens:,} tokens take "
+            f"{human(rule.formula_bytes / GB, 3)} GB and {human(rule.rule_bytes / GB, 3)} GB holds {rule.tokens_per_rule_bytes:,.0f} "
+            f"tokens: {closeness}, {verdict} for this model and KV dtype.")
 
 
 def equation(sizes: Sizes) -> EquationResult:
@@ -680,7 +778,8 @@ def attention_claim_text(model: ModelLike = "mistral-7b", context: int = 4096) -
         f"tokens it is {share.attention_flops / share.layers_flops:.1%} of the layer FLOPs of a decode step; it "
         f"overtakes the projections and MLP together {where}, because it is the only part whose work grows with the "
         "context. What makes attention expensive at ordinary contexts is memory, not FLOPs: each step reads the "
-        "whole KV cache (chapter 04), and prefill's attention is quadratic in the prompt."
+        f"whole KV cache (chapter {chapter_number('prefill_decode_roofline')}), and prefill's attention is quadratic "
+        "in the prompt."
     )
 
 

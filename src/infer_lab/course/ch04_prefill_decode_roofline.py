@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from ..analysis import roofline
+from ..analysis import memory, roofline
 from ..analysis.compare import dtype_name, explain_gaps, shape_of
 from ..analysis.roofline import Prediction, Roof, StepPrediction
 from ..figures import finish
 from ..units import human
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, chapter_number, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
@@ -140,6 +140,7 @@ class CompareResult:
     decode_ops: list[OpRow]
     threads: int
     ceilings_note: str = ""  # when the roof's ceilings were measured, and how busy the machine was
+    attention_implementation: str = ""  # transformers' attention kernel of the loaded model ("sdpa", "eager", ...)
 
 
 @dataclass
@@ -199,6 +200,39 @@ def datasheet_text(view: DatasheetView) -> str:
     )
 
 
+def prefill_crossover_tokens(model: str = "mistral-7b", gpu: str = "H100-SXM", dtype: str = "bf16",
+                             max_tokens: int = 1 << 20) -> int | None:
+    """Shortest prompt (tokens, one sequence) whose whole prefill is compute-bound on ``gpu``'s datasheet
+    (intensity at or above the ridge point), from the roofline's op count; None if none up to ``max_tokens``."""
+    roof = roofline.gpu_roof(gpu)
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
+
+    def compute_bound(tokens: int) -> bool:
+        return roofline.predict_prefill(model, roof, 1, tokens, **kw).bound == "compute"
+
+    return roofline.smallest_true(compute_bound, max_tokens)
+
+
+def prefill_bound_text(model: str = "mistral-7b", gpu: str = "H100-SXM", dtype: str = "bf16",
+                       short_prompt: int = 64) -> str:
+    """When prefill is compute-bound: the crossover prompt length on ``gpu``'s datasheet and the
+    intensity (FLOP/B) of a ``short_prompt``-token prefill, both from the roofline's op count."""
+    roof = roofline.gpu_roof(gpu)
+    kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
+    short = roofline.predict_prefill(model, roof, 1, short_prompt, **kw)
+    bytes_per_weight = memory.WEIGHT_FORMATS[dtype].bits / 8
+    crossover = prefill_crossover_tokens(model, gpu, dtype)
+    when = (f"from about **{crossover:,} prompt tokens**" if crossover else "at no prompt length up to a million "
+            "tokens")
+    return (f"each weight byte read serves every prompt token: 2 FLOPs per weight per token against {bytes_per_weight:g} B "
+            f"per {dtype} weight, about {human(2 / bytes_per_weight, 3)} FLOP/B per prompt token. Prefill is "
+            f"compute-bound only once that passes the ridge point: {when} for {roofline.as_shape(model).name} on the "
+            f"{roof.name}'s datasheet (ridge {human(roof.ridge_point, 3)} FLOP/B), counting the tokens prefilled "
+            f"together. A {short_prompt:,}-token prefill sits at {human(short.intensity, 3)} FLOP/B: "
+            f"**{short.bound}-bound**" + (f", as is any prompt or chunked-prefill chunk shorter than {crossover:,} tokens"
+                                          if crossover and short.bound == "memory" else ""))
+
+
 def decode_intensity_text(model: str = "mistral-7b", context: int = 4096, dtype: str = "bf16") -> str:
     """'about 1.0 FLOP per byte at batch 1', computed from the roofline's op count."""
     ops = roofline.decode_ops(model, 1, context, weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
@@ -226,7 +260,13 @@ def compare_result(lm: Any, ceilings: Any, raw: list[dict[str, Any]]) -> Compare
     return CompareResult(lm.describe(), roof, [_comparison_row(r) for r in raw], explain_gaps(raw), steps,
                          op_rows(roofline.prefill_ops(shape, 1, n, **kw), roof),
                          op_rows(roofline.decode_ops(shape, 1, n, **kw), roof), torch.get_num_threads(),
-                         ceilings.provenance())
+                         ceilings.provenance(), attention_implementation(lm))
+
+
+def attention_implementation(lm: Any) -> str:
+    """The attention kernel transformers runs for the loaded model (``config._attn_implementation``:
+    ``"sdpa"`` by default in transformers 5.x, ``"eager"`` for the plain PyTorch one); '' if unknown."""
+    return str(getattr(getattr(getattr(lm, "model", None), "config", None), "_attn_implementation", "") or "")
 
 
 def run_compare(lm: Any, sizes: Sizes) -> CompareResult:
@@ -269,9 +309,11 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 
 def compare_text(result: CompareResult) -> str:
     roof = result.roof
+    attention = (f" Attention kernel: transformers' `{result.attention_implementation}`."
+                 if result.attention_implementation else "")
     return (f"Measured on **{result.model}**, torch threads: {result.threads}; roof: "
             f"{human(roof.peak_flops / 1e9, 3)} GFLOP/s and {human(roof.bandwidth_Bps / 1e9, 3)} GB/s (measured here, ridge "
-            f"{human(roof.ridge_point, 3)} FLOP/B). {result.ceilings_note}\n\n"
+            f"{human(roof.ridge_point, 3)} FLOP/B). {result.ceilings_note}{attention}\n\n"
             + "\n".join(f"- {line}" for line in result.gaps))
 
 
@@ -448,8 +490,9 @@ def saved() -> SavedView | None:
         notes=[
             "The roof is the copy bandwidth and bf16 matmul rate measured in that same run.",
             f"A decode step at batch 1 and {b1.context:,} tokens should take {human(b1.predicted, 3)} ms on that roof; the "
-            f"run's batch-1 steps took {saved_batch1_text(src.data, b1.predicted)} (chapter 09 quotes the same): the "
-            "eager loop launches hundreds of small kernels per token and waits on the CPU between them.",
+            f"run's batch-1 steps took {saved_batch1_text(src.data, b1.predicted)} (chapter "
+            f"{chapter_number('batching')} quotes the same): the eager loop launches hundreds of small kernels per "
+            "token and waits on the CPU between them.",
             f"Measured by: {src.command}",
         ],
         warning=saved_warning(src.data),
@@ -548,6 +591,21 @@ def hierarchy_text(rows: list[HierarchyRow], gpu: str = "H100-SXM") -> str:
     )
 
 
+# Talk 2 (Daniel of Cerebras, T4-system-talk.txt line 5): "up to 90% of the time, the computer is simply waiting
+# to load data from memory" during decode.
+TALK_DECODE_WAIT = 0.90
+
+
+def talk_wait_judgement(waiting_fraction: float, said: float = TALK_DECODE_WAIT) -> str:
+    """Talk 2's "up to 90%" against the roofline's waiting fraction (both fractions of the step, 0-1)."""
+    claim = f"Talk 2's \"up to {said:.0%}\" of the time waiting on memory (Daniel, Cerebras)"
+    if waiting_fraction >= said:
+        return (f"{claim} is on the conservative side of this bound: the roofline's {waiting_fraction:.1%} is "
+                "at least that.")
+    return (f"{claim} overstates this case: the roofline's {waiting_fraction:.1%} is below it, so here the compute "
+            "units wait less than the talk's figure.")
+
+
 def decode_wait_text(model: str = "mistral-7b", gpu: str = "H100-SXM", context: int = 4096) -> str:
     """Why decode waits on memory, from the roofline: intensity at batch 1 vs the ridge, and the time waiting."""
     one = decode_wait(model, gpu, 1, context)
@@ -560,8 +618,7 @@ def decode_wait_text(model: str = "mistral-7b", gpu: str = "H100-SXM", context: 
         f"moves; the **{one.gpu}** needs {one.ridge_point:,.0f} FLOP/B to keep its tensor cores busy (the ridge). "
         f"So on the roofline its compute units are busy {human(one.compute_s * 1e6, 3)} µs of a {human(one.time_s * 1e3, 3)} ms "
         f"step and **wait on memory {one.waiting_fraction:.1%} of the time**. {turn} Real kernels reach only part "
-        "of the datasheet bandwidth, so the measured step is longer still. The often-quoted claim that decode "
-        "leaves the compute units waiting \"up to 90%\" of the time is on the conservative side of this bound."
+        f"of the datasheet bandwidth, so the measured step is longer still. {talk_wait_judgement(one.waiting_fraction)}"
     )
 
 

@@ -181,8 +181,9 @@ def preset_line(p: PresetResult) -> str:
             return f"{head}: it does not fit on any catalog configuration of up to {max(GPU_COUNTS)} GPUs."
         return f"{head}: no configuration meets the SLOs (the table says why for each GPU)."
     b = p.best
-    line = (f"{head}: the cheapest meeting the SLOs is {b.n_gpus}x {b.gpu}, {b.users:,} users, ITL {human(b.itl_ms, 3)} ms, "
-            f"${human(b.usd_per_m_output_tokens, 3)} per million output tokens.")
+    line = (f"{head}: the cheapest per output token meeting the SLOs is {b.n_gpus}x {b.gpu}, {b.users:,} users, "
+            f"ITL {human(b.itl_ms, 3)} ms, ${human(b.usd_per_m_output_tokens, 3)} per million output tokens. "
+            + request_cost_line(capacity.request_cost(b)))
     pvc = p.price_vs_cost
     if pvc and pvc.expensive_gpu_wins:
         line += (f" The cheapest per hour, {pvc.cheapest_per_hour} at ${pvc.cheapest_per_hour_usd_per_hour:.2f}/h, "
@@ -191,6 +192,35 @@ def preset_line(p: PresetResult) -> str:
     elif pvc:
         line += " Here the cheapest GPU per hour is also the cheapest per token."
     return line
+
+
+REQUESTS_PRICED = 1000  # a request costs fractions of a cent: the words price a thousand of them
+
+
+def cost_split_words(prefill_usd: float, decode_usd: float) -> str:
+    """Which phase of a request costs more, with its share: 'prefill is 62% of the cost, more than decode'."""
+    total = prefill_usd + decode_usd
+    if total <= 0:
+        return "the plan prices it at nothing"
+    if prefill_usd == decode_usd:
+        return "prefill and decode cost the same"
+    larger, smaller = ("prefill", "decode") if prefill_usd > decode_usd else ("decode", "prefill")
+    return f"{larger} is {max(prefill_usd, decode_usd) / total:.0%} of the cost, more than {smaller}"
+
+
+def request_cost_line(cost: capacity.RequestCost | None) -> str:
+    """One request's cost in a sentence: prefill and decode apart, and the blended price per million tokens.
+
+    The $ per million *output* tokens prices decode alone; a prefill-heavy workload pays mostly for
+    its prompt, so a request's cost is the comparison that holds across workloads.
+    """
+    if cost is None:
+        return ""
+    per = REQUESTS_PRICED
+    return (f"{per:,} requests of {cost.prompt_tokens:,} prompt + {cost.output_tokens:,} output tokens cost "
+            f"${human(per * cost.total_usd, 3)}: prefill ${human(per * cost.prefill_usd, 3)}, decode "
+            f"${human(per * cost.decode_usd, 3)}; {cost_split_words(cost.prefill_usd, cost.decode_usd)}. Per million "
+            f"tokens of either kind that is ${human(cost.usd_per_m_tokens, 3)}.")
 
 
 def tradeoff_text(result: TradeoffResult) -> str:

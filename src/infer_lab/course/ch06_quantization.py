@@ -32,10 +32,10 @@ from ..attention.quality import VariantQuality
 from ..catalog import get_gpu, list_gpus
 from ..figures import finish
 from ..models import EMBEDDED_GGUF
-from ..quant.formats import quantize_q4_1
+from ..quant.formats import INT8_MAX, NF4_FORMAT, quantize_q4_1
 from ..quant.kv_formats import KV_DTYPES
 from ..units import MB, count, fmt_bytes, human
-from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, chapter_number, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
@@ -400,15 +400,57 @@ def compare_text(comparison: Comparison, embedded: bool, guess_pct: float | None
     return text
 
 
+def median_feature_steps(max_over_median: float, levels: int = INT8_MAX) -> str:
+    """What one int8 activation scale that reaches the largest feature leaves the median one, in words.
+
+    The scale maps the largest |value| to ``levels`` steps, so the median feature, ``max_over_median``
+    times smaller, gets ``levels / max_over_median`` of them; under half a step it rounds to zero.
+    """
+    steps = levels / max_over_median
+    if steps < 0.5:
+        return (f"{steps:.2f} of int8's {levels} steps on each side of zero, less than half a step: "
+                "the median feature rounds to zero")
+    return f"{steps:.1f} of int8's {levels} steps on each side of zero"
+
+
+FROM_SCRATCH_PARTS = ("formats", "compare")  # the parts whose formats are this course's own (infer_lab.quant)
+
+
+def part_number(key: str) -> int:
+    """The 1-based number of part ``key`` on the page, in :data:`PARTS` order."""
+    return list(PARTS).index(key) + 1
+
+
+def weight_only_text() -> str:
+    """What this chapter's formats quantize: the from-scratch ones only the weights; bitsandbytes' int8
+    (``quant/bnb.py``, run on a GPU) is LLM.int8, which quantizes the activations too."""
+    first, last = (part_number(k) for k in FROM_SCRATCH_PARTS)
+    return (f"The from-scratch formats of parts {first}-{last} (`infer_lab.quant`) quantize **only the weights**: "
+            "activations stay in float (dequantize, then multiply), so these outliers set none of their scales. "
+            f"The `bnb-int8` that part {last} adds on a GPU (with bitsandbytes installed) is different: it is LLM.int8 "
+            "itself, which "
+            "quantizes the activations too and keeps their outlier feature columns in 16-bit")
+
+
 def outliers_text(outliers: list[OutlierRow]) -> str:
+    """The largest activation outlier measured, and what it would cost a per-token int8 activation scale.
+
+    The from-scratch formats are weight-only, so the words say where these outliers matter instead:
+    activation quantization (LLM.int8, which the GPU's ``bnb-int8`` runs; SmoothQuant) and the weights
+    they multiply (AWQ).
+    """
     worst = max(outliers, key=lambda r: r.max_over_median)
     share = sum(r.max_over_median >= 10 for r in outliers)
     kind = worst.layer.rsplit(".", 1)[-1]
     return (
-        f"In `{worst.layer}` feature {worst.top_feature} reaches {worst.top_absmax:.1f}, "
-        f"**{worst.max_over_median:.0f}×** the median feature; {share} of {len(outliers)} `{kind}` layers have a "
-        "feature at least 10× their median. One int8 scale sized for that feature leaves the ordinary ones "
-        "a handful of levels: LLM.int8 keeps such features in 16-bit, group-wise scales confine the damage."
+        f"In `{worst.layer}` input feature {worst.top_feature} reaches {worst.top_absmax:.1f}, "
+        f"**{worst.max_over_median:.0f}×** the median feature; {share} of {len(outliers)} `{kind}` layers have an "
+        "input feature at least 10× their median. If the activations were quantized to int8 with one scale per "
+        f"token, a scale that reaches that feature would leave the median one "
+        f"{median_feature_steps(worst.max_over_median)}. {weight_only_text()}. The weight-only formats do not pay "
+        "this cost; LLM.int8 (outlier features kept in 16-bit) and SmoothQuant (their scale moved into the "
+        "weights) are how activation quantization avoids it, and it is why AWQ protects the weight columns these "
+        "features multiply."
     )
 
 
@@ -439,7 +481,8 @@ def scale_schemes_text(model: str = "mistral-7b") -> str:
     planner_fp8 = kv_memory.weight_bytes(shape, "fp8").total
     per_row = kv_memory.weight_bytes(shape, "int8", group_size=shape.hidden).total
     return (
-        f"**Two scale schemes, two byte counts.** The capacity planner (chapter 03) counts int8 with one fp16 "
+        f"**Two scale schemes, two byte counts.** The memory equation of chapter {chapter_number('memory_equation')} "
+        f"(which the capacity planner of chapter {chapter_number('capacity_planner')} uses) counts int8 with one fp16 "
         f"scale per 128 weights and fp8 with one scale per tensor; the kernels here keep one scale per output row "
         f"for both. For {model}: int8 weights are {planner_int8 / 1e9:.3f} GB in the planner's scheme and "
         f"{per_row / 1e9:.3f} GB with a scale per row of {shape.hidden:,} weights (the int8 and fp8 "
@@ -447,6 +490,22 @@ def scale_schemes_text(model: str = "mistral-7b") -> str:
         f"by {abs(planner_int8 - per_row) / per_row:.1%}: the planner's answers hold for either. What the scheme "
         "changes is quality (a finer scale follows an outlier), which this chapter measures."
     )
+
+
+def nf4_scheme_text(model: str = "mistral-7b") -> str:
+    """NF4's one definition, shared by the memory equation (chapter 03) and this chapter's quantizer.
+
+    Both read :data:`infer_lab.quant.formats.NF4_FORMAT` (the planner's ``WEIGHT_FORMATS['nf4']``):
+    4-bit codes plus one absmax per group, stored as bitsandbytes stores it without double
+    quantization, which is how this course's bitsandbytes run loads it (``quant/bnb.py``).
+    """
+    fmt = NF4_FORMAT
+    nf4 = kv_memory.weight_bytes(model, "nf4").total
+    return (f"**NF4 is one format in both chapters:** {fmt.bits}-bit codes plus one {fmt.scale_bits}-bit absmax per "
+            f"{fmt.group_size} weights, {fmt.bits_per_element:g} bits per weight, as bitsandbytes stores it without "
+            f"double quantization (the setting of this course's bitsandbytes run); {model}'s weights in NF4 are "
+            f"{nf4 / 1e9:.2f} GB in chapter {chapter_number('memory_equation')}'s table, and the NF4 rows of part "
+            f"{part_number('formats')} count the same bits.")
 
 
 def kv_text(kv: KVResult, embedded: bool) -> str:
@@ -483,7 +542,7 @@ def summary(result: Result) -> str:
         lines.append(outliers_text(result.outliers))
     if result.kv:
         lines.append(kv_text(result.kv, result.embedded))
-    lines += [gpt_oss_text(), scale_schemes_text(), qat_vs_ptq_text()]
+    lines += [gpt_oss_text(), scale_schemes_text(), nf4_scheme_text(), qat_vs_ptq_text()]
     return "\n\n".join(lines)
 
 
@@ -670,15 +729,36 @@ def fit_table(rows: list[FitRow] | None = None, context: int = 4096):
 def gpt_oss_text(dtypes: tuple[str, ...] = FIT_DTYPES, context: int = 4096) -> str:
     """Which of the table's formats leave room on one H100 for GPT-OSS-120B's KV (the same fit as the table)."""
     sizes_text = ", ".join(f"{fmt_bytes(kv_memory.weight_bytes('gpt-oss-120b', d).total)} in {d}" for d in dtypes)
-    h100 = get_gpu("H100-SXM").memory_bytes
+    spec = get_gpu("H100-SXM")
+    h100, gpu_size = spec.memory_bytes, f"{spec.memory_gib:g} GiB"
     reports = {d: kv_memory.fit("gpt-oss-120b", h100, context, weight_dtype=d) for d in dtypes}
     fits = [f"{d} ({r.max_users:,} users of {context:,} tokens)" for d, r in reports.items() if r.kv_budget_bytes > 0]
-    return (f"GPT-OSS-120B's weights: {sizes_text}. On one H100 ({fmt_bytes(h100)}) only the 4-bit formats leave "
+    why = (" " + shipped_format_text("gpt-oss-120b", "mxfp4", "int4")) if {"mxfp4", "int4"} <= set(dtypes) else ""
+    return (f"GPT-OSS-120B's weights: {sizes_text}.{why} On one H100 ({gpu_size}) only the 4-bit formats leave "
             f"room for KV: {', '.join(fits) or 'none'}. OpenAI ships it in mxfp4, which is why it runs on one "
-            "80 GB GPU." if fits and all(kv_memory.weight_format(d).bits <= 4.5 for d, r in reports.items()
-                                         if r.kv_budget_bytes > 0)
-            else f"GPT-OSS-120B's weights: {sizes_text}. On one H100 ({fmt_bytes(h100)}) these leave room for KV: "
+            f"{gpu_size} GPU." if fits and all(kv_memory.weight_format(d).bits <= 4.5 for d, r in reports.items()
+                                                if r.kv_budget_bytes > 0)
+            else f"GPT-OSS-120B's weights: {sizes_text}.{why} On one H100 ({gpu_size}) these leave room for KV: "
                  f"{', '.join(fits) or 'none'}.")
+
+
+def shipped_format_text(model: kv_memory.ModelLike, shipped: str, other: str) -> str:
+    """Why ``model``'s weights in its ``shipped`` format (as released: the config's ``quantization_config``)
+    are larger or smaller than in ``other`` applied to every matmul: bits per weight, and the modules the
+    released checkpoint leaves in 16 bits (``modules_to_not_convert``)."""
+    a, b = kv_memory.weight_bytes(model, shipped), kv_memory.weight_bytes(model, other)
+    format_a, format_b = kv_memory.weight_format(shipped), kv_memory.weight_format(other)
+    bits_a, bits_b = format_a.bits_per_element, format_b.bits_per_element
+    order = "larger" if a.total > b.total else "smaller"
+    both = f" although both store {format_a.bits}-bit codes" if format_a.bits == format_b.bits else ""
+    bits = f"{shipped} stores {bits_a:g} bits per weight, {other} {bits_b:g}"
+    if not a.kept_modules:
+        return f"{shipped} is {order} than {other}: {bits}, over the same weights."
+    kept = ", ".join(f"`{m}`" for m in a.kept_modules)
+    return (f"{shipped} is {order} than {other}{both}: {bits}, and the {shipped} row counts "
+            f"the checkpoint as released, whose config keeps {kept} out of {shipped} (`modules_to_not_convert`): "
+            f"{fmt_bytes(a.other_bytes)} stay in bf16 against {fmt_bytes(b.other_bytes)} in the {other} row, which "
+            "quantizes every decoder matmul.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from ..bench.kv_allocators import AllocatorWaste, caches_in_budget
 from ..harness import progress
 from ..shape import ModelShape, model_shape
 from ..units import GB, GiB, count
-from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, chapter_number, choose_size, run_parts
 from .library_code import source_without_docstring
 from .notebook_code import notebook_function
 from .saved import SavedView
@@ -59,14 +59,26 @@ ANALYTIC_PARTS = ("waste", "fit")
 PAPER = "the vLLM paper (Kwon et al., 2023)"
 PAPER_WASTE_BEFORE = (0.60, 0.80)  # earlier systems (contiguous reservations)
 PAPER_WASTE_PAGED = 0.04  # vLLM with PagedAttention: under this
+# What paging buys in requests or throughput, as cited (neither is measured here):
+PAPER_THROUGHPUT = (2, 4)  # the vLLM paper's abstract: 2-4x the throughput of FasterTransformer and Orca, same latency
+TALK_REQUESTS = 3  # the system talk (talk 2): paging lets you "serve three times more requests"
+RATIO_EXPLAINED = 0.15  # a measured ratio within 15% of max_model_len / mean request is "close to it"
 BYTES_PER_VALUE = {"bf16": 2, "fp32": 4}
+
+
+LENGTH_DIVISOR = 4  # the workload's longest prompt and longest output are each max_model_len // LENGTH_DIVISOR
+
+
+def share_words(divisor: int) -> str:
+    """``1 / divisor`` in words: "half", "a third", "a quarter", else "1/n"."""
+    return {2: "half", 3: "a third", 4: "a quarter"}.get(divisor, f"1/{divisor}")
 
 
 @dataclass(frozen=True)
 class WasteSettings:
     """One KV-memory experiment: a model shape, a mixed workload and a KV budget. Analytic: no model runs.
 
-    Prompt and output lengths are drawn log-uniformly up to ``max_model_len // 4`` each
+    Prompt and output lengths are drawn log-uniformly up to ``max_model_len // LENGTH_DIVISOR`` each
     (:func:`mixed_lengths`, seeded); request ``i`` arrives at step ``i``. ``max_tokens`` is the
     limit each client declares (``None``: an oracle that declares exactly its output length).
     """
@@ -90,7 +102,7 @@ class WasteSettings:
 
     def lengths(self) -> tuple[list[int], list[int]]:
         """(prompt lengths, output lengths) of the workload, in tokens."""
-        longest = self.max_model_len // 4
+        longest = self.max_model_len // LENGTH_DIVISOR
         return mixed_lengths(self.requests, seed=self.seed, max_prompt=longest, max_output=longest)
 
     def describe(self) -> str:
@@ -397,6 +409,45 @@ def waste_text(waste: WasteResult) -> str:
     )
 
 
+def mean_request_tokens(row: FitRow, settings: WasteSettings) -> float:
+    """Mean tokens per request the allocator holds (each at the end of its life), from its used bytes."""
+    per_token = kv_bytes_per_token(settings.shape, settings.kv_dtype)
+    return row.used_bytes / per_token / row.requests_that_fit if row.requests_that_fit else 0.0
+
+
+def ratio_cause_text(fit: FitResult) -> str:
+    """What sets the paged/contiguous request ratio: ``max_model_len`` over the mean request, when both are full.
+
+    A contiguous region is ``max_model_len`` slots whatever the request holds; a paged request takes
+    about its own length. So with both caches full the ratio is close to ``max_model_len`` ÷ the mean
+    request length: a property of the setting and the workload. Then the cited figures, for scale.
+    """
+    contiguous, paged = fit.row("contiguous"), fit.row("paged")
+    s = fit.settings
+    mean = mean_request_tokens(paged, s)
+    cited = (f"For scale, cited rather than measured: the system talk (talk 2) says paging lets you serve "
+             f"\"three times more requests\" ({TALK_REQUESTS}×), and {PAPER} reports {PAPER_THROUGHPUT[0]}–"
+             f"{PAPER_THROUGHPUT[1]}× the throughput of FasterTransformer and Orca at the same latency.")
+    if not contiguous.requests_that_fit or not mean:
+        return cited
+    expected = s.max_model_len / mean
+    ratio = paged.requests_that_fit / contiguous.requests_that_fit
+    if paged.requests_that_fit == s.requests:
+        verdict = (f"but here every request fit in the paged cache, so the {ratio:.1f}× is capped by the workload and "
+                   "a larger workload would show more")
+    elif abs(ratio / expected - 1) <= RATIO_EXPLAINED:
+        verdict = f"close to the {ratio:.1f}× measured"
+    else:
+        verdict = (f"unlike the {ratio:.1f}× measured, so something else limits one of the caches here (a block "
+                   "size that wastes much of each request's last block, or a budget of only a few regions)")
+    return (f"**What sets that ratio.** A contiguous region is max_model_len = {s.max_model_len:,} slots whatever "
+            f"the request holds; a request of this workload ends at {mean:,.0f} tokens on average, and a paged "
+            f"request takes about that. So with both caches full the ratio is about max_model_len ÷ the mean "
+            f"request = {expected:.1f}×, {verdict}. The ratio is a property of the setting and the workload (this "
+            f"one draws its lengths up to {share_words(LENGTH_DIVISOR)} of max_model_len, so the two move together), "
+            "not a constant of paging. " + cited)
+
+
 def fit_text(fit: FitResult) -> str:
     contiguous, paged = fit.row("contiguous"), fit.row("paged")
     s = fit.settings
@@ -410,7 +461,9 @@ def fit_text(fit: FitResult) -> str:
            if contiguous.requests_that_fit else "the contiguous cache holds none. ")
         + ("Every request of the workload fit, so the paged count is capped by the workload, not the budget. "
            if paged.requests_that_fit == s.requests else "")
-        + "More requests at once is a larger decode batch: the throughput that chapter 09 measures."
+        + f"More requests at once is a larger decode batch: the throughput that chapter {chapter_number('batching')} "
+        "measures.\n\n"
+        + ratio_cause_text(fit)
     )
 
 

@@ -84,6 +84,7 @@ class Sizes:
     seed: int = 0
     steps_requests: int = 16  # the step-by-step part: requests, all at t = 0
     steps_max_output: int = 24  # one in four answers this long, the rest 2 .. max // 4 tokens
+    steps_slots: int = 4  # the step-by-step part's batch slots (max_num_seqs); the notebook's cell reads it
 
 
 def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
@@ -102,7 +103,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
                      paths_batch=1, paths_prompt_len=128, paths_output_len=64)
     if size == "quick":
         return Sizes(size, requests=8, concurrency=4, prompt_len=16, max_output=16,
-                     sweep_concurrencies=(1, 4), sweep_waves=2, sweep_output_len=8,
+                     sweep_concurrencies=(1, 2, 4, 8), sweep_waves=2, sweep_output_len=8,
                      predicted_batches=(1, 4, 16), predicted_steps=3,
                      paths_batch=1, paths_prompt_len=16, paths_output_len=6)
     return Sizes(size, requests=32, concurrency=8, prompt_len=16, max_output=64,
@@ -116,7 +117,6 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
 # Part 0: static vs continuous, step by step (the experiment is the notebook's `serve`)
 
 POLICIES = ("static", "continuous")
-STEPS_SLOTS = 4  # batch slots; the notebook's experiment cell starts at the same number
 LONG_SHARE = 0.25  # share of long answers in the step-by-step workload
 
 
@@ -146,9 +146,11 @@ class StepsResult:
     runs: dict[str, list[Any]]
 
 
-def run_steps(lm: Any, sizes: Sizes, slots: int = STEPS_SLOTS) -> StepsResult:
-    """Run the notebook's own experiment (``serve`` of ``infer_lab/notebooks/09_batching.py``) for both policies."""
+def run_steps(lm: Any, sizes: Sizes, slots: int | None = None) -> StepsResult:
+    """Run the notebook's own experiment (``serve`` of ``infer_lab/notebooks/09_batching.py``) for both
+    policies, with ``slots`` batch slots (default ``sizes.steps_slots``, the number the notebook's cell starts at)."""
     serve = notebook_function(NUMBER, "serve")
+    slots = slots or sizes.steps_slots
     prompts, lens = steps_requests(lm, sizes)
     runs = {policy: serve(lm, prompts, lens, policy, max_num_seqs=slots) for policy in POLICIES}
     return StepsResult(slots, tuple(lens), runs)
@@ -532,6 +534,43 @@ def batching_outcome(result: BatchingResult) -> str:
     return SUPPORTED if ratio > 1 else CONTRADICTED
 
 
+# Cited, not measured: transformers' documentation (5.17, "Continuous batching"): `generate_batch` runs
+# continuous batching, and `transformers serve` builds on its `ContinuousBatchingManager`. This
+# chapter's "HF continuous batching" row is that manager (infer_lab.bench.baselines.hf_continuous).
+TRANSFORMERS_DOCS_VERSION = "5.17"
+
+
+def hf_rows_text(hf_rows: Sequence[ContenderRow]) -> str:
+    """Which way of serving with transformers was fastest here, against one request at a time, and
+    why "Hugging Face" does not mean one request at a time (markdown; numbers from the rows). A
+    lead within one run's noise (``SINGLE_RUN_NOISE``) is said to be no lead: the rows tie."""
+    ranked = sorted(hf_rows, key=lambda r: -r.output_tokens_per_s)
+    best = ranked[0]
+    one = next((r for r in hf_rows if r.name == CONTENDERS["hf-sequential"][0]), None)
+    source = (f"transformers itself batches continuously (`generate_batch`, and `transformers serve` on its "
+              f"`ContinuousBatchingManager`, per the transformers {TRANSFORMERS_DOCS_VERSION} documentation), so "
+              "\"Hugging Face serves one request at a time\" describes only the naive loop, not the library.")
+    tied = [r for r in ranked[1:] if r.output_tokens_per_s > 0
+            and abs(best.output_tokens_per_s / r.output_tokens_per_s - 1) < SINGLE_RUN_NOISE]
+    if tied:
+        rows = ", ".join(f"**{r.name}** {r.output_tokens_per_s:.1f}" for r in [best, *tied])
+        batching = (" (one request at a time among them), so this run does not show whether batching paid for "
+                    "transformers" if one is not None and one in [best, *tied] else "")
+        return (f"Of the transformers rows, none was clearly the fastest here: {rows} tokens/s are within one run's "
+                f"noise ({SINGLE_RUN_NOISE:.0%}) of each other{batching}. " + source[0].upper() + source[1:])
+    if len(ranked) == 1:
+        return f"The one transformers row, **{best.name}**, served {best.output_tokens_per_s:.1f} tokens/s; " + source
+    if one is None or best is one:
+        runner_up = ranked[1]
+        verdict = ": batching did not pay for transformers on this run, though " if best is one else "; "
+        return (f"Of the transformers rows, **{best.name}** was the fastest here ({best.output_tokens_per_s:.1f} "
+                f"tokens/s, {best.output_tokens_per_s / runner_up.output_tokens_per_s:.2f}× the next, "
+                f"{runner_up.name}){verdict}" + source)
+    return (f"Of the transformers rows, **{best.name}** was the fastest here ({best.output_tokens_per_s:.1f} "
+            f"tokens/s, {_versus(best.output_tokens_per_s / one.output_tokens_per_s)} {one.name}): "
+            + source)
+
+
 def batching_text(result: BatchingResult, machine: MachineLoad | None = None) -> str:
     """The verdict (continuous batching fastest?) with the machine's load (``machine``, else a check
     taken now, right after the run), then the contenders against the slowest, every number from
@@ -552,6 +591,8 @@ def batching_text(result: BatchingResult, machine: MachineLoad | None = None) ->
                         if r.ttft_ms_p90 is not None and base.ttft_ms_p90 is not None else "") + ".")
     hf = [r for r in result.rows if r.name.startswith("HF")]
     engine = next((r for r in result.rows if r.name == "continuous batching (engine)"), None)
+    if hf:
+        lines.append(hf_rows_text(hf))
     if hf and engine is not None:
         best = max(hf, key=lambda r: r.output_tokens_per_s)
         lines.append(f"Against the strongest transformers baseline here, **{best.name}** "
@@ -568,12 +609,44 @@ def batching_text(result: BatchingResult, machine: MachineLoad | None = None) ->
     return " ".join(lines)
 
 
+def dominated_points(sweep: Sequence[SweepPoint]) -> list[tuple[SweepPoint, SweepPoint]]:
+    """(point, a point that beats it) for every point another one beats on both axes: at least as many
+    tokens/s per user *and* in total, more on one. Such a point is off the Pareto frontier."""
+    def beats(a: SweepPoint, b: SweepPoint) -> bool:
+        return (a.tokens_per_s_per_user >= b.tokens_per_s_per_user and a.output_tokens_per_s >= b.output_tokens_per_s
+                and (a.tokens_per_s_per_user, a.output_tokens_per_s) != (b.tokens_per_s_per_user, b.output_tokens_per_s))
+    return [(p, next(q for q in sweep if beats(q, p))) for p in sweep if any(beats(q, p) for q in sweep)]
+
+
+def _every_step(values: Sequence[float], rising: bool) -> bool:
+    return all((b > a) if rising else (b < a) for a, b in zip(values, values[1:], strict=False))
+
+
 def sweep_text(sweep: list[SweepPoint]) -> str:
+    """What the sweep shows: the ends, whether each step traded per-user speed for total throughput,
+    and which points are off the frontier (every number and word from ``sweep``)."""
     lo, hi = sweep[0], sweep[-1]
-    return (f"From concurrency {lo.concurrency} to {hi.concurrency}, total throughput went from "
+    text = (f"From concurrency {lo.concurrency} to {hi.concurrency}, total throughput went from "
             f"{lo.output_tokens_per_s:.1f} to **{hi.output_tokens_per_s:.1f} tokens/s** "
             f"({hi.output_tokens_per_s / lo.output_tokens_per_s:.1f}×), while each user's speed went from "
             f"{lo.tokens_per_s_per_user:.1f} to {hi.tokens_per_s_per_user:.1f} tokens/s.")
+    if len(sweep) < 3:
+        return text + (f" With {count(len(sweep), 'point')} this is a segment, not yet a curve: add "
+                       "concurrencies to see the frontier's shape.")
+    totals = [p.output_tokens_per_s for p in sweep]
+    per_user = [p.tokens_per_s_per_user for p in sweep]
+    if _every_step(totals, rising=True) and _every_step(per_user, rising=False):
+        trade = (f"At each of the {len(sweep) - 1} steps up in concurrency, total throughput rose and each "
+                 "user's speed fell: every point is a different trade, on one frontier.")
+    else:
+        trade = ("Not every step up in concurrency traded per-user speed for total throughput on this run "
+                 "(one run per point: a busy machine bends the curve).")
+    off = dominated_points(sweep)
+    if off:
+        trade += " Off the frontier: " + "; ".join(
+            f"concurrency {p.concurrency} (concurrency {q.concurrency} was at least as fast for each user and in total)"
+            for p, q in off) + "."
+    return f"{text} {trade}"
 
 
 def predicted_text(predicted: PredictedResult) -> str:

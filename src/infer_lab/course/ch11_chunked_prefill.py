@@ -4,7 +4,8 @@ Without chunking, the step that admits the long prompt runs its whole prefill, a
 decoding request waits for that step: a spike in their inter-token latency (ITL). With chunked
 prefill, each step has a token budget; the long prefill is split into chunks spread over
 several steps, each mixed with the running decodes. The decoders see many slightly slower
-steps instead of one very slow one; the long request pays with a later first token (TTFT).
+steps instead of one very slow one; the long request usually pays with a later first token (TTFT),
+each extra step having a fixed cost (the words say whether a run shows it beyond the noise).
 
 The experiment is the notebook's own code: ``serve`` in ``infer_lab/notebooks/11_chunked_prefill.py``
 builds ``EngineConfig(chunked_prefill=..., max_num_batched_tokens=...)``, serves the workload of
@@ -27,7 +28,7 @@ from ..bench.long_prompt import long_prompt_among_decoders
 from ..engine.scheduler import Scheduler, split_budget
 from ..figures import finish
 from ..progress import progress
-from ..timing import MachineLoad, compare_spreads, summarize
+from ..timing import CONTRADICTED, SUPPORTED, MachineLoad, compare_spreads, summarize
 from ..units import count
 from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
 from .library_code import code_block
@@ -57,12 +58,13 @@ class Sizes:
 
 
 def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
-    """``quick``: a 256-token prompt among 3 decoders (seconds on 2 cores); ``full``: longer, and a
-    7B-sized scenario on a GPU."""
+    """``quick``: a 1,024-token prompt among 3 decoders (seconds on 2 cores; long enough that its prefill
+    step stands well above a decode step's noise); ``full``: more decoders and steps, and a 7B-sized
+    scenario on a GPU."""
     size = choose_size(device, size)
     on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
     if size == "quick":
-        return Sizes(size, long_prompt=256, decoders=3, decode_tokens=16, chunk_tokens=32, arrive_at_step=4)
+        return Sizes(size, long_prompt=1024, decoders=3, decode_tokens=16, chunk_tokens=128, arrive_at_step=4)
     if on_gpu:
         return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, chunk_tokens=512, arrive_at_step=8)
     return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, chunk_tokens=64, arrive_at_step=8)
@@ -128,6 +130,17 @@ class ChunkingResult:
 
     def run(self, chunking: bool) -> RunSummary:
         return next(r for r in self.runs if r.chunking == chunking)
+
+    def prefill_step(self, chunking: bool = False) -> StepPoint:
+        """The step that carried the long prompt's prefill (the most prefill tokens at or after its arrival),
+        found by what the step computed, not by how long it took."""
+        late = [p for p in self.steps_of(chunking) if p.step >= self.sizes.arrive_at_step and p.prefill_tokens > 0]
+        return max(late or self.steps_of(chunking), key=lambda p: (p.prefill_tokens, -p.step))
+
+    def decode_step_median_s(self, chunking: bool = False) -> float:
+        """The median time (seconds) of the decode-only steps of one run: the step the spike is sized against."""
+        times = [p.step_s for p in self.steps_of(chunking) if p.prefill_tokens == 0]
+        return summarize(times).p50 if times else 0.0
 
     def steps_of(self, chunking: bool) -> list[StepPoint]:
         return [s for s in self.steps if s.chunking == chunking]
@@ -220,31 +233,80 @@ def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
 # Words, tables and figures
 
 
+def spike_text(c: ChunkingResult) -> str:
+    """The unchunked run's spike in words: the step that carried the long prompt's prefill (found by its
+    tokens), its time against the median decode-only step and the decode steps' spread (the noise), and,
+    when another step of that run was slower, that step named as noise (it computed fewer tokens)."""
+    spike = c.prefill_step(False)
+    slowest = max(c.steps_of(False), key=lambda p: p.step_s)
+    median, spread = c.decode_step_median_s(False), c.decode_step_spread_s()
+    words = (f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step (step {spike.step}) of "
+             f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**")
+    if median > 0:
+        words += (f", {spike.step_s / median:.1f}× the median decode-only step ({median * 1e3:,.1f} ms)")
+        excess = spike.step_s - median
+        words += (f"; decode-only steps varied by {spread * 1e3:,.1f} ms, so the spike "
+                  + ("stands out of that noise" if excess > spread else
+                     "is **within that noise**: on this run the clock cannot show it, the token counts still do"))
+    words += "."
+    if slowest.step != spike.step and slowest.step_s > spike.step_s:
+        words += (f" The slowest step of that run was not this one but step {slowest.step}, "
+                  f"{slowest.tokens:,} tokens in {slowest.step_s * 1e3:,.0f} ms: it computed fewer tokens than the "
+                  "prefill step, so its extra time is this machine's noise, not work.")
+    return words
+
+
 def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
-    """The verdict (does chunking lower the worst gap beyond the noise?), then the spike, its
-    flattening and the TTFT price, every number from ``c``, the prediction beside the measurement."""
+    """The verdict (does chunking lower the worst gap beyond the noise?), then the spike (the step that
+    carried the long prefill, sized against the decode steps' noise), its flattening and the TTFT price,
+    every number from ``c``, the prediction beside the measurement."""
     whole, chunked = c.run(False), c.run(True)
-    spike = max(c.steps_of(False), key=lambda p: p.step_s)
     machine = machine or c.machine or check_machine()
     verdict = finding(c.outcome(), "chunking lowers the decoding requests' worst gap between two tokens", machine,
                       f"by more than the {c.decode_step_spread_s() * 1e3:,.1f} ms that decode-only steps varied")
     predicted = predicted_step_tokens(c.sizes.long_prompt, c.sizes.decoders, c.sizes.chunk_tokens)
-    return verdict + " " + (
-        f"Without chunking, the long {c.sizes.long_prompt:,}-token prompt ran in one step of "
-        f"{spike.tokens:,} tokens that took **{spike.step_s * 1e3:,.0f} ms**; the {c.sizes.decoders} decoding "
+    return verdict + " " + spike_text(c) + " " + (
+        f"The {c.sizes.decoders} decoding "
         f"requests' worst gap between two tokens was **{whole.decoder_itl_max_s * 1e3:,.0f} ms** "
         f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.chunk_tokens}-token budget the long "
         f"prefill was spread over {chunked.long_prefill_steps} steps of at most {chunked.max_step_tokens} tokens; "
         f"the worst gap was **{chunked.decoder_itl_max_s * 1e3:,.0f} ms** (p50 "
         f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). Largest step, predicted vs measured: {predicted[False]:,} vs "
-        f"{whole.max_step_tokens:,} tokens whole, {predicted[True]} vs {chunked.max_step_tokens} chunked. The worst "
-        f"gap shrank {whole.decoder_itl_max_s / chunked.decoder_itl_max_s:.1f}×, against at most "
-        f"{predicted[False] / predicted[True]:.1f}× predicted from the tokens (each step also pays a fixed cost). "
-        f"The long request's TTFT went from {whole.long_ttft_s * 1e3:,.0f} ms to {chunked.long_ttft_s * 1e3:,.0f} ms: "
-        "each extra step pays the fixed cost of a forward pass, the price of a smoother stream for everyone else. "
+        f"{whole.max_step_tokens:,} tokens whole, {predicted[True]} vs {chunked.max_step_tokens} chunked. "
+        + shrink_text(whole.decoder_itl_max_s / chunked.decoder_itl_max_s, predicted[False] / predicted[True]) + " "
+        + ttft_text(whole.long_ttft_s, chunked.long_ttft_s, c.decode_step_spread_s()) + " "
         "A smaller budget flattens the spike further but spreads the prefill over more steps (every step is in "
         "the second table)."
     )
+
+
+def shrink_text(shrink: float, token_bound: float) -> str:
+    """The worst gap's measured shrink (whole / chunked, a ratio) against the token ratio ``token_bound``:
+    the most it can shrink when a step's time follows its tokens (each step also pays a fixed cost, so less).
+    A noisy run can exceed that bound, and the words say so when it does."""
+    words = f"The worst gap shrank {shrink:.1f}×"
+    if shrink <= token_bound:
+        return words + (f", within the {token_bound:.1f}× the token counts allow when a step's time follows its tokens "
+                        "(each step also pays a fixed cost, so less is expected).")
+    return words + (f", more than the {token_bound:.1f}× the token counts allow when a step's time follows its tokens: "
+                    "on this run timing noise (a slow step on a shared machine) made part of that difference, not "
+                    "the chunking.")
+
+
+def ttft_text(whole_ttft_s: float, chunked_ttft_s: float, noise_s: float) -> str:
+    """The long request's TTFT without and with chunking (seconds), judged against ``noise_s`` (seconds, the
+    decode-only steps' spread): rose or fell beyond it, or within it."""
+    change = f"The long request's TTFT went from {whole_ttft_s * 1e3:,.0f} ms to {chunked_ttft_s * 1e3:,.0f} ms"
+    outcome = compare_spreads([whole_ttft_s], [chunked_ttft_s], margin=noise_s)
+    noise = f"the {noise_s * 1e3:,.1f} ms decode-only steps varied"
+    if outcome == SUPPORTED:
+        return (f"{change}, later by more than {noise}: each extra step pays the fixed cost of a forward pass, "
+                "the price of a smoother stream for everyone else.")
+    if outcome == CONTRADICTED:
+        return (f"{change}, earlier by more than {noise}: on this run the extra steps' fixed cost did not show, "
+                "and the prompt computed in pieces was no slower than in one step.")
+    return (f"{change}, **within the noise** ({noise}): on this run chunking's price in TTFT, the fixed cost "
+            "of each extra step, is too small to tell.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +315,7 @@ def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
 AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
 AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
 AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
+AGENT_BUDGETS = tuple(2**i for i in range(4, 12))  # token budgets searched for one that meets the target: 16..2,048
 
 
 @dataclass(frozen=True)
@@ -265,8 +328,32 @@ class AgentPromptRow:
     prefill_s: float  # the whole prompt in one go: every decoder's stall without chunking
     decode_step_s: float  # the decoders' step without the prompt
     steps_missed: float  # prefill_s / decode_step_s
-    chunked_step_s: float  # a decode step with one chunk of the prompt in it (on average)
+    chunked_step_s: float  # a decode step with one chunk of the prompt in it, on average over the chunks
     chunk_tokens: int
+
+    @property
+    def chunks(self) -> int:
+        """How many steps the chunked prefill takes: the prompt over the budget, rounded up."""
+        return -(-self.prompt_tokens // self.chunk_tokens)
+
+    @property
+    def chunked_prefill_s(self) -> float:
+        """The prompt's prefill spread over its chunks (seconds): every chunked step, decodes included."""
+        return self.chunks * self.chunked_step_s
+
+    def at_budget(self, chunk_tokens: int) -> AgentPromptRow:
+        """The same prompt, GPUs and decoders chunked at ``chunk_tokens`` per step (same model: the step
+        without the prompt plus the chunk's share of the whole prefill)."""
+        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * chunk_tokens / self.prompt_tokens,
+                       chunk_tokens=chunk_tokens)
+
+
+def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
+                           budgets: Sequence[int] = AGENT_BUDGETS) -> AgentPromptRow | None:
+    """The largest token budget of ``budgets`` whose chunked step meets ``tpot_slo_s`` (seconds per token)
+    for ``row``'s prompt, as a row at that budget; ``None`` when even the smallest does not."""
+    fitting = [row.at_budget(b) for b in budgets if row.at_budget(b).chunked_step_s <= tpot_slo_s]
+    return max(fitting, key=lambda r: r.chunk_tokens, default=None)
 
 
 def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
@@ -291,13 +378,55 @@ def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: 
         roof = roofline.gpu_roof(gpu, n_gpus=n)
         prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
         step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
-        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step,
-                                   step + prefill * chunk / prompt, chunk))
+        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step, step, chunk).at_budget(chunk))
     return rows
 
 
-def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS) -> str:
-    """Coding agents' prompts in words, every number from ``rows``."""
+def serving_tpot_slo_s() -> float:
+    """The per-token latency target (seconds) the course serves to: chapter 15's TPOT objective."""
+    from .ch15_cluster import SERVING_SLO
+
+    return SERVING_SLO.tpot_ms / 1e3
+
+
+def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
+                          budgets: Sequence[int] = AGENT_BUDGETS) -> str:
+    """What chunking does for the decoders in ``rows``, judged against a per-token target ``tpot_slo_s``
+    (seconds): it bounds their worst gap at one chunked step. When that step misses the target at the rows'
+    budget, the largest of ``budgets`` that meets it (and the longer prefill it costs) is named, or the
+    lack of one; disaggregation is the way to keep decoders at their normal step without that trade."""
+    over = [r for r in rows if r.chunked_step_s > tpot_slo_s]
+    slo = f"{tpot_slo_s * 1e3:,.0f} ms"
+    budget = " and ".join(dict.fromkeys(f"{r.chunk_tokens:,}" for r in rows))
+    if not over:
+        return (f"At a {budget}-token budget every chunked step stays under a {slo} per-token target on average "
+                "(the one chapter 15 serves to): here chunking is enough to keep the decoders interactive while "
+                "the prompt is prefilled (the last chunks, which attend to the most positions, take longest).")
+    worst = max(over, key=lambda r: r.chunked_step_s)
+    words = (f"At a {budget}-token budget, chunking bounds the decoders' worst gap at one chunked step instead of the "
+             f"whole prefill, but that step misses the target: with the {worst.prompt_tokens:,}-token prompt each "
+             f"of their steps takes about {worst.chunked_step_s * 1e3:,.0f} ms on average (the last chunks, which "
+             f"attend to the most positions, take longer), over a {slo} per-token target (chapter 15's), for the "
+             f"{worst.chunked_prefill_s:,.1f} s the chunked prefill lasts, against {worst.decode_step_s * 1e3:.1f} ms "
+             f"without the prompt ({len(over)} of {len(rows)} prompts here miss that target at this budget).")
+    for r in over:
+        fit = largest_budget_meeting(r, tpot_slo_s, budgets)
+        if fit is None:
+            words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {min(budgets):,} tokens meets "
+                      "it: its share of the prefill alone is too slow.")
+        else:
+            words += (f" A smaller budget meets it for the {r.prompt_tokens:,}-token prompt: at {fit.chunk_tokens:,} "
+                      f"tokens per step (the largest of {min(budgets):,} to {max(budgets):,} that does) its steps take "
+                      f"{fit.chunked_step_s * 1e3:,.1f} ms on average, and its prefill takes "
+                      f"{fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s in one go.")
+    return words + (" Moving such prompts to their own prefill pool (disaggregation, chapter 15) keeps the decoders "
+                    "at their normal step without that trade.")
+
+
+def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS,
+                      tpot_slo_s: float | None = None) -> str:
+    """Coding agents' prompts in words, every number from ``rows``; chunking judged against ``tpot_slo_s``
+    (seconds per token, default chapter 15's TPOT objective)."""
     if not rows:
         return "No configuration of up to 8 of these GPUs holds such a prompt beside its users."
     parts = []
@@ -306,12 +435,14 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
             f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
             f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
             f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
-            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms instead "
-            f"while the prompt lasts")
-    return ("**Coding agents.** An agent that puts a repository into its prompt sends 200k to 1M tokens "
-            f"({AGENT_MODEL}, which reads that many positions; roofline bounds with dense attention, so real "
-            "engines take longer and sparse-attention models less): " + "; ".join(parts) + ". That is why "
-            "engines chunk prefill, and why such prompts move to their own prefill pool (chapter 15).")
+            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
+            f"instead while the prompt lasts")
+    slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
+    return ("**Coding agents.** An agent that puts a repository into its prompt sends "
+            f"{min(AGENT_PROMPTS):,} to {max(AGENT_PROMPTS):,} tokens ({AGENT_MODEL}, which reads that many "
+            "positions; roofline bounds with dense attention, so real engines take longer and sparse-attention "
+            "models less): " + "; ".join(parts) + ". "
+            + chunking_verdict_text(rows, slo))
 
 
 def summary(result: Result) -> str:

@@ -35,7 +35,7 @@ from ..analysis.plausibility import caution, line_fit_flags
 from ..figures import finish
 from ..parallel.bench import AllReduceSweep, default_sizes
 from ..units import human
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
@@ -255,6 +255,37 @@ def split_text(model: str = "smollm2-135m", world_size: int = 2) -> str:
         f"as evenly as possible: on {world_size} ranks that is {each('n_kv_heads')} KV heads, so "
         f"{each('n_heads')} query heads, and {each('n_mlp')} MLP columns."
     )
+
+
+# Production engines shard the vocabulary too, which costs two more collectives per step: vLLM's
+# VocabParallelEmbedding all-reduces the embedding lookup, and its ParallelLMHead computes a slice of the
+# logits that LogitsProcessor gathers (vllm/model_executor/layers/vocab_parallel_embedding.py and
+# logits_processor.py; the first read at vLLM commit 00db011). Megatron-LM's VocabParallelEmbedding
+# (megatron/core/tensor_parallel/layers.py) all-reduces its lookup the same way.
+VOCAB_PARALLEL_COLLECTIVES = 2
+
+
+def collectives_per_step(layers: int, vocab_parallel: bool) -> int:
+    """Collectives one tensor-parallel decode step makes: 2 all-reduces per layer (after o_proj and
+    down_proj), plus :data:`VOCAB_PARALLEL_COLLECTIVES` when the embedding and LM head are sharded by
+    vocabulary (``vocab_parallel``) rather than replicated, as in this course's engine."""
+    return 2 * layers + (VOCAB_PARALLEL_COLLECTIVES if vocab_parallel else 0)
+
+
+def replicated_vocab_text(model: str = "smollm2-135m") -> str:
+    """Why this engine's TP step makes no message besides the layers' all-reduces, and the two more a
+    production engine makes because it shards the vocabulary; the counts from ``model``'s shape."""
+    from ..analysis.memory import as_shape
+
+    layers = as_shape(model).layers
+    ours, theirs = collectives_per_step(layers, False), collectives_per_step(layers, True)
+    return (f"The embedding, the LM head and the norms are **replicated** in this engine: every rank computes the "
+            f"full logits and picks the same greedy token, so a step of {model} makes its {ours} all-reduces "
+            f"(2 x {layers} layers) and no other message. Production engines shard the vocabulary as well, to "
+            "keep one copy of the embedding and LM head across the ranks: vLLM's `VocabParallelEmbedding` adds "
+            "an all-reduce after the embedding lookup (Megatron-LM's layer of that name does too) and its "
+            "`ParallelLMHead` computes a slice of the logits that are then gathered, so a vLLM step of this "
+            f"model makes {theirs} collectives (2 x {layers} + {VOCAB_PARALLEL_COLLECTIVES}).")
 
 
 SPLIT_COLUMNS = [
@@ -530,7 +561,7 @@ def tp_figure(tp: TPResult):
             ha="left", va="bottom", color="gray")
     ax.set(xscale="log", yscale="log", xlabel="message (bytes, log)", ylabel="one all-reduce (µs, log)")
     ax.set_title(f"All-reduce, {tp.world_size} gloo processes on this CPU", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below the axes: it hides no point
     labels = [r.label.replace(" (one rank's share)", "\n(one rank's share)").replace(", rank", "\nrank")
               for r in tp.runs]
     xs = np.arange(len(tp.runs))
@@ -892,11 +923,81 @@ def lesson_columns(frame: Any, columns: tuple[str, ...]) -> Any:
     return frame[list(columns)]
 
 
-def tp_scaling_figure(s: ScalingResult):
-    from ..analysis.parallel_figures import plot_tp_scaling
+NOT_FITTING_ALPHA = 0.25  # how faint a bar of a layout that does not fit is drawn
 
-    return plot_tp_scaling([vars(r) for r in s.rows], title=f"analytic: {s.model}, {s.batch} users x "
-                                                             f"{s.context:,} tokens: N GPUs are not N x faster")
+
+def tp_scaling_title(s: ScalingResult) -> str:
+    """The scaling figure's title: what it shows, and which TP sizes do not fit (their bars are faint and
+    labelled: a reference for the speed-up, not a configuration that runs)."""
+    title = f"analytic: {s.model}, {s.batch} users x {s.context:,} tokens: N GPUs are not N x faster"
+    missing = sorted({r.tp for r in s.rows if not r.fits})
+    if not missing:
+        return title
+    verb = "does" if len(missing) == 1 else "do"
+    return title + (f"\nfaint: TP{', TP'.join(map(str, missing))} {verb} not fit (weights + KV), "
+                    "the speed-up's reference")
+
+
+def tp_scaling_figure(s: ScalingResult):
+    """ITL per TP size and GPU (:func:`~infer_lab.analysis.parallel_figures.plot_tp_scaling`), with the bars
+    of layouts that do not fit their memory drawn faint and labelled "does not fit"."""
+    from ..analysis.parallel_figures import plot_tp_scaling
+    from ..figures import finish
+
+    fig = plot_tp_scaling([vars(r) for r in s.rows], title=tp_scaling_title(s))
+    ax = fig.axes[0]
+    ax.title.set_fontsize(9)
+    finish(fig)  # lay out again with the title's final size, so both of its lines stay inside the figure
+    gpus = list(dict.fromkeys(r.gpu for r in s.rows))
+    bars = [c for c in ax.containers if hasattr(c, "patches")]  # per GPU: compute bars, then all-reduce bars
+    ideal = [line for line in ax.lines if line.get_linestyle() == "--"]  # the ideal 1/N lines
+    for i, gpu in enumerate(gpus):
+        rows = [r for r in s.rows if r.gpu == gpu]
+        compute, allreduce = bars[2 * i], bars[2 * i + 1]
+        for row, low, high in zip(rows, compute.patches, allreduce.patches, strict=True):
+            if row.fits:
+                continue
+            for patch in (low, high):
+                patch.set_alpha(NOT_FITTING_ALPHA)
+            label = ax.text(low.get_x() + low.get_width() / 2, 0, "does not fit", rotation=90, ha="center",
+                            va="center", fontsize=7, color="0.25")
+            _place_clear_of_lines(ax, label, high.get_y() + high.get_height(), ideal)
+    return fig
+
+
+def _line_span(line: Any, x0: float, x1: float) -> tuple[float, float] | None:
+    """The lowest and highest y of a polyline over x0..x1 (data units); ``None`` where it does not reach there."""
+    import numpy as np
+
+    xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    lo, hi = max(x0, xs.min()), min(x1, xs.max())
+    if lo > hi:
+        return None
+    inside = ys[(xs >= lo) & (xs <= hi)]
+    values = np.concatenate([np.interp([lo, hi], xs, ys), inside])
+    return float(values.min()), float(values.max())
+
+
+def _place_clear_of_lines(ax: Any, label: Any, top: float, lines: list[Any]) -> None:
+    """Move the vertical ``label`` (centred on its bar) to a height where no line of ``lines`` crosses it:
+    inside its bar (0 to ``top``, data units), nearest the bar's middle, if it fits there; else the lowest
+    clear place above the bar."""
+    import numpy as np
+
+    renderer = ax.figure.canvas.get_renderer()
+    box = label.get_window_extent(renderer).transformed(ax.transData.inverted())
+    half, pad = box.height / 2, box.height * 0.05
+    x0, x1 = box.x0, box.x1
+    spans = [span for line in lines if (span := _line_span(line, x0, x1)) is not None]
+
+    def clear(y: float) -> bool:
+        return all(hi < y - half - pad or lo > y + half + pad for lo, hi in spans)
+
+    inside = sorted(np.linspace(half + pad, top - half - pad, 60), key=lambda y: abs(y - top / 2)) \
+        if top > 2 * (half + pad) else []
+    above = np.linspace(top + half + pad, ax.get_ylim()[1] - half, 60)
+    y = next((float(y) for y in (*inside, *above) if clear(y)), top + half + pad)
+    label.set_y(y)
 
 
 def frontier_figure(s: ScalingResult):
@@ -926,7 +1027,7 @@ class Result(ChapterResult):
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "tp": lambda: run_tp(lm, sizes),
         "scaling": lambda: run_scaling(lm, sizes),

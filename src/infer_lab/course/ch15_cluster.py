@@ -37,9 +37,9 @@ from ..cluster.engine_check import TOLERANCES, SimVsEngine
 from ..cluster.hetero import PhaseFitness
 from ..cluster.report import SLO, ClusterReport, summarize
 from ..figures import finish
-from ..units import human
+from ..units import fmt_bytes, human
 from .ch14_tensor_parallel import LAYOUT_COLUMNS, TP_QUESTIONS, LayoutRow
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import NO_MODEL, ChapterResult, choose_size, run_parts
 from .notebook_code import notebook_function
 from .tables import Column, people_table
 
@@ -295,6 +295,20 @@ class WaferPoint:
     model: str
     chips_to_hold_weights: int
     batch1_bound_tokens_per_s: dict[str, float]
+    gpu: str = "H100-SXM"  # the catalog GPU the quoted figures are set against
+    weight_bytes: int = 0  # the model's weights (bytes)
+    gpu_memory_bytes: int = 0  # one such GPU's memory (bytes)
+
+    @property
+    def gpu_bound_tokens_per_s(self) -> float:
+        """The GPU's batch-1 bandwidth bound for ``model`` (tokens/s): every weight read once per token."""
+        return self.batch1_bound_tokens_per_s[self.gpu]
+
+    @property
+    def quote_is_this_workload(self) -> bool:
+        """Whether the quoted GPU tokens/s could be ``model`` at batch 1 on one GPU: the weights fit and
+        the quote is within the bandwidth bound."""
+        return self.weight_bytes <= self.gpu_memory_bytes and self.claimed_h100_tokens_per_s <= self.gpu_bound_tokens_per_s
 
 
 @dataclass(frozen=True)
@@ -314,13 +328,48 @@ class HeteroResult:
 
 def wafer_point(model: str = "llama-3-70b") -> WaferPoint:
     """The cited wafer-scale claims and what the vendor's figures compute (:func:`infer_lab.cluster.hetero.wafer_scale_data_point`)."""
+    from ..catalog import get_gpu
     from ..cluster import hetero
 
-    w = hetero.wafer_scale_data_point(model)
+    gpu = get_gpu("H100-SXM")
+    w = hetero.wafer_scale_data_point(model, gpu=gpu.name)
     claims = w["talk_claims"]
     return WaferPoint(w["chip"], w["label"], w["source"], claims["tokens_per_s"], claims["h100_tokens_per_s"],
                       w["claimed_speedup"], w["bandwidth_ratio"], w["bandwidth_ratio_claimed"], w["model"],
-                      w["chips_to_hold_weights"], w["batch1_bound_tokens_per_s"])
+                      w["chips_to_hold_weights"], w["batch1_bound_tokens_per_s"], gpu.name, int(w["weight_bytes"]),
+                      gpu.memory_bytes)
+
+
+def wafer_text(w: WaferPoint) -> str:
+    """The cited wafer-scale figures in words: the quoted speeds, the bandwidth ratio recomputed, and
+    whether the quoted GPU speed can be ``w.model`` at batch 1 on one GPU at all before any conclusion
+    is drawn from the two speeds; every number from ``w``."""
+    head = (f"**Cited data point, not a catalog GPU:** {w.chip} ({w.label}). Quoted in a public talk on inference: "
+            f"about {w.claimed_tokens_per_s:,.0f} tok/s vs {w.claimed_h100_tokens_per_s:,.0f} on an H100 "
+            f"({w.claimed_speedup:.0f}x), and on-chip bandwidth '{w.bandwidth_ratio_claimed:,.0f}x' an H100's HBM. "
+            f"The vendor's own 21 PB/s over the catalog's H100 HBM is **{w.bandwidth_ratio:,.0f}x**, not "
+            f"{w.bandwidth_ratio_claimed:,.0f}x. ")
+    fits = w.weight_bytes <= w.gpu_memory_bytes
+    memory = (f"{fmt_bytes(w.weight_bytes)} of weights {'fit' if fits else 'do not fit'} one {w.gpu}'s "
+              f"{fmt_bytes(w.gpu_memory_bytes)}")
+    bound = f"the {w.gpu}'s batch-1 bandwidth bound for {w.model} is {w.gpu_bound_tokens_per_s:,.0f} tok/s"
+    if w.quote_is_this_workload:
+        compare = (f"For {w.model} on one {w.gpu}, {memory} and {bound}, so the quoted "
+                   f"{w.claimed_h100_tokens_per_s:,.0f} could be that workload; then a {w.bandwidth_ratio:,.0f}x "
+                   f"bandwidth ratio buying a claimed {w.claimed_speedup:.0f}x says something other than memory "
+                   "bandwidth sets the wafer's speed. ")
+    else:
+        why = [] if fits else [memory]
+        if w.claimed_h100_tokens_per_s > w.gpu_bound_tokens_per_s:
+            why.append(f"{bound}, below the quoted {w.claimed_h100_tokens_per_s:,.0f}")
+        compare = (f"The two quoted speeds cannot be {w.model} at batch 1 on one {w.gpu}: " + " and ".join(why)
+                   + ". The talk named no model, batch or system size, so the "
+                   f"{w.claimed_speedup:.0f}x is not comparable with the {w.bandwidth_ratio:,.0f}x bandwidth ratio. ")
+    spread = (f"What stands on its own: {w.model} needs {w.chips_to_hold_weights} wafers just to hold its weights "
+              "in SRAM, so each token crosses between wafers and its speed is not bounded by one wafer's SRAM "
+              "bandwidth alone. " if w.chips_to_hold_weights > 1 else
+              f"{w.model}'s weights fit one wafer's SRAM. ")
+    return head + compare + spread + f"Source: {w.source}."
 
 
 HETERO_LABELS = ("heterogeneous P:D", "P:D, all prefill GPU", "P:D, all decode GPU", "colocated chunked, decode GPU")
@@ -401,13 +450,7 @@ def hetero_text(h: HeteroResult) -> str:
            if abs((het.itl_ms_p50 or 0) - (homo_d.itl_ms_p50 or 0)) < 0.05 * (homo_d.itl_ms_p50 or 1) else "")
         + "The quoted case, compute-dense prefill chips with SRAM/bandwidth-dense decode chips, needs two chips "
         "that differ in kind: the cited pairing below, not this pair.",
-        f"**Cited data point, not a catalog GPU:** {w.chip} ({w.label}). Quoted in a public talk on inference: about "
-        f"{w.claimed_tokens_per_s:,.0f} tok/s vs {w.claimed_h100_tokens_per_s:,.0f} on an H100 ({w.claimed_speedup:.0f}x), "
-        f"and on-chip bandwidth '{w.bandwidth_ratio_claimed:,.0f}x' an H100's HBM. The vendor's own 21 PB/s over the "
-        f"catalog's H100 HBM is **{w.bandwidth_ratio:,.0f}x**, not {w.bandwidth_ratio_claimed:,.0f}x. A {w.model} needs "
-        f"{w.chips_to_hold_weights} wafers just to hold its weights in SRAM, and a {w.bandwidth_ratio:,.0f}x bandwidth "
-        f"ratio buys a claimed {w.claimed_speedup:.0f}x, so something other than memory bandwidth sets its speed. "
-        f"Source: {w.source}.",
+        wafer_text(w),
         cited_pairing_text(w.chip),
         f"**Attention/FFN split** for {h.afd_model} on H100 SXM (analytic, fp8 weights as DeepSeek serves them): "
         f"colocated, each GPU fits {c.batch_per_attention_gpu} users next to its share of the experts; split, an "
@@ -468,8 +511,68 @@ class PlanResult:
     vllm: str
     sglang: str
     infer_lab: str
-    disaggregated: dict[str, str]  # role -> command
+    disaggregated: dict[str, str]  # "engine role" -> command, in launch order (see pd_commands)
     pointers: dict[str, str]
+    pd_tp: int = 1  # TP size of each P/D role
+
+
+# The P/D pair as one procedure on one node with 2 x TP GPUs: each role on its own GPUs, both servers on
+# 127.0.0.1 with the proxy or router in front of them on port PD_FRONT_PORT.
+PD_PORTS = {"prefill": 8100, "decode": 8200}
+PD_FRONT_PORT = 8000
+# vLLM's NixlConnector handshake port (VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600): every worker on a host needs
+# its own, base + dp_rank x tp_size + tp_rank, so the decode server's base starts past the prefill's TP ranks
+# (vLLM's NixlConnector usage guide, docs.vllm.ai, features/nixl_connector_usage).
+NIXL_SIDE_CHANNEL_BASE = 5600
+# vLLM ships no prefill/decode router in its package: its NixlConnector guide runs this proxy from a clone of
+# the vLLM repository (arguments as in that file: --port, --prefiller-hosts/-ports, --decoder-hosts/-ports).
+VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+
+
+def pd_gpus(role: str, tp: int) -> str:
+    """CUDA_VISIBLE_DEVICES of one P/D role on a node of 2 x ``tp`` GPUs: prefill the first ``tp``, decode the rest."""
+    first = list(PD_PORTS).index(role) * tp
+    return ",".join(str(g) for g in range(first, first + tp))
+
+
+def pd_commands(hub_id: str, tp: int, context: int) -> dict[str, str]:
+    """The disaggregated deployment as commands to run in order, on one node with 2 x ``tp`` GPUs: for vLLM
+    the prefill server, the decode server and the proxy that sends each request to the first then the second;
+    for SGLang the two servers and its router. Keys are "engine role"."""
+    from .. import launchers
+
+    out = {}
+    for eng in launchers.ENGINES:
+        for i, role in enumerate(launchers.DISAGGREGATION_ROLES):
+            opts = launchers.EngineOptions(hub_id, tensor_parallel=tp, max_model_len=context, disaggregation=role,
+                                           port=PD_PORTS[role])
+            env = [f"CUDA_VISIBLE_DEVICES={pd_gpus(role, tp)}"]
+            if eng == "vllm":
+                env.append(f"VLLM_NIXL_SIDE_CHANNEL_PORT={NIXL_SIDE_CHANNEL_BASE + i * tp}")
+            out[f"{eng} {role}"] = " ".join(env + [shlex.join(launchers.build_command(eng, opts, python="python"))])
+        hosts = {role: f"http://127.0.0.1:{port}" for role, port in PD_PORTS.items()}
+        if eng == "vllm":
+            out["vllm proxy"] = shlex.join([
+                "python", VLLM_PD_PROXY, "--port", str(PD_FRONT_PORT),
+                "--prefiller-hosts", "127.0.0.1", "--prefiller-ports", str(PD_PORTS["prefill"]),
+                "--decoder-hosts", "127.0.0.1", "--decoder-ports", str(PD_PORTS["decode"])])
+        else:
+            out["sglang router"] = shlex.join(launchers.pd_router_command(
+                "sglang", [hosts["prefill"]], [hosts["decode"]], port=PD_FRONT_PORT, host="127.0.0.1"))
+    return out
+
+
+def pd_gpus_text(pd_tp: int, chosen: int | None) -> str:
+    """How many GPUs the P/D pair needs (one TP group per role) against the planner's colocated count."""
+    need = 2 * pd_tp
+    head = f"The pair needs **{need} GPUs**, TP{pd_tp} per role"
+    if chosen is None:
+        return head + "."
+    if need > chosen:
+        return head + f": {need - chosen} more than the {chosen} the planner chose for one colocated server."
+    if need < chosen:
+        return head + f": {chosen - need} fewer than the {chosen} the planner chose for one colocated server."
+    return head + f": the same {chosen} the planner chose for one colocated server."
 
 
 def plan_result(sizes: Sizes, rec: Any, scale_out: dict[str, Any], users: int | None = None) -> PlanResult:
@@ -485,20 +588,13 @@ def plan_result(sizes: Sizes, rec: Any, scale_out: dict[str, Any], users: int | 
     dp = rec.plan.dp if rec.plan else 1
     ours = shlex.join(["infer-lab", "engines", "launch", "vllm", "--model", hub, "--tp", str(tp)]
                       + (["--dp", str(dp)] if dp > 1 else []) + ["--max-model-len", str(ctx)])
-    pd = {}
-    for role in launchers.DISAGGREGATION_ROLES:
-        for eng in launchers.ENGINES:
-            opts = launchers.EngineOptions(hub, tensor_parallel=tp, max_model_len=ctx, disaggregation=role,
-                                         port=8100 if role == "prefill" else 8200)
-            pd[f"{eng} {role}"] = shlex.join(launchers.build_command(eng, opts, python="python"))
-    pd["sglang router"] = shlex.join(launchers.pd_router_command("sglang", ["http://prefill-host:8100"],
-                                                               ["http://decode-host:8200"]))
+    pd = pd_commands(hub, tp, ctx)
     considered = [LayoutRow(p.gpu, p.parallelism, p.n_gpus, p.interconnect or "—", p.itl_ms, p.tokens_per_s,
                             p.input_tokens_per_s, p.allreduce_ms_per_step, p.meets_slo, p.usd_per_m_output_tokens,
                             p.joules_per_output_token) for p in rec.considered]
     return PlanResult(model, hub, sizes.plan_gpu, ctx, sizes.plan_itl_slo_ms, users or sizes.plan_users, scale_out["chosen"],
                       scale_out["parallelism"], scale_out["reason"], considered, shlex.join(scale_out["vllm"]),
-                      shlex.join(scale_out["sglang"]), ours, pd, dict(launchers.DISTRIBUTED_POINTERS))
+                      shlex.join(scale_out["sglang"]), ours, pd, dict(launchers.DISTRIBUTED_POINTERS), tp)
 
 
 def run_plan(lm: Any, sizes: Sizes) -> PlanResult:
@@ -516,8 +612,18 @@ def plan_text(p: PlanResult) -> str:
         head,
         f"Launch it with vLLM:\n\n```\n{p.vllm}\n```\n\nor SGLang:\n\n```\n{p.sglang}\n```\n\nor through this "
         f"course's launcher (same flags, health check, logs):\n\n```\n{p.infer_lab}\n```",
-        "Disaggregated prefill/decode, one server per role (vLLM's KV-transfer connector; SGLang's PD mode and "
-        "its router):\n\n```\n" + "\n".join(p.disaggregated.values()) + "\n```",
+        "Disaggregated prefill/decode, one server per role on its own GPUs, with a proxy in front that sends each "
+        "request to the prefill server, then to the decode server with the KV's address. "
+        + pd_gpus_text(p.pd_tp, p.chosen) + f" On one node of {2 * p.pd_tp} GPUs, run each block's lines in order "
+        f"(each in its own terminal), then send requests to port {PD_FRONT_PORT}. vLLM, with its NixlConnector and the "
+        f"proxy script its guide runs from a clone of the vLLM repository:\n\n```\n"
+        + "\n".join(v for k, v in p.disaggregated.items() if k.startswith("vllm")) + "\n```\n\nSGLang, with its PD "
+        "mode and its router (SGLang's guide adds `--disaggregation-ib-device` to name the RDMA NIC the KV moves "
+        "over):\n\n```\n"
+        + "\n".join(v for k, v in p.disaggregated.items() if k.startswith("sglang")) + "\n```\n\nAcross two nodes, "
+        "bind each server to an address the other node reaches (`--host`), point the proxy or router there, and for "
+        "vLLM set `VLLM_NIXL_SIDE_CHANNEL_HOST` on the prefill node to its address, where the decode server fetches "
+        "the KV.",
         "Across nodes, with KV-aware routing and autoscaled pools: " + "; ".join(p.pointers.values()) + ".",
         "Our engine stays on one device: it is the from-scratch demonstration of the mechanism, not a distributed "
         "server.",
@@ -617,7 +723,7 @@ class Result(ChapterResult):
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
     return run_parts(result, parts, PARTS, {
         "cluster": lambda: run_cluster(lm, sizes),
         "hetero": lambda: run_hetero(lm, sizes),

@@ -119,8 +119,10 @@ def check_machine(sample_s: float = 0.3) -> MachineLoad:
 
 
 def finding(outcome: str, claim: str, machine: MachineLoad | None, spread: str = "") -> str:
-    """The verdict of a timed part as markdown: the claim when the spread supports it, otherwise
-    the word *inconclusive* with the reason; never the opposite of the claim as a finding.
+    """The verdict of a timed part as markdown: the claim when the spread supports it; *inconclusive*
+    with the reason when the spreads overlap, or when they point the other way on a busy machine
+    (the load explains it); and, on a machine not found busy, a run that points the other way is
+    reported as what it measured, not explained away.
 
     ``outcome`` is one of :data:`~infer_lab.timing.SUPPORTED`, ``INCONCLUSIVE`` or
     ``CONTRADICTED`` (from :func:`~infer_lab.timing.compare_spreads`); ``claim`` is the
@@ -137,12 +139,24 @@ def finding(outcome: str, claim: str, machine: MachineLoad | None, spread: str =
         if busy:
             text += machine_line + " The direction held anyway; the sizes of the numbers would not."
         return text
+    if outcome == CONTRADICTED and not busy:
+        return (f"**This run measured the opposite:** its numbers{where} point against the claim that {claim}."
+                f"{machine_line} One run can be an accident: press the button again. If it holds, it is this "
+                "machine's result at these sizes, and the numbers say by how much.")
     if outcome == INCONCLUSIVE:
         reason = f"the spread of its numbers{where} is wider than the effect, so it cannot show that {claim}."
     else:
-        reason = (f"its numbers{where} point the other way, so it cannot show that {claim}; read it as a "
-                  "failed measurement, not as the opposite lesson.")
+        reason = f"its numbers{where} point the other way, on a busy machine, so it cannot show that {claim}."
     advice = (" Close other programs and press the button again." if busy else
               " Press the button again; when it stays this way, the effect is smaller than this "
               "machine's timing noise at these sizes (a larger size setting shows it more clearly).")
     return f"**Inconclusive on this run:** {reason}{machine_line}{advice}"
+
+
+
+def chapter_number(slug: str) -> str:
+    """The number (``"05"``) of the chapter whose slug is ``slug``, from the course's registry
+    (:func:`infer_lab.course.chapter`), so that renumbering the course renumbers the text."""
+    from . import chapter as course_chapter
+
+    return course_chapter(slug).NUMBER

@@ -188,6 +188,7 @@ class OpenerResult:
     batch_model: str
     batch_gpu: str
     training: TrainingVsInference
+    context: int = CONTEXT  # tokens per user of the cost and batch rows
 
     @property
     def latest(self) -> TokenVolume:
@@ -276,12 +277,19 @@ def training_vs_inference(volume: float) -> TrainingVsInference:
                                ref["qualifier"], f"{ref['who']}, {ref['where']} ({ref['date']})", ref["url"], volume)
 
 
-def compute() -> OpenerResult:
-    """Every number of the opener (a fraction of a second, no hardware)."""
+def compute(cost_models: tuple[str, ...] = COST_MODELS, context: int = CONTEXT,
+            itl_slo_ms: float = ITL_SLO_MS) -> OpenerResult:
+    """Every number of the opener (a fraction of a second, no hardware).
+
+    ``cost_models``: the catalog models a month of the latest volume is priced on; ``context``:
+    tokens per user (prompt and output); ``itl_slo_ms``: the most a user waits between two tokens, ms.
+    """
     volumes = token_volumes()
     latest = volumes[-1].value
-    return OpenerResult(volumes, growth_steps(volumes), [serving_cost(m, latest) for m in COST_MODELS],
-                        cost_vs_batch(), BATCH_MODEL, BATCH_GPU, training_vs_inference(latest))
+    return OpenerResult(volumes, growth_steps(volumes),
+                        [serving_cost(m, latest, context, itl_slo_ms) for m in cost_models],
+                        cost_vs_batch(context=context), BATCH_MODEL, BATCH_GPU, training_vs_inference(latest),
+                        context)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +360,7 @@ def batch_text(result: OpenerResult) -> str:
     first, last = result.batch_costs[0], result.batch_costs[-1]
     return (f"Why the cost per token falls as volume rises: {result.batch_model} on one {result.batch_gpu} costs "
             f"${human(first.usd_per_m_tokens, 3)} per million tokens with {first.users} user and "
-            f"${human(last.usd_per_m_tokens, 3)} with {last.users:,} (what its memory holds at {CONTEXT:,} tokens): "
+            f"${human(last.usd_per_m_tokens, 3)} with {last.users:,} (what its memory holds at {result.context:,} tokens): "
             f"**{first.usd_per_m_tokens / last.usd_per_m_tokens:,.0f}× cheaper**, because one decode step reads "
             f"the weights once for the whole batch. Its ITL goes from {human(first.itl_ms, 3)} to {human(last.itl_ms, 3)} ms: "
             "that is the latency the volume buys its cost with.")
@@ -363,7 +371,8 @@ def summary(result: OpenerResult) -> str:
 
 
 VOLUME_COLUMNS = [
-    Column("as_of", "month", "text"), Column("value", "tokens per month"), Column("qualifier", "as said", "text"),
+    Column("as_of", "month", "text"), Column("value", "trillion tokens per month", scale=1e-12),
+    Column("qualifier", "as said", "text"),
     Column("reported", "reported on", "text"), Column("where", "where", "text"),
 ]
 COST_COLUMNS = [
@@ -422,7 +431,7 @@ def batch_figure(result: OpenerResult):
     twin.semilogx(users, [b.itl_ms for b in result.batch_costs], "s--", color="tab:gray", label="ITL (ms)")
     twin.set_ylabel("ITL (ms)")
     twin.set_ylim(0, max(b.itl_ms for b in result.batch_costs) * 1.2)
-    ax.set_title(f"{result.batch_model} on one {result.batch_gpu} at {CONTEXT:,} tokens: the cost per token falls with "
+    ax.set_title(f"{result.batch_model} on one {result.batch_gpu} at {result.context:,} tokens: the cost per token falls with "
                  "the batch\nanalytic: roofline bound at the catalog's $/hour, no hardware", fontsize=9)
     lines = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
     ax.legend(lines, [h.get_label() for h in lines], fontsize=8, loc="upper center")

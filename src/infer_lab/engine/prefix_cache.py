@@ -6,8 +6,10 @@ Two designs over the same reference-counted blocks (:class:`~.block_manager.Bloc
   the hash of the block before it, so equal hashes mean equal prefixes. Hits are block-aligned:
   a 100-token shared prefix with 16-token blocks reuses 96 tokens.
 * :class:`RadixPrefixCache` (SGLang style): a radix tree over token ids whose nodes remember the
-  slot of every token. Matches are token-granular: whole blocks are shared by reference, and a
-  partly matching block is copied into a fresh block (copy-on-write), so nothing is recomputed.
+  slot of every token. Matches here are token-granular because of this engine's copy-on-write:
+  whole blocks are shared by reference, and a partly matching block is copied into a fresh block,
+  so nothing is recomputed. The tree is not what makes it token-granular: SGLang itself matches
+  token by token only at its default page size of 1, and page-aligned above that.
 
 Both hold one reference on each block they remember, and give blocks back in least-recently-used
 order when the pool runs dry (only blocks no running request holds are actually freed).

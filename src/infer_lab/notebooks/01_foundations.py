@@ -51,7 +51,8 @@ def _():
 
     from infer_lab import nb
     from infer_lab.course import ch01_foundations as ch01
-    return ch01, mo, nb
+    from infer_lab.course import opener
+    return ch01, mo, nb, opener
 
 
 @app.cell(hide_code=True)
@@ -69,8 +70,52 @@ def _(mo):
        not on arithmetic.
 
     Each measurement sits behind its own button and is sized for your device (quick on a CPU).
+    First, part 0: why any of this is worth the trouble.
     """)
     return
+
+
+@app.cell(hide_code=True)
+def _(mo, opener):
+    latest_volume = opener.token_volumes()[-1]  # cited: data/token_volumes.json
+    rate_guess = mo.ui.slider(3, 15, value=6, step=1,
+                              label="your guess: tokens per second, as a power of ten (6 = a million)")
+    mo.vstack([
+        mo.md(f"""
+    ## 0 · Why inference cost matters
+
+    Training a model is paid once. Inference is paid for every token of every user, every month,
+    for as long as the product lives. The first talk of this course (the workshop) opened on that
+    contrast: training as a one-time cost, inference as a recurring operating cost that grows with
+    every user, every token and every session. The second talk (Cerebras and Gimlet Labs) put
+    volumes on it: the monthly token counts Google reported at its I/O keynotes, the latest
+    quoted as "{opener.tokens_in_words(latest_volume.value)} tokens per month". Google's keynote
+    said **{latest_volume.label()}**: the "{latest_volume.qualifier}" is Google's wording, not the talk's.
+
+    **Predict first:** how many tokens per second is that, on average, around the clock?
+    Then read the cell below: it prices a month of that volume on catalogued GPUs with the
+    course's capacity planner, and shows why batching makes each token cheaper.
+    """),
+        rate_guess,
+    ])
+    return (rate_guess,)
+
+
+@app.cell
+def why_cost_matters(ch01, mo, nb, opener, rate_guess):
+    cost_models = ("mistral-7b", "llama-3-70b")  # catalog models to price a month of tokens on
+    itl_slo_ms = 50.0  # the most a user waits between two tokens, ms
+    tokens_per_user = 4096  # tokens each user's request holds (prompt and output)
+    opening = opener.compute(cost_models, context=tokens_per_user, itl_slo_ms=itl_slo_ms)
+    mo.vstack([
+        mo.md(ch01.rate_guess_text(10.0 ** rate_guess.value, opening.latest)),
+        opener.volumes_figure(opening),
+        nb.md(opener.volumes_text(opening)),
+        nb.md(opener.cost_text(opening)),
+        opener.batch_figure(opening),
+        nb.md(opener.batch_text(opening)),
+    ])
+    return (opening,)
 
 
 @app.cell(hide_code=True)
@@ -90,10 +135,8 @@ def _(ch01, mo, model_picker, nb, size_picker, weights_picker):
 
 
 @app.cell(hide_code=True)
-def _(ch01, mo, nb):
-    loop_button = mo.ui.run_button(label=ch01.PARTS["loop"])
-    mo.vstack([
-        mo.md("""
+def _(mo):
+    mo.md("""
     ## 1 · The autoregressive loop, one token at a time
 
     Text becomes token ids (**tokenize**). Each id picks one row of the embedding table
@@ -107,10 +150,15 @@ def _(ch01, mo, nb):
     (`src/infer_lab/engine/layers.py`). It has no KV cache: every step runs the whole text
     through the model again, which is what chapter 08's cache saves. The cell after them also
     asks the engine for its greedy tokens, so you can check that the plain loop is the real thing.
+    """)
+    return
 
-    **Predict first:** how many forward passes does it take to write 6 tokens? How long is the
-    logits vector of each, for this model?
-    """),
+
+@app.cell(hide_code=True)
+def _(ch01, lm, mo, nb, sizes):
+    loop_button = mo.ui.run_button(label=ch01.PARTS["loop"])
+    mo.vstack([
+        mo.md(ch01.loop_question(lm, sizes.loop_prompt)),  # the prompt's length, from this model's tokenizer
         mo.md(f"{loop_button} {nb.button_time(ch01, 'loop')}"),
     ])
     return (loop_button,)
@@ -223,6 +271,15 @@ def _(ch01, mo, nb):
 
     {ch01.levels_text()}
 
+    A GPU's levels have names the talks use. The first talk drew two: **HBM** (high-bandwidth
+    memory), large and slower, where every weight and the KV cache live; and **shared memory**
+    (on-chip SRAM), small and very fast, next to the cores. Every matmul moves its inputs in
+    chunks from HBM into SRAM, computes there, and writes the result back to HBM. Prefill does
+    that once for the whole prompt; decode does it again for every token, so the rate HBM
+    delivers bytes sets the rate tokens come out. The datasheet figures of one GPU:
+
+    {ch01.gpu_memory_text()}
+
     **Predict first:** at which working-set sizes will the curve fall, and which level is the
     slowest? That slowest level is where a model's weights live.
 
@@ -248,16 +305,21 @@ def _(bandwidth_button, ch01, lm, mo, nb, sizes):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch01, mo):
+    mo.md(f"""
     ## 4 · Why decode waits on memory
 
     A decode step reads every weight once (and the whole KV cache) to make one token per
     sequence, and does about 2 FLOPs per weight. So it has two costs: **bytes / bandwidth** and
-    **FLOPs / FLOP/s**. Whichever is larger sets the step's time. Below, both are computed for
-    your model at batch 1, on the ceilings **measured on this machine** (a large copy's
-    bandwidth, a large matmul's FLOP/s). That is the prediction; the button then times the
-    engine's real decode step beside it.
+    **FLOPs / FLOP/s**. Whichever is larger sets the step's time. The second talk (Cerebras and
+    Gimlet Labs) said that in decode the chip spends "up to 90%" of its time waiting for data
+    from memory. On a datasheet GPU's roofline:
+
+    {ch01.gpu_decode_wait_text()}
+
+    Below, both costs are computed for your model at batch 1, on the ceilings **measured on this
+    machine** (a large copy's bandwidth, a large matmul's FLOP/s). That is the prediction; the
+    button then times the engine's real decode step beside it.
     """)
     return
 

@@ -77,7 +77,7 @@ def _(ch02, mo, model_picker, nb, size_picker, weights_picker):
 
 
 @app.cell(hide_code=True)
-def _(ch02, lm, mo, nb):
+def _(ch02, lm, mo, nb, sizes):
     memory_button = mo.ui.run_button(label=ch02.PARTS["memory"])
     mo.md(f"""
     ## 1 · Memory grows with tokens and with users
@@ -88,7 +88,7 @@ def _(ch02, lm, mo, nb):
     {ch02.memory_prediction(lm)}
 
     The experiment, `kv_after_prefill`, runs one real prefill per point and counts the bytes of
-    the cache tensors it left behind. The dots are those counts; the line extends them.
+    the cache tensors it left behind. {ch02.memory_panels_text(sizes.contexts, sizes.users)}
 
     {memory_button} {nb.button_time(ch02, "memory")}
     """)
@@ -227,10 +227,11 @@ def _(ch02, lm, mo, nb, sizes):
     that read across sequences, so total throughput rises while each user's speed drops a
     little. Longer contexts add KV bytes to read at every step.
 
-    {ch02.itl_prediction(lm, sizes.itl_contexts, sizes.itl_batches)}
+    {ch02.itl_prediction(lm, ch02.itl_plan(lm, sizes.itl_contexts, sizes.itl_batches, sizes.itl_steps))}
 
-    The experiment, `decode_step_times`, generates at each (context, batch) and keeps the time
-    of every decode step after the first token: one step per token, each one an ITL sample.
+    The experiment, `decode_step_times`, generates at each (context, batch) that fits in memory
+    and keeps the time of every decode step after the first token: one step per token, each one
+    an ITL sample. The verdict compares batches at the same context, one context at a time.
 
     {itl_button} {nb.button_time(ch02, "itl")}
     """)
@@ -238,16 +239,15 @@ def _(ch02, lm, mo, nb, sizes):
 
 
 @app.function
-def decode_step_times(lm, contexts, batches, steps):
-    """Decode step time (ITL) per (context, batch): a warm-up at that shape, then `steps` cached
-    steps of one generation. {(context, batch): (summary of the steps in seconds, KV bytes at the end)}"""
+def decode_step_times(lm, points, steps):
+    """Decode step time (ITL) per (context, batch) in `points`: a warm-up at that shape, then `steps`
+    cached steps of one generation. {(context, batch): (summary of the steps in seconds, KV bytes at the end)}"""
     out = {}
-    for context in contexts:
-        for batch in batches:
-            ids = lm.random_ids(batch, context)
-            timed_generate(lm, ids, 2, ignore_eos=True)  # warm-up at this shape
-            rec = timed_generate(lm, ids, steps + 1, ignore_eos=True)  # the first token is the prefill's
-            out[context, batch] = (summarize(rec.itl_s), rec.kv_bytes)
+    for context, batch in points:
+        ids = lm.random_ids(batch, context)
+        timed_generate(lm, ids, 2, ignore_eos=True)  # warm-up at this shape
+        rec = timed_generate(lm, ids, steps + 1, ignore_eos=True)  # the first token is the prefill's
+        out[context, batch] = (summarize(rec.itl_s), rec.kv_bytes)
     return out
 
 
@@ -255,9 +255,11 @@ def decode_step_times(lm, contexts, batches, steps):
 def _(ch02, itl_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(itl_button), nb.placeholder(itl_button))
     batches = sizes.itl_batches  # sequences decoded together, e.g. (1, 2, 4): change them, press again
-    _runs = decode_step_times(lm, sizes.itl_contexts, batches, sizes.itl_steps)
+    _plan = ch02.itl_plan(lm, sizes.itl_contexts, batches, sizes.itl_steps)  # the points that fit in memory
+    _runs = decode_step_times(lm, _plan.measured, sizes.itl_steps)
     itl = ch02.itl_points(_runs)
-    mo.vstack([ch02.itl_figure(itl, lm.describe()), mo.md(ch02.itl_text(itl)), nb.table(ch02.itl_table(itl))])
+    mo.vstack([ch02.itl_figure(itl, lm.describe()), mo.md(ch02.itl_text(itl) + ch02.left_out_text(_plan)),
+               nb.table(ch02.itl_table(itl))])
     return
 
 

@@ -53,7 +53,7 @@ def _(ch03, mo):
 
     The 2 is one K and one V vector. Everything in this notebook but the last section is
     arithmetic on a model's `config.json`: no weights, no GPU, so it follows the controls live.
-    At the end we check it, byte for byte, against the tensors of a real model on your machine.
+    At the end we check it against the tensors of a real model on your machine.
 
     Units: **GB = 10⁹ B** and **GiB = 2³⁰ B**. We always print both, because
     {ch03.units_example()}.
@@ -98,6 +98,14 @@ def _(ch03, gpu_pick, kv_dtype_pick, model_pick):
 
 
 @app.cell(hide_code=True)
+def _(ch03, kv_dtype_pick, mo):
+    mo.md(f"""
+    **A rule of thumb from talk 2, checked.** {ch03.rule_of_thumb_text(ch03.rule_of_thumb(kv_dtype=kv_dtype_pick.value))}
+    """)
+    return
+
+
+@app.cell(hide_code=True)
 def _(context_pick, kv_dtype_pick, mo):
     mo.md(f"""
     <!-- marimo -->
@@ -118,13 +126,13 @@ def _(ch03, context_pick, kv_dtype_pick, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch03, mo):
+    mo.md(f"""
     ## Where the parameters are, and what they weigh
 
     Parameters by component (exact: the tests compare them with a meta-device build of the
     transformers model). Quantized formats store the layer matmuls in fewer bits plus one scale
-    per group; embeddings and norms stay 16-bit. Note that **the KV dtype is a separate choice**:
+    per group; {ch03.kept_dtype_text()}. Note that **the KV dtype is a separate choice**:
     int4 weights leave the KV cache exactly as large as before.
     """)
     return
@@ -159,14 +167,14 @@ def _(ch03, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch03, mo):
+    mo.md(f"""
     ## KV visualizer
 
     Move the sliders: KV grows linearly with tokens and with users. The dashed line is the
     weights; the dotted line is the GPU's memory; the dot is your choice. The KV curve crosses
     the GPU's line at more users than can run: the weights and the runtime's overhead come
-    first, and only 90% of the memory is usable. The dash-dot line is the room KV really has;
+    first, and {ch03.memory_fraction_text()}. The dash-dot line is the room KV really has;
     the curve crosses it at the "at most N users" of the next section.
     """)
     return

@@ -55,8 +55,8 @@ def _(ch04, mo):
     **arithmetic intensity**, FLOPs per byte moved, says which: below the device's **ridge
     point** (peak FLOP/s ÷ bandwidth) it waits for memory, above it for the math units.
 
-    - **Prefill** pushes the whole prompt through every weight matrix at once: each weight byte
-      read serves hundreds of tokens, so prefill is compute-bound. Its time is the TTFT.
+    - **Prefill** pushes the whole prompt through every weight matrix at once:
+      {ch04.prefill_bound_text()}. Its time is the TTFT.
     - **Decode** makes one token per sequence per step but still reads every weight and the whole
       KV cache: {ch04.decode_intensity_text()}, deep in memory-bound territory. Its step time
       is the ITL.
@@ -170,14 +170,19 @@ def _(mo):
 
     - **Per-op overhead.** A decode step is hundreds of small ops (several per layer). Each pays a
       fixed cost (Python, the framework's dispatch, a kernel launch on a GPU) that the roofline
-      does not count. On a GPU that cost is CPU time while the GPU idles: HF eager decode is
-      launch-bound, which is why CUDA graphs and fused kernels matter.
+      does not count. On a GPU that cost is CPU time while the GPU idles: HF decode run eagerly
+      (PyTorch issuing op after op, no compilation, no CUDA graphs) is launch-bound, which is why
+      CUDA graphs and fused kernels matter.
     - **GEMV efficiency.** At batch 1 every projection is a matrix-vector product. It should
       stream weights at full bandwidth, but real kernels reach a fraction of the copy bandwidth
       we measured.
-    - **The attention implementation.** Eager attention materializes the score matrix and does
-      extra copies (transposes, repeat of the KV heads for GQA); the prediction assumes a fused
-      kernel that reads K and V once.
+    - **The attention implementation.** The prediction assumes a fused kernel that reads K and V
+      once. The model runs the attention kernel named above the table: by default transformers
+      picks PyTorch's `scaled_dot_product_attention` (`sdpa`), not its `eager` kernel (checked
+      in transformers 5.25, `integrations/sdpa_attention.py`). SDPA is fused only where PyTorch
+      has a fused kernel for the device, dtype, head size and mask; otherwise it falls back to a
+      math path that materializes the score matrix. In some cases (a mask and more than one
+      query token, for instance) transformers also copies the KV heads for GQA (`repeat_kv`).
     - **Small prefills** cannot fill the matmul units, so they run below the big-matmul peak.
 
     ## The same comparison on a GPU, saved

@@ -44,7 +44,9 @@ def _(ch05, mo):
 
     - **Max users** = KV budget ÷ KV per user, and then the ITL SLO caps the batch: a bigger
       batch makes every step slower because each sequence adds its KV reads.
-    - **$ per million output tokens** = $/hour ÷ (tokens/s × 3600) × 10⁶.
+    - **$ per million output tokens** = $/hour ÷ (tokens/s × 3600) × 10⁶. It prices decode
+      alone; a request also pays for its prompt's prefill (the same formula over prompt tokens
+      per second), so the presets below also price a whole request, prefill and decode apart.
 
     These are roofline **bounds**: chapter 04 shows how far a real engine is from them.
     Prices: {ch05.price_note()}.
@@ -74,13 +76,23 @@ def by_hand(ch05, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(ch05, mo):
+def _(calculator, ch05, mo):
     mo.md(f"""
     ## The calculator
 
+    Fix one dimension first, as the workshop's capacity-calculator demo does: for chat the ITL
+    SLO; for asynchronous work the **minimum batch**, the concurrent users the deployment must
+    serve (the demo fixes it per GPU; here it counts all GPUs of a configuration, the same on
+    one GPU). A configuration that cannot hold that many users within memory and the ITL SLO
+    misses, so with `GPU = all` a larger minimum buys more GPUs.
+
     `GPU = all` compares the catalog, each GPU type at the smallest count
-    ({", ".join(map(str, ch05.GPU_COUNTS))}) that fits. `users = 0` takes as many users as memory
-    and the ITL SLO allow; an SLO of 0 means none.
+    ({", ".join(map(str, ch05.GPU_COUNTS))}) that meets the SLOs and the minimum batch.
+    `users = 0` takes as many users as memory and the ITL SLO allow; an SLO of 0 means none.
+
+    **Predict first:** with the ITL SLO at its default of {calculator.DEFAULTS_CAPACITY["itl_slo_ms"]:g} ms,
+    raise the minimum batch from {calculator.DEFAULTS_CAPACITY["min_users"]:,} to 300. Which
+    GPUs now need more than one, and does the cheapest configuration change?
     """)
     return
 

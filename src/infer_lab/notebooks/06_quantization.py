@@ -42,8 +42,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch06, mo):
+    mo.md(rf"""
     # 06 · Quantization: fewer bytes per weight, checked on real weights
 
     Decode reads every weight once per token, so the bytes of the weights set the speed limit.
@@ -53,7 +53,9 @@ def _(mo):
 
     - **int8 absmax**: one scale per output row, `w ≈ q · max|row| / 127`.
     - **int4 group-wise**: one scale (and an integer zero point) per 32, 64 or 128 weights, two codes per byte.
-    - **NF4**: 16 levels at normal quantiles (QLoRA), one absmax per 64 weights.
+    - **NF4**: 16 levels at normal quantiles (QLoRA), one fp{ch06.NF4_FORMAT.scale_bits} absmax per
+      {ch06.NF4_FORMAT.group_size} weights, as bitsandbytes stores it: {ch06.NF4_FORMAT.bits_per_element:g}
+      bits per weight, the same count as chapter 03's memory equation.
     - **Q4_1** (GGUF, llama.cpp): one scale and one float minimum per 32 weights.
     - **fp8 e4m3**: 8-bit floats with one scale per row.
 
@@ -144,7 +146,10 @@ def _(ch06, mo, nb, sizes):
     ## 2 · Memory, speed and quality, side by side
 
     The experiment, `quantize_and_compare` below, quantizes a copy of the model per method and
-    measures it (`quant.compare_methods`). *Next token unchanged*: the share of held-out
+    measures it (`quant.compare_methods`). *Perplexity*: exp of the mean negative
+    log-likelihood per token of a held-out text, roughly how many equally likely tokens the
+    model hesitates between at each position (lower is better; 1 would be certainty).
+    *Next token unchanged*: the share of held-out
     positions where the quantized model picks the same next token as the baseline. Decode
     tokens/s is 1 / median inter-token latency, timed after the quality passes warmed it up.
 
@@ -189,16 +194,24 @@ def _(ch06, compare_button, guess, lm, methods, mo, nb, sizes):
 def _(ch06, mo, nb):
     outliers_button = mo.ui.run_button(label=ch06.PARTS["outliers"])
     mo.md(f"""
-    ## 3 · Outlier features: why one scale per tensor fails
+    ## 3 · Outlier features: why activations are harder to quantize than weights
 
-    The inputs of the attention projections have a few hidden features far larger than the rest,
-    in the same feature index across tokens. A single int8 scale sized for them rounds the
-    ordinary features to a handful of levels. LLM.int8 keeps those features in 16-bit; group-wise
-    scaling confines an outlier's damage to its own group.
+    The inputs of the attention projections (activations, not weights) have a few hidden
+    features far larger than the rest, in the same feature index across tokens.
+    {ch06.weight_only_text()}. Group-wise *weight* scales do nothing to contain these outliers.
+    They matter in two other places:
 
-    **Predict first:** int8 has 127 steps on each side of zero. If one scale must reach a feature
-    *r* times the median one, about how many steps are left for the median feature? The
-    experiment, `outlier_features` below, hooks the layers' inputs and measures *r*.
+    - **Quantizing the activations too** (W8A8: int8 × int8 matmuls). One scale per token must
+      then reach the outlier feature, and the ordinary features get the few steps left.
+      LLM.int8 (Dettmers et al., 2022) keeps those feature columns in 16-bit; SmoothQuant
+      (Xiao et al., 2023) moves part of their scale into the weights before rounding.
+    - **Weight-only, the weights that meet them.** A weight column multiplied by a large feature
+      has its rounding error multiplied too; AWQ (Lin et al., 2024) scales those salient
+      columns up before rounding.
+
+    **Predict first:** int8 has 127 steps on each side of zero. If one activation scale must
+    reach a feature *r* times the median one, about how many steps are left for the median
+    feature? The experiment, `outlier_features` below, hooks the layers' inputs and measures *r*.
 
     {outliers_button} {nb.button_time(ch06, "outliers")}
     """)
@@ -301,7 +314,8 @@ def _(mo):
 @app.cell
 def _(ch06, context, mo, nb):
     mo.vstack([mo.md(ch06.gpt_oss_text(context=context.value)), nb.table(ch06.fit_table(context=context.value)),
-               mo.md(ch06.scale_schemes_text()), mo.md(ch06.qat_vs_ptq_text())])
+               mo.md(ch06.scale_schemes_text()), mo.md(ch06.nf4_scheme_text()),
+               mo.md(ch06.qat_vs_ptq_text())])
     return
 
 

@@ -61,7 +61,8 @@ def _(mo):
     - **GQA**: groups of query heads share one K/V head (Mistral-7B: 32 query heads, 8 KV heads).
     - **MQA**: one K/V head for all.
     - **MLA** (DeepSeek): cache one latent vector plus one small RoPE key per token per layer, and
-      rebuild per-head K and V from it (or never rebuild them: the weight-absorbed path).
+      rebuild per-head K and V from it (or never rebuild them: the weight-absorbed path). Why the
+      position key stays apart: part 2.
     - **Sliding window**: cache only the last *w* tokens.
 
     All of them live in one readable layer in `infer_lab.attention`. Byte counts and speeds on
@@ -146,8 +147,9 @@ def _(ch07, list_gpus, mo):
     mo.md(f"""
     ## 2 · KV memory per variant, all layers, real shapes (analytic model)
 
-    Each model as MHA, its own attention, MQA and a 4,096-token sliding window, on the fewest
-    GPUs that hold its bf16 weights.
+    Each model as MHA, its own attention, MQA and a 4,096-token sliding window over its own KV
+    (GQA heads, or MLA's latent), with its weights as its checkpoint ships them, on the GPUs a
+    deployment of those weights takes (the first sentence under the figure says which).
 
     {mo.hstack([gpu, context], justify="start")}
     """)
@@ -180,7 +182,7 @@ def _(mo):
 
 @app.cell
 def _(ch07, mo, nb):
-    mo.vstack([mo.md(ch07.mla_text()), nb.table(ch07.mla_table())])
+    mo.vstack([mo.md(ch07.mla_text()), nb.table(ch07.mla_table()), mo.md(ch07.mla_rope_text())])
     return
 
 
@@ -192,9 +194,11 @@ def _(ch07, mo, nb):
 
     Mean-pool each layer's KV heads into one, as the GQA paper does before uptraining, or let
     each token see only the last few tokens, and measure perplexity on the shipped evaluation
-    text. The scorecard below the table keeps the cited quality of each trained variant and adds
-    the measurement beside it: what converting this model *without retraining* costs, not what a
-    model trained that way loses.
+    text (*perplexity*: exp of the mean negative log-likelihood per token, roughly how many
+    equally likely tokens the model hesitates between; lower is better). The scorecard below
+    the table keeps the cited quality of each trained variant and adds the measurement beside
+    it: what converting this model *without retraining* costs, not what a model trained that
+    way loses.
 
     {quality_button} {nb.button_time(ch07, "quality")}
     """)

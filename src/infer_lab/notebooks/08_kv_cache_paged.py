@@ -49,8 +49,10 @@ def _(mo):
     (`infer_lab.engine`, plain PyTorch):
 
     1. **The KV cache.** Without it, every new token recomputes keys and values of the whole
-       context: step *n* costs *n* tokens of work, so generating *N* tokens is O(N²). With it,
-       each step computes one token and reads the cached K/V.
+       context: step *n* runs the weights over *n* tokens, so generating *N* tokens is O(N²)
+       matmul work. (Attention adds more: step *n* also scores *n* tokens against each other,
+       O(n²), so that part grows as O(N³); the work counted below is the matmuls', 2 ×
+       parameters × tokens.) With the cache, each step computes one token and reads the cached K/V.
     2. **Paging.** The cache must live somewhere. Reserving a contiguous region of the maximum
        length for every request wastes most of it; handing out small fixed-size **blocks** on
        demand (a block table per request, like virtual memory pages) wastes at most part of

@@ -92,11 +92,11 @@ def _(ch09, mo, nb, sizes):
     The experiment is the function below, `serve`: it builds an engine with one batching policy,
     serves every request (all arriving at once), and keeps the engine's own record of each step.
     The cell after it runs `serve` for both policies with the same number of batch slots. The
-    requests are skewed like real answers: one in four is {sizes.steps_max_output}
-    tokens long, the rest a few tokens.
+    requests are skewed like real answers: about {ch09.LONG_SHARE:.0%} of them are
+    {sizes.steps_max_output} tokens long, the rest a few tokens.
 
-    **Predict first:** with 4 slots, which policy takes more steps, and by how much? What happens
-    with as many slots as requests?
+    **Predict first:** with {sizes.steps_slots} slots and {sizes.steps_requests} requests, which
+    policy takes more steps, and by how much? What happens with as many slots as requests?
 
     Who joins the batch is decided by the scheduler's admission step, the engine's real code
     (`Scheduler.admit` in `src/infer_lab/engine/scheduler.py`):
@@ -122,7 +122,7 @@ def serve(lm, prompts, output_lens, policy, max_num_seqs):
 def static_vs_continuous(ch09, lm, mo, nb, sizes, steps_button):
     mo.stop(not nb.pressed(steps_button), nb.placeholder(steps_button))
     prompts, output_lens = ch09.steps_requests(lm, sizes)  # the same requests for both policies
-    slots = 4  # batch slots (max_num_seqs): change it, then press the button again
+    slots = sizes.steps_slots  # batch slots (max_num_seqs): change it, then press the button again
     runs = {policy: serve(lm, prompts, output_lens, policy, max_num_seqs=slots)
             for policy in ("static", "continuous")}
     mo.vstack([ch09.steps_figure(runs, slots, lm.describe()), mo.md(ch09.steps_text(runs, slots))])
@@ -145,8 +145,9 @@ def _(ch09, mo, nb, sizes):
     into what the GEMM backend buys and what scheduling buys.
 
     **Predict first:** with {sizes.concurrency} slots and outputs of
-    {max(2, sizes.max_output // 8)} to {sizes.max_output} tokens, which contender is fastest, and
-    how far ahead of HF one request at a time (the unfair comparison) and of HF padded batch?
+    {min(ch09.batching_workload(sizes).output_lens)} to {max(ch09.batching_workload(sizes).output_lens)}
+    tokens, which contender is fastest, and how far ahead of HF one request at a time (the unfair
+    comparison) and of HF padded batch?
     """),
         mo.md(ch09.contenders_text()),
         mo.md(f"{batching_button} {nb.button_time(ch09, 'batching')}"),
@@ -187,15 +188,19 @@ def _(batching_button, ch09, lm, mo, nb, sizes):
 
 
 @app.cell(hide_code=True)
-def _(ch09, mo, nb):
+def _(ch09, mo, nb, sizes):
     sweep_button = mo.ui.run_button(label=ch09.PARTS["sweep"])
     mo.md(f"""
     ## 3 · The Pareto frontier: per-user speed vs total throughput
 
-    Raise the number of concurrent requests: total tokens/s climbs (the weights are read once
-    per step for everyone), but each step gets slower, so every user sees fewer tokens/s. A
-    serving configuration is a point on this curve; the curve is set by the hardware, the model
-    and the engine.
+    The experiment is `concurrency_sweep` below: continuous batching at
+    {", ".join(map(str, sizes.sweep_concurrencies))} concurrent requests, one point each. A serving
+    configuration is a point: how fast each user gets tokens, and how many the machine serves in
+    total. The points that no other point beats on both axes make the frontier; the hardware, the
+    model and the engine set where it lies.
+
+    **Predict first:** as concurrency rises, what happens to the total tokens/s (a decode step reads
+    the weights once for everyone) and to each user's tokens/s (each step has more to do)?
 
     {sweep_button} {nb.button_time(ch09, "sweep")}
     """)

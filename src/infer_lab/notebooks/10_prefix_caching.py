@@ -26,6 +26,7 @@ with app.setup:
     # What the experiments below use. The tour, the tests and the Jupyter edition run these same
     # functions from this file (infer_lab.course.notebook_code): each experiment exists once.
     from infer_lab.bench.engine import workload
+    from infer_lab.bench.prefix_workloads import longest_request
     from infer_lab.engine import Engine, EngineConfig, SamplingParams
 
 
@@ -52,11 +53,13 @@ def _(mo):
 
     - **Hash (vLLM style)**: a *full* block is named by a hash of its tokens chained with the
       previous block's hash. A lookup walks the prompt block by block.
-    - **Radix tree (SGLang style)**: a tree over token ids; a lookup walks the prompt token by
-      token.
+    - **Radix tree (SGLang style)**: a tree over token ids; a lookup walks the prompt along the
+      tree's edges, comparing token ids.
 
-    First we *measure* what each one can match; then we compare them on three workloads.
-    Each measurement sits behind its own button and is sized for your device (quick on a CPU).
+    A tree or a table is one choice; where a hit may end (any token, or only a block edge) is
+    another, set by the size of the KV blocks. First we *measure* what each one can match; then
+    we compare them on three workloads. Each measurement sits behind its own button and is sized
+    for your device (quick on a CPU).
     """)
     return
 
@@ -98,6 +101,8 @@ def _(ch10, mo, nb, sizes):
     `src/infer_lab/engine/prefix_cache.py`): it walks the tree edge by edge, comparing token ids.
     """),
         mo.md(ch10.radix_match_code()),
+        mo.md(ch10.granularity_note(sizes.match_block)),
+        mo.md(ch10.typo_text(sizes.system_len, sizes.block_size, ch10.typo_position(sizes))),
         mo.md(f"{match_button} {nb.button_time(ch10, 'granularity')}"),
     ])
     return (match_button,)
@@ -119,7 +124,7 @@ def tokens_reused(lm, cache, block_size, prompt_len, shared):
 @app.cell
 def granularity_experiment(ch10, lm, match_button, mo, nb, sizes):
     mo.stop(not nb.pressed(match_button), nb.placeholder(match_button))
-    block_size = sizes.match_block  # tokens per KV block (4 at quick size): change it, press again
+    block_size = sizes.match_block  # tokens per KV block: change it (1 makes hash match every token), press again
     prompt_len = sizes.match_blocks * block_size
     shared = ch10.shared_lengths(block_size, prompt_len)  # 0, 1, and either side of each block edge
     reused = {(cache, k): tokens_reused(lm, cache, block_size, prompt_len, k)
@@ -137,22 +142,24 @@ def granularity_experiment(ch10, lm, match_button, mo, nb, sizes):
 def _(ch10, mo, nb, sizes):
     workloads_button = mo.ui.run_button(label=ch10.PARTS["workloads"])
     mo.vstack([
-        mo.md(r"""
+        mo.md(f"""
     ## 2 · Three workloads
 
     - **Shared system prompt**: one user first, then the others together, all with the same long
       system prompt and their own short questions.
     - **Multi-turn chat**: a few conversations; each turn's prompt is the previous prompt plus the
-      reply plus a new question.
-    - **Agentic branching** (propose, then review): a shared history, several proposals branching
-      from it, then a review of each proposal extending its branch. This tree of shared prefixes
-      is the kind of workload on which SGLang was reported 3–4× faster than vLLM (end to end;
-      after the measurement, what a cache alone can explain of that).
+      reply the model generated for it ({sizes.output_len} tokens) plus a new question.
+    - **Agentic branching** (propose, then review): a shared history, several proposal requests
+      branching from it, then a review of each proposal: its request, the proposal the model
+      generated, and a review instruction. This tree of shared prefixes is the kind of workload on
+      which SGLang was {ch10.sglang_claim_words()} (end to end; after the measurement, what a cache
+      alone can explain of that).
 
     The experiment is `serve_waves` below: one fresh engine per cache (none, hash, radix) serves a
-    workload wave after wave, and keeps its own records: the prompt tokens each step computed
-    and the cache's counters (prompt tokens looked up and found). Prefill tokens saved are
-    exact; the TTFT is a time, noisy on a busy CPU.
+    workload wave after wave, filling each prompt's replies with the tokens it generated in the
+    waves before, and keeps its own records: the prompt tokens each step computed and the cache's
+    counters (prompt tokens looked up and found). Prefill tokens saved are exact; the TTFT is a
+    time, noisy on a busy CPU.
     """),
         mo.md(ch10.shared_prompt_prediction_text(sizes)),
         mo.md(f"{workloads_button} {nb.button_time(ch10, 'workloads')}"),
@@ -162,15 +169,17 @@ def _(ch10, mo, nb, sizes):
 
 @app.function
 def serve_waves(lm, waves, cache, block_size):
-    """Serve the waves (each a Workload) one after another through one fresh engine with ``cache``,
-    after a warm-up; the engine's step records, its prefix-cache counters and every request's output."""
-    longest = max(len(p) + n for w in waves for p, n in zip(w.prompts, w.output_lens, strict=True))
-    config = EngineConfig(prefix_cache=cache, block_size=block_size,
-                          max_num_seqs=max(len(w.prompts) for w in waves), max_model_len=longest + 1)
-    Engine.from_loaded(lm, config).generate([waves[0].prompts[0][:4]], SamplingParams(max_tokens=1))  # warm-up
-    engine = Engine.from_loaded(lm, config)
-    outputs = [out for w in waves for out in engine.generate(
-        w.prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in w.output_lens])]
+    """Serve the waves one after another through one fresh engine with ``cache``, after a warm-up; a
+    prompt's replies are the tokens the engine generated for them. Step records, cache counters, outputs."""
+    config = EngineConfig(prefix_cache=cache, block_size=block_size, max_num_seqs=max(len(w.prompts) for w in waves),
+                          max_model_len=longest_request(waves) + 1)
+    Engine.from_loaded(lm, config).generate([waves[0].prompts_with({})[0][:4]], SamplingParams(max_tokens=1))  # warm-up
+    engine, generated, outputs = Engine.from_loaded(lm, config), {}, []
+    for i, wave in enumerate(waves):
+        prompts = wave.prompts_with(generated)  # each Reply filled with what this engine generated for it
+        outs = engine.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in wave.output_lens])
+        generated |= {(i, j): out.token_ids for j, out in enumerate(outs)}
+        outputs += outs
     stats = engine.prefix_cache.stats if engine.prefix_cache else None  # tokens looked up and found
     return list(engine.step_log), stats, outputs
 
@@ -181,7 +190,7 @@ def workloads_experiment(ch10, lm, mo, nb, sizes, workloads_button):
     system_len = sizes.system_len  # tokens of the shared system prompt: change it, press again
     kv_block = sizes.block_size  # tokens per KV block
     workloads = ch10.WorkloadsResult([
-        ch10.workload_run(name, cache, kv_block, waves, *serve_waves(lm, waves, cache, kv_block))
+        ch10.workload_run(name, cache, kv_block, *serve_waves(lm, waves, cache, kv_block))
         for name, waves in ch10.workload_waves(lm, sizes, system_len).items()
         for cache in ("none", "hash", "radix")], kv_block, system_len, sizes.output_len)
     mo.vstack([

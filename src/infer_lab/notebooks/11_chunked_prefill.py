@@ -51,7 +51,8 @@ def _(mo):
     **Chunked prefill** caps the tokens of one step (the *token budget*): the long prompt is
     split into chunks spread over several steps, each mixed with the running decodes. The
     running requests see many slightly slower steps instead of one very slow one; the long
-    request pays with a later first token (TTFT), since its prefill now shares steps.
+    request usually pays with a later first token (TTFT), since its prefill now shares steps
+    and every extra step has a fixed cost (the run below says whether it shows beyond the noise).
     """)
     return
 
@@ -133,14 +134,14 @@ def chunking_experiment(ch11, chunk_button, lm, mo, nb, sizes):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(ch11, mo):
     from infer_lab.catalog import list_gpus
 
     agent_gpu = mo.ui.dropdown(options=list_gpus(), value="H100-SXM", label="GPU")
     mo.md(f"""
     ## Coding agents: a repository in the prompt (analytic)
 
-    A coding agent can send 200k to 1M tokens in one prompt. What does that cost on a GPU you
+    A coding agent can send {min(ch11.AGENT_PROMPTS):,} to {max(ch11.AGENT_PROMPTS):,} tokens in one prompt. What does that cost on a GPU you
     might rent, and what happens to everyone decoding on it?<!-- marimo --> Pick one: {agent_gpu}<!-- /marimo -->
     """)
     return (agent_gpu,)

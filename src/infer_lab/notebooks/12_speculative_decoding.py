@@ -40,8 +40,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
+def _(ch12, mo):
+    mo.md(rf"""
     # 12 · Speculative decoding
 
     A decode step reads every weight to produce **one** token per sequence (chapter 02), and at
@@ -54,8 +54,12 @@ def _(mo):
     3. it keeps the longest prefix of guesses it agrees with, then adds its own token.
 
     One target pass yields between 1 and k + 1 tokens ("9 tokens in 3 target passes"), and under
-    greedy decoding the output is **token-identical** to plain decoding: every kept token is the
-    one the target would have chosen anyway.
+    greedy decoding, with exact arithmetic, the output is **token-identical** to plain decoding:
+    every kept token is the one the target would have chosen anyway. In floating point, verifying
+    k + 1 tokens in one pass can add the same products in a different order than decoding one
+    token (and kernels may differ), so on a GPU in bf16 a near-tie between two tokens can flip
+    ({ch12.LOSSLESS_SOURCE}). Every run below is checked token for token against plain decoding,
+    and the text says when one differs.
 
     The engine's proposers, measured here: **n-gram prompt lookup** (no model: find the last
     few tokens earlier in the prompt or output and propose what followed them) and
@@ -234,13 +238,24 @@ def _(ch12, mo, nb):
     return (workloads_button,)
 
 
+@app.cell(hide_code=True)
+def _(mo):
+    # Section 3's result, kept for section 4's chat case (None until its button is pressed): a state,
+    # so that pressing section 3 after section 4 updates section 4's words without rerunning it.
+    get_chat_workloads, set_chat_workloads = mo.state(None)
+    # Section 4's result, for its details below (None until its button is pressed).
+    get_batch, set_batch = mo.state(None)
+    return get_batch, get_chat_workloads, set_batch, set_chat_workloads
+
+
 @app.cell
-def _(ch12, lm, mo, nb, sizes, workloads_button):
+def _(ch12, lm, mo, nb, set_chat_workloads, sizes, workloads_button):
     mo.stop(not nb.pressed(workloads_button), nb.placeholder(workloads_button))
     _configs = list(sizes.workload_configs)  # (proposer, k) pairs: change them
     _runs = {w: proposers_by_k(lm, w, sizes.workload_prompts, _configs, sizes.max_new_tokens, sizes.rounds)
              for w in ("grounded", "chat")}
     workloads = ch12.workloads_result(_runs, lm, sizes)
+    set_chat_workloads(workloads)  # section 4 projects its chat case from these
     mo.vstack([
         ch12.workloads_figure(workloads, lm.describe()),
         mo.md(ch12.workloads_text(workloads)),
@@ -263,8 +278,9 @@ def _(ch12, mo, nb):
     machine's measured ceilings and, analytically, a 7B model on an H200.
 
     **Predict first:** the roofline below the measurement says at which batch the gain falls
-    under {ch12.VANISHED}×. A CPU's ridge point is low: expect the gain to shrink already
-    between batch 1 and 4 here, and to last to far larger batches on an H200.
+    under {ch12.VANISHED}×. A CPU's ridge point is low, so the roofline has the gain shrink at
+    small batches here and last to far larger batches on an H200. Does this run follow the
+    roofline's trend? The text under the measurement compares the two directions.
 
     {batch_button} {nb.button_time(ch12, "batch")}
     """)
@@ -282,19 +298,27 @@ def speedup_by_batch(lm, n_prompts, proposer, k, batches, max_new_tokens, rounds
 
 
 @app.cell
-def _(batch_button, ch12, lm, mo, nb, sizes):
+def _(batch_button, ch12, lm, mo, nb, set_batch, sizes):
     mo.stop(not nb.pressed(batch_button), nb.placeholder(batch_button))
     _proposer, _k = sizes.batch_config  # ("ngram", 4): change the proposer or k
     _batches = sizes.batches  # concurrent requests, e.g. (1, 2, 4)
     _ids, _runs, _roof = speedup_by_batch(lm, sizes.batch_prompts, _proposer, _k, _batches,
                                           sizes.max_new_tokens, sizes.rounds)
     batch = ch12.batch_result(_ids, _runs, _roof, lm, _proposer, _k, sizes)
+    set_batch(batch)  # the details below read it, with section 3's chat case when that has run
     mo.vstack([
         ch12.batch_figure(batch, lm.describe()),
         mo.md(ch12.batch_lead(batch)),
         nb.table(ch12.lesson_columns(ch12.batch_table(batch), ch12.BATCH_LESSON)),
-        nb.details(ch12.batch_details(batch)),
     ])
+    return
+
+
+@app.cell
+def _(ch12, get_batch, get_chat_workloads, mo, nb):
+    # the roofline's reasoning, with section 3's measured chat case once its button has been pressed
+    mo.stop(get_batch() is None)  # nothing to explain until section 4's button has run
+    nb.details(ch12.batch_details(get_batch(), ch12.chat_tokens_per_pass(get_chat_workloads(), get_batch())))
     return
 
 
@@ -308,8 +332,10 @@ def _(mo):
     - **Medusa** adds k extra heads on the target's last hidden state; head i guesses the token
       i + 1 positions ahead, all at once, and a tree of candidates is verified in one pass.
     - **EAGLE** drafts autoregressively at the *feature* level: a small network (one decoder
-      layer and a projection) extrapolates the target's second-to-top hidden state, fed the
-      next token's embedding, and reuses the target's LM head.
+      layer and a projection) extrapolates the target's last hidden state, the features just
+      under its LM head (the EAGLE paper calls them "second-to-top-layer" features: the LM head
+      is the top layer), fed the next token's embedding, and reuses the target's LM head.
+      EAGLE-3 instead fuses features from low, middle and high layers.
     - **MTP** (DeepSeek-V3) trains extra transformer modules with the model to predict the
       token after next; at inference the module drafts and the model verifies.
 

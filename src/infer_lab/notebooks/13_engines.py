@@ -45,8 +45,8 @@ def _():
 
 
 @app.cell(hide_code=True)
-def _(ch13, mo):
-    mo.md(rf"""
+def _(ch13, mo, nb):
+    mo.vstack([mo.md(rf"""
     # 13 · Engines: one load generator, every engine
 
     Engines are compared through the only interface users see: HTTP. The same load generator
@@ -62,7 +62,7 @@ def _(ch13, mo):
     - engine versions recorded next to every number.
 
     {ch13.workshop_text()}
-    """)
+    """), nb.table(ch13.workshop_table(), pagination=False)])
     return
 
 
@@ -115,7 +115,7 @@ def _(ch13, mo, nb, sizes):
     below, `serve_variants`: each variant ({", ".join(sizes.variants)}) is served on 127.0.0.1 in
     turn (`serve_and_load` in `src/infer_lab/bench/served.py`: the server in a thread, the load
     generator against it) and gets {sizes.requests} requests of {sizes.output_tokens} output tokens
-    at the same concurrency, after one warm-up request.
+    at the same concurrency, after one warm-up request. {ch13.variants_not_run_text(sizes)}
 
     **Predict first:** the HF baseline serves one request at a time, our engine batches them. At
     concurrency {sizes.concurrency}, how many times the HF baseline's output tokens/s do you expect
@@ -298,8 +298,10 @@ def _(mo):
     ## The engine decision chart
 
     Pick the model first, shrink it (quantization), then pick the engine for the workload. The
-    evidence column says which run supports each row; the table under the variants measurement
-    above adds what this machine measured.
+    evidence column says what supports each row: *cited* (reported elsewhere, with who said it),
+    *measured here*, *analytic*, or *not measured here*. The table under the variants measurement
+    above adds what this machine measured, and those numbers are our engine's or HF's: they show a
+    row's mechanism at work, never the named engine's speed.
     """)
     return
 

@@ -90,9 +90,11 @@ def _(ch14, mo):
     a *partial sum* of the full output; an **all-reduce** adds them up. Two per layer, every
     step, whatever the batch.
 
-    {ch14.split_text("smollm2-135m", 2)} The embedding, the LM head and the norms are
-    **replicated**: every rank computes the full logits and picks the same greedy token, so no
-    other message is needed. The table shows every split the rule allows; one more rank is refused:
+    {ch14.split_text("smollm2-135m", 2)}
+
+    {ch14.replicated_vocab_text("smollm2-135m")}
+
+    The table shows every split the rule allows; one more rank is refused:
 
     > {_refused}
     """)

@@ -66,7 +66,7 @@ def _(mo):
     mo.md(r"""
     ## Memory tiers: fetch a cached prefix's KV, or recompute it?
 
-    A prefix cache in GPU memory (chapter 10 when it is in your checkout) saves the prefill of
+    A prefix cache in GPU memory (chapter 10) saves the prefill of
     a shared prompt only while its KV stays there. Tiered caches such as LMCache spill it to CPU
     memory, local disks or other servers. Whether that pays is a race between a prefill, which
     grows faster than linearly with the prefix, and a copy, which grows linearly.

@@ -10,16 +10,16 @@ app = marimo.App(width="medium")
 def _():
     import marimo as mo
 
-    from infer_lab.course import index
-    return index, mo
+    from infer_lab.course import chapters, index
+    return chapters, index, mo
 
 
 @app.cell(hide_code=True)
-def _(index, mo):
+def _(chapters, index, mo):
     mo.md(f"""
     # LLM inference at scale: the course
 
-    Seventeen chapters, each one notebook. Open them in order: click a title. Opening a notebook
+    {len(chapters())} chapters, each one notebook. Open them in order: click a title. Opening a notebook
     runs its cheap cells at once; every measurement waits for its run button, and the line
     next to each button says how long it takes.
 

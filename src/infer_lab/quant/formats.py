@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..analysis.memory import WEIGHT_FORMATS, NumberFormat
+
 INT8_MAX = 127
 INT4_LEVELS = 16  # codes 0..15 in a nibble
 FP8_E4M3_MAX = 448.0  # the largest finite float8_e4m3fn value
@@ -79,7 +81,8 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 class Int4Weight:
     """A group-wise 4-bit weight as stored: packed codes plus per-group scales (and offsets).
 
-    ``packed``: uint8 ``(out, in // 2)``; ``scale``: fp16 ``(out, n_groups)``;
+    ``packed``: uint8 ``(out, in // 2)``; ``scale``: fp16 ``(out, n_groups)`` (NF4: fp32, see
+    :data:`NF4_ABSMAX_DTYPE`);
     ``zero``: uint8 ``(out, n_groups)`` integer zero points (int4 zero-point scaling);
     ``minimum``: fp16 ``(out, n_groups)`` float offsets (GGUF's Q4_1); both ``None`` for symmetric.
     """
@@ -123,35 +126,46 @@ def _ungrouped_codes(w: Int4Weight) -> torch.Tensor:
     return codes.reshape(out_f, -1, w.group_size)
 
 
+# int4's one definition for the memory equation (chapter 03) and this quantizer: 4-bit codes plus one
+# scale per group, as WEIGHT_FORMATS["int4"] counts it. That is exactly what ``symmetric=True`` stores;
+# the zero-point variant (the default) also stores one uint8 zero point per group, INT4_ZERO_POINT_BITS more.
+INT4_FORMAT: NumberFormat = WEIGHT_FORMATS["int4"]
+INT4_SCALE_DTYPE = {16: torch.float16, 32: torch.float32}[INT4_FORMAT.scale_bits]
+INT4_ZERO_POINT_DTYPE = torch.uint8  # one per group, zero-point variant only
+INT4_ZERO_POINT_BITS = torch.iinfo(INT4_ZERO_POINT_DTYPE).bits
+
+
 def quantize_int4(
-    weight: torch.Tensor, group_size: int = 128, symmetric: bool = False
+    weight: torch.Tensor, group_size: int = INT4_FORMAT.group_size, symmetric: bool = False
 ) -> Int4Weight:
     """Group-wise 4-bit quantization of a 2-D weight, packed two codes per byte.
 
     Each row is cut into groups of ``group_size`` consecutive input columns (the last one may be
     shorter: 576 columns at g128 are 4 full groups and one of 64) with their own scale, so an outlier only coarsens its own group. ``symmetric=False`` (zero-point) maps
     ``[min, max]`` of the group onto codes 0..15; ``symmetric=True`` maps ``[-absmax, absmax]``
-    onto -8..7 (stored as code + 8) and needs no zero point.
+    onto -8..7 (stored as code + 8) and needs no zero point. Scales are :data:`INT4_SCALE_DTYPE`, so the
+    symmetric variant stores the bits :data:`INT4_FORMAT` counts; the zero-point one adds
+    :data:`INT4_ZERO_POINT_BITS` per group.
     """
     _require_2d("quantize_int4", weight)
     out_f, in_f = weight.shape
     groups = _grouped(weight, group_size)
     if symmetric:
         absmax = groups.abs().amax(dim=-1, keepdim=True)
-        scale = torch.where(absmax > 0, absmax / 7, torch.ones_like(absmax)).half().float()
+        scale = torch.where(absmax > 0, absmax / 7, torch.ones_like(absmax)).to(INT4_SCALE_DTYPE).float()
         codes = (torch.round(groups / scale).clamp(-8, 7) + 8).to(torch.uint8)
         zero = None
     else:
         low = groups.amin(dim=-1, keepdim=True)
         high = groups.amax(dim=-1, keepdim=True)
         scale = (high - low) / (INT4_LEVELS - 1)
-        scale = torch.where(scale > 0, scale, torch.ones_like(scale)).half().float()
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale)).to(INT4_SCALE_DTYPE).float()
         zero_f = torch.round(-low / scale).clamp(0, INT4_LEVELS - 1)
         codes = (torch.round(groups / scale) + zero_f).clamp(0, INT4_LEVELS - 1).to(torch.uint8)
-        zero = zero_f.squeeze(-1).to(torch.uint8)
+        zero = zero_f.squeeze(-1).to(INT4_ZERO_POINT_DTYPE)
     return Int4Weight(
         packed=pack_int4(codes.reshape(out_f, -1)[:, :in_f]),
-        scale=scale.squeeze(-1).half(),
+        scale=scale.squeeze(-1).to(INT4_SCALE_DTYPE),
         zero=zero,
         group_size=group_size,
         shape=(out_f, in_f),
@@ -225,10 +239,19 @@ def nf4_levels() -> torch.Tensor:
     return levels.sort().values.float()
 
 
-def quantize_nf4(weight: torch.Tensor, group_size: int = 64) -> Int4Weight:
+# NF4's one definition: the memory equation (chapter 03) counts it and this quantizer stores it, so the
+# two agree on its bits per weight. bitsandbytes (0.45, functional.quantize_4bit: blocksize 64, a float32
+# absmax per block) stores exactly that when double quantization is off (compress_statistics=False:
+# transformers' BitsAndBytesConfig default, and what this course's quant/bnb.py sets).
+NF4_FORMAT: NumberFormat = WEIGHT_FORMATS["nf4"]
+NF4_ABSMAX_DTYPE = {16: torch.float16, 32: torch.float32}[NF4_FORMAT.scale_bits]
+
+
+def quantize_nf4(weight: torch.Tensor, group_size: int = NF4_FORMAT.group_size) -> Int4Weight:
     """NF4: each group of ``group_size`` is scaled by its absmax, then rounded to the nearest NF4 level.
 
-    Stored like int4 (two codes per byte, fp16 absmax per group, no zero point); the codes index
+    Stored like int4 (two codes per byte, no zero point) with one absmax per group in
+    :data:`NF4_ABSMAX_DTYPE` (fp32, as :data:`NF4_FORMAT` counts it); the codes index
     :func:`nf4_levels` instead of an evenly spaced grid.
     """
     _require_2d("quantize_nf4", weight)
@@ -236,13 +259,14 @@ def quantize_nf4(weight: torch.Tensor, group_size: int = 64) -> Int4Weight:
     groups = _grouped(weight, group_size)
     absmax = groups.abs().amax(dim=-1, keepdim=True)
     absmax = torch.where(absmax > 0, absmax, torch.ones_like(absmax))
-    normalized = groups / absmax.half().float()
+    absmax = absmax.to(NF4_ABSMAX_DTYPE)
+    normalized = groups / absmax.float()
     levels = nf4_levels()
     # nearest level via the midpoints between consecutive levels
     codes = torch.bucketize(normalized, (levels[1:] + levels[:-1]) / 2).to(torch.uint8)
     return Int4Weight(
         packed=pack_int4(codes.reshape(out_f, -1)[:, :in_f]),
-        scale=absmax.squeeze(-1).half(),
+        scale=absmax.squeeze(-1),
         zero=None,
         group_size=group_size,
         shape=(out_f, in_f),

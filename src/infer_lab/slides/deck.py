@@ -8,6 +8,9 @@ file's device and date, or "analytic" with the date the deck was built.
 
 The sections follow ``data/agenda.json`` (the 2-hour workshop); a chapter in this checkout
 that the agenda does not list still gets a section, so a new chapter is never silently left out.
+Each section marks the slides its minutes allow "show" and the rest "backup" (:func:`assign_roles`).
+The saved-only deck also counts chapters 09 and 10 on token ids (:data:`ID_COUNT_SLIDES`): step
+and token counts need no real model and no timing.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class Slide:
     notes: str = ""  # speaker notes (markdown)
     kind: str = "content"  # title, agenda, section, content, figure, table, saved, failed
     warning: str = ""
+    priority: int = 5  # what to show first when the section's minutes run short (PRIORITY)
+    chapter: str = ""  # the chapter NUMBER the slide belongs to ("" for section-level slides)
+    role: str = "show"  # "show" or "backup": set per section by assign_roles from the agenda's minutes
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,51 @@ def load_agenda() -> list[AgendaEntry]:
     if entries[0].start != 0 or entries[-1].end != raw["_about"]["total_minutes"]:
         raise ValueError("agenda: it must start at 0 and end at total_minutes")
     return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# Show or backup: what fits a section's minutes
+
+# The pace the deck plans with: minutes per shown slide, talking point included (a slide with a figure
+# takes one to two minutes to present). A section of M minutes shows M / MINUTES_PER_SHOWN_SLIDE slides.
+MINUTES_PER_SHOWN_SLIDE = 1.5
+# What to show first when a section has more slides than minutes (lower first): the section's intro,
+# each chapter's title, its figures (what the room sees), its findings in words, its saved GPU view, then
+# the details (tables, continued text, what was not run).
+PRIORITY = {"intro": 0, "chapter": 1, "figure": 2, "finding": 3, "saved": 4, "detail": 5}
+UNCOUNTED_KINDS = ("title", "agenda")  # the deck's title, agenda and closing slides: always shown, never counted
+
+
+def show_budget(minutes: float) -> int:
+    """Slides a section of ``minutes`` can show at :data:`MINUTES_PER_SHOWN_SLIDE` each (at least its intro)."""
+    return max(1, int(minutes // MINUTES_PER_SHOWN_SLIDE))
+
+
+def assign_roles(slides: list[Slide], minutes: float) -> list[Slide]:
+    """The section's slides, in their order, each marked "show" or "backup": the :func:`show_budget` most
+    important ones (by ``priority``, taking each chapter's first slide of a priority before any chapter's
+    second) are shown, the rest are backup. Title, agenda and closing slides are always shown."""
+    from dataclasses import replace
+
+    counted = [i for i, sl in enumerate(slides) if sl.kind not in UNCOUNTED_KINDS]
+    seen: dict[tuple[int, str], int] = {}
+    order = []
+    for i in counted:
+        key = (slides[i].priority, slides[i].chapter)
+        order.append((slides[i].priority, seen.get(key, 0), i))
+        seen[key] = seen.get(key, 0) + 1
+    shown = {i for _, _, i in sorted(order)[:show_budget(minutes)]}
+    return [replace(sl, role="show" if sl.kind in UNCOUNTED_KINDS or i in shown else "backup")
+            for i, sl in enumerate(slides)]
+
+
+def roles_note(slides: list[Slide], minutes: float) -> str:
+    """The section's plan in one line for its intro's speaker notes: how many slides to show, how many are backup."""
+    counted = [sl for sl in slides if sl.kind not in UNCOUNTED_KINDS]
+    backup = sum(sl.role == "backup" for sl in counted)
+    return (f"Plan: {minutes:g} minutes at {MINUTES_PER_SHOWN_SLIDE:g} min per slide: show "
+            f"{len(counted) - backup} of {len(counted)} slides; {backup} are backup (tagged 'backup' in the "
+            "section bar and the overview): skip them unless asked.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,22 +290,22 @@ def opener_slides(ctx: BuildContext) -> list[Slide]:
               body=("- **Training** is paid once, before the first user.\n"
                     "- **Inference** is paid for every token of every user, every session, for as long as the "
                     "product lives.\n\n" + opener.cost_text(r).split("\n")[-1].lstrip("- ")),
-              notes=notes),
+              notes=notes, priority=PRIORITY["finding"]),
         Slide("Token volumes exploded", body=opener.volumes_text(r),
               images=(image("token volumes", figs["token_volumes"], cited),),
               notes=f"Sources, to read out if asked:\n\n{sources}\n\nTraining reference: {t.source} <{t.url}>.",
-              kind="figure"),
+              kind="figure", priority=PRIORITY["finding"]),
         Slide("What a month of that volume costs", body=opener.cost_text(r),
               tables=tuple(table(k, v, ctx.analytic_caption()) for k, v in list(tabs.items())[1:2]),
               notes=("Roofline bounds at the catalog's on-demand prices: the best case. Say which GPU the planner "
                      "picked and why an expensive GPU can still be the cheapest per token (chapter 05)."),
-              kind="table"),
+              kind="table", priority=PRIORITY["finding"]),
         Slide("The cost per token falls as volume rises", body=opener.batch_text(r),
               images=(image("cost vs batch", figs["cost_vs_batch"], ctx.analytic_caption()),),
               notes=("This is the lever of the whole workshop: one decode step reads the weights once for the whole "
                      "batch. Everything in the serving chapters is about filling that batch without breaking the "
                      "latency users see."),
-              kind="figure"),
+              kind="figure", priority=PRIORITY["finding"]),
     ]
 
 
@@ -346,18 +397,30 @@ def chapter_slides(mod: ModuleType, ctx: BuildContext) -> tuple[list[Slide], str
     title = mod.TITLE
     parts_md = "\n".join(f"- {label}" for label in mod.PARTS.values())
     slides = [Slide(title, body=f"In the notebook (`infer_lab/notebooks/{mod.NUMBER}_{mod.SLUG}.py`):\n\n{parts_md}",
-                    notes=notes, kind="section")]
+                    notes=notes, kind="section", priority=PRIORITY["chapter"])]
     failure = None
     try:
         result, parts = run_chapter(mod, ctx)
     except Exception as exc:  # one broken chapter must not sink the deck
         failure = f"{mod.NUMBER}: {type(exc).__name__}: {exc}"
         slides.append(Slide(f"{title}: could not run here", body=f"`{type(exc).__name__}: {exc}`",
-                            notes=f"```\n{traceback.format_exc()}\n```", kind="failed"))
+                            notes=f"```\n{traceback.format_exc()}\n```", kind="failed",
+                            priority=PRIORITY["finding"]))
         result, parts = None, []
     if result is not None:
         slides += result_slides(mod, result, ctx)
-    skipped = [mod.PARTS[k] for k in mod.PARTS if k not in parts]
+    counted: tuple[str, ...] = ()
+    if ctx.saved_only and mod.NUMBER in ID_COUNT_SLIDES and failure is None:
+        counted, make = ID_COUNT_SLIDES[mod.NUMBER]
+        try:
+            slides += make(mod, ctx)
+        except Exception as exc:  # the counts are extra: a failure shows, the deck goes on
+            failure = f"{mod.NUMBER} (counts on token ids): {type(exc).__name__}: {exc}"
+            slides.append(Slide(f"{title}: counts could not run here", body=f"`{type(exc).__name__}: {exc}`",
+                                notes=f"```\n{traceback.format_exc()}\n```", kind="failed",
+                                priority=PRIORITY["finding"]))
+            counted = ()
+    skipped = [mod.PARTS[k] for k in mod.PARTS if k not in parts and k not in counted]
     if skipped and failure is None:
         slides.append(Slide(f"{mod.NUMBER} · measured live in the workshop",
                             body="Not run for this deck (saved-only build):\n\n" + "\n".join(f"- {s}" for s in skipped),
@@ -373,13 +436,14 @@ def result_slides(mod: ModuleType, result: Any, ctx: BuildContext) -> list[Slide
     slides = []
     for i, chunk in enumerate(split_markdown(mod.summary(result))):
         slides.append(Slide(f"{short}: what we found" + (" (cont.)" if i else ""), body=chunk, notes=notes,
-                            kind="content"))
+                            kind="content", priority=PRIORITY["detail" if i else "finding"]))
     for name, fig in mod.figures(result).items():
         caption = ctx.analytic_caption() if not measured or is_analytic(fig) else ctx.measured_caption()
         title = figure_title(fig).split("\n")[0] or name
         heading = title if len(title) <= 70 else name.replace("_", " ")
         slides.append(Slide(f"{short}: {heading}", images=(image(title, fig, caption),),
-                            notes=f"{notes}\n\nFigure: {figure_title(fig)}\n\n{caption}", kind="figure"))
+                            notes=f"{notes}\n\nFigure: {figure_title(fig)}\n\n{caption}", kind="figure",
+                            priority=PRIORITY["figure"]))
     caption = ctx.measured_caption("Computed") if measured else ctx.analytic_caption()
     for name, frame in mod.tables(result).items():
         slides.append(Slide(f"{short}: {name}", tables=(table(name, frame, caption),), notes=notes, kind="table"))
@@ -393,7 +457,8 @@ def saved_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
     notes = "\n".join(f"- {n}" for n in view.notes)
     head = Slide(view.title, body=f"_{view.label}_\n\n" + notes, warning=view.warning or "",
                  notes=("Saved on a GPU before the workshop: say so, and say which GPU and when. " + (
-                     f"Caution to read out: {view.warning}" if view.warning else "")), kind="saved")
+                     f"Caution to read out: {view.warning}" if view.warning else "")), kind="saved",
+                 priority=PRIORITY["saved"])
     slides = [head]
     for name, frame in view.tables.items():
         slides.append(Slide(f"{mod.NUMBER} · saved: {name}", tables=(table(name, frame, view.label),),
@@ -402,6 +467,78 @@ def saved_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
         slides.append(Slide(f"{mod.NUMBER} · saved: {name.replace('_', ' ')}", images=(image(name, fig, view.label),),
                             warning=view.warning or "", notes=head.notes, kind="saved"))
     return slides
+
+
+# ---------------------------------------------------------------------------------------------
+# Counts on token ids: chapters 09 and 10 in the saved-only deck
+#
+# Continuous batching and prefix caching are counted, not timed: how many steps a batching policy takes
+# and how many prompt tokens a cache hands back depend on the requests' token ids and lengths, not on the
+# model's weights or the machine. So the saved-only deck runs the chapters' own experiments
+# (``run_steps``, ``run_granularity``) through the engine on a stand-in model: random weights, a tiny
+# Llama shape built here in a moment, nothing downloaded. No time from that run is shown.
+
+STAND_IN_CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                   "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 256,
+                   "max_position_embeddings": 4096, "tie_word_embeddings": True}
+
+
+def stand_in_model() -> Any:
+    """A CPU model of :data:`STAND_IN_CONFIG`'s shape with random weights (its config written to a temporary
+    folder, which is what ``load_model`` reads for random weights)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..models import load_model
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "config.json"
+        config.write_text(json.dumps(STAND_IN_CONFIG))
+        return load_model(str(config), weights="random", device="cpu")
+
+
+def counts_caption(ctx: BuildContext, lm: Any) -> str:
+    """Where the counts come from (the deck's captions start with 'Analytic' for numbers no hardware shaped)."""
+    return (f"Analytic: counted on token ids by the course's engine with a stand-in model ({lm.n_params:,} random "
+            f"weights, nothing downloaded); counts do not depend on the weights or the machine · computed {ctx.built}")
+
+
+def batching_count_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
+    """Chapter 09's static vs continuous batching, step by step: the chapter's ``run_steps`` on the stand-in."""
+    lm = stand_in_model()
+    steps = mod.run_steps(lm, mod.sizes("cpu", "quick"))
+    caption = counts_caption(ctx, lm)
+    short = mod.TITLE.split(":")[0]
+    return [Slide(f"{short}: static vs continuous, counted", body=mod.steps_text(steps.runs, steps.slots),
+                  images=(image("steps", mod.steps_figure(steps.runs, steps.slots, "token ids, stand-in model"),
+                                caption),),
+                  notes=("The same requests through both policies, counted step by step on token ids. A static "
+                         "batch holds its slots until its longest request ends; continuous batching refills a freed "
+                         f"slot at the next step. {caption}."), kind="figure", priority=PRIORITY["figure"])]
+
+
+def prefix_count_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
+    """Chapter 10's block-edge staircase: the chapter's ``run_granularity`` on the stand-in, and the typo argument."""
+    lm = stand_in_model()
+    sizes = mod.sizes("cpu", "quick")
+    match = mod.run_granularity(lm, sizes)
+    caption = counts_caption(ctx, lm)
+    short = mod.TITLE.split(":")[0]
+    return [
+        Slide(f"{short}: what each cache matches, counted", body=mod.granularity_text(match),
+              images=(image("granularity", mod.granularity_figure(match, "token ids, stand-in model"), caption),),
+              notes=f"{mod.granularity_note(match.block_size)}\n\n{caption}.", kind="figure",
+              priority=PRIORITY["figure"]),
+        Slide(f"{short}: a typo, and the shared system prompt",
+              body=(mod.typo_text(sizes.system_len, sizes.block_size, mod.typo_position(sizes)) + "\n\n"
+                    + mod.shared_prompt_prediction_text(sizes)),
+              notes="Analytic: the caches' rules applied to the chapter's sizes; no model involved.",
+              priority=PRIORITY["detail"]),
+    ]
+
+
+# NUMBER -> (the parts whose counts the slides carry, the function that makes them)
+ID_COUNT_SLIDES = {"09": (("steps",), batching_count_slides), "10": (("granularity",), prefix_count_slides)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +574,7 @@ def section_intro(entry: AgendaEntry, mods: list[ModuleType], agenda: list[Agend
         later = next((a for a in agenda if a.start == entry.end), None)
         body += f"\n\nBack at **{clock(entry.end)}**" + (f" for: {later.title}." if later else ".")
     notes = SECTION_NOTES.get(entry.key) or " ".join(first_paragraph(m.__doc__) for m in mods) or entry.title
-    return Slide(entry.title, body=body, notes=notes, kind="section")
+    return Slide(entry.title, body=body, notes=notes, kind="section", priority=PRIORITY["intro"])
 
 
 def title_slides(ctx: BuildContext, agenda: list[AgendaEntry]) -> list[Slide]:
@@ -495,13 +632,21 @@ def build_deck(ctx: BuildContext) -> Deck:
 
 def build_section(entry: AgendaEntry, mods: list[ModuleType], agenda: list[AgendaEntry], ctx: BuildContext,
                   failures: list[str]) -> Section:
+    """The section's slides, each chapter's stamped with its number, marked show or backup for its minutes."""
+    from dataclasses import replace
+
     slides = [section_intro(entry, mods, agenda)]
     if entry.kind == "opener":
         slides += opener_slides(ctx)
     for mod in mods:
-        slides += foundations_slides(mod.NUMBER, ctx)
+        slides += [replace(sl, chapter=mod.NUMBER, priority=PRIORITY["finding"])
+                   for sl in foundations_slides(mod.NUMBER, ctx)]
         chapter, failure = chapter_slides(mod, ctx)
-        slides += chapter
+        slides += [replace(sl, chapter=mod.NUMBER) for sl in chapter]
         if failure:
             failures.append(failure)
+    minutes = entry.end - entry.start
+    slides = assign_roles(slides, minutes)
+    intro = slides[0]
+    slides[0] = replace(intro, notes=f"{intro.notes}\n\n{roles_note(slides, minutes)}")
     return Section(entry.key, entry.title, entry.start, entry.end, entry.kind, tuple(slides))

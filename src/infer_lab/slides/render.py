@@ -52,7 +52,8 @@ def _is_number(text: str) -> bool:
 
 
 def slide_html(index: int, section: Section, slide: Slide) -> str:
-    parts = [f'<header class="section-bar">{esc(section.times)} · {esc(section.title)}</header>',
+    badge = ' <span class="role-badge">backup</span>' if slide.role == "backup" else ""
+    parts = [f'<header class="section-bar">{esc(section.times)} · {esc(section.title)}{badge}</header>',
              f"<h1>{esc(slide.title)}</h1>"]
     if slide.warning:
         warning = md(slide.warning).removeprefix("<p>").removesuffix("</p>")
@@ -66,7 +67,8 @@ def slide_html(index: int, section: Section, slide: Slide) -> str:
     else:
         parts.append(f'<div class="content">{text}{media}{tables}</div>')
     parts.append(f'<aside class="notes"><p class="notes-title">Speaker notes</p>{md(slide.notes)}</aside>')
-    return (f'<section class="slide kind-{esc(slide.kind)}" id="slide-{index}" data-index="{index}" '
+    return (f'<section class="slide kind-{esc(slide.kind)} role-{esc(slide.role)}" id="slide-{index}" '
+            f'data-index="{index}" data-role="{esc(slide.role)}" '
             f'data-section="{esc(section.key)}" data-start="{section.start}" data-end="{section.end}" '
             f'data-title="{esc(slide.title)}">{"".join(parts)}</section>')
 
@@ -77,7 +79,9 @@ def overview_html(deck: Deck) -> str:
         links = []
         for slide in section.slides:
             index += 1
-            links.append(f'<li><a href="#{index}" data-go="{index}">{esc(slide.title)}</a></li>')
+            tag = ' <span class="role-badge">backup</span>' if slide.role == "backup" else ""
+            links.append(f'<li class="role-{esc(slide.role)}"><a href="#{index}" data-go="{index}">'
+                         f'{esc(slide.title)}</a>{tag}</li>')
         items.append(f'<li class="ov-section"><span class="ov-time">{esc(section.times)}</span> '
                      f'<strong>{esc(section.title)}</strong><ol start="{index - len(section.slides) + 1}">'
                      f'{"".join(links)}</ol></li>')
@@ -134,6 +138,9 @@ th,td{padding:.2rem .7rem;border-bottom:1px solid #e4e4de;text-align:left;vertic
 th{background:#f0efe9}
 .num{text-align:right;font-variant-numeric:tabular-nums}
 .more{font-size:.8rem;color:#6b6b70}
+.role-badge{font-size:.7rem;text-transform:uppercase;letter-spacing:.08em;background:#e4e4de;color:#55555a;
+padding:0 .4rem;border-radius:3px;margin-left:.5rem}
+#overview li.role-backup a{color:#8a8a90}
 .warning{background:#fff4d6;border-left:5px solid #d49a00;padding:.5rem .8rem;margin:.3rem 0 .6rem;font-size:.95rem}
 code{background:#efeee8;padding:0 .25rem;border-radius:3px}
 .notes{display:none}

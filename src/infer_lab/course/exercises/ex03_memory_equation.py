@@ -126,7 +126,8 @@ def check_max_users(fns, r) -> None:
 
 EXERCISES = [
     Exercise("kv_gb_70b_128k", "The often-quoted 42 GB", "predict",
-             "Predict the KV cache of one 128k-token sequence on Llama-3-70B in GB; checked against the "
+             f"Predict the KV cache of one 128k-token sequence on {TALK_MODEL} (Llama-3-70B's KV shape with a "
+             f"{load_config(TALK_MODEL)['max_position_embeddings']:,}-position context) in GB; checked against the "
              "memory equation on its config.", check_kv_gb_70b_128k),
     Exercise("mla_kv_bytes_per_token", "What MLA caches", "implement",
              "Compute the KV bytes per token of a Multi-head Latent Attention model; checked against the "

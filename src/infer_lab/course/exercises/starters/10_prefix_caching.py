@@ -19,8 +19,9 @@ def reused_tokens(shared: int, new_prompt_len: int, block_size: int, cache: str)
 
     An earlier request, now cached, shared the new prompt's first ``shared`` tokens (then
     differed). ``cache`` is ``"hash"`` (vLLM style: whole blocks of ``block_size``) or
-    ``"radix"`` (SGLang style: token by token). The last prompt token is always computed,
-    because its logits give the first output token.
+    ``"radix"`` (SGLang style with this engine's copy-on-write of a partly matching block: token
+    by token). The last prompt token is always computed, because its logits give the first
+    output token.
     """
     raise NotImplementedError
 
