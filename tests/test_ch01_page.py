@@ -4,13 +4,12 @@ config, and the bandwidth sweep returns a curve of sane numbers."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
+from page_helpers import edited_notebook, experiment_calls
 
 from infer_lab.analysis.flops import COMPONENTS, flops_by_component
 from infer_lab.bench.bandwidth import KIB, bandwidth_sweep, cache_levels, working_sets
@@ -23,20 +22,29 @@ TINY = dict(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_di
             num_hidden_layers=2, vocab_size=10)
 
 
-def test_the_experiments_run_from_the_notebook_file():
+def test_the_experiments_are_short_functions_of_the_notebook_file():
     for name in ("generate_step_by_step", "self_attention", "engine_greedy", "flop_shares", "bandwidth_curve",
                  "decode_prediction", "decode_measured"):
         fn = notebook_function("01", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("01"))
-        assert len(inspect.getsource(fn).splitlines()) <= 17, name
-    loop = inspect.getsource(notebook_function("01", "generate_step_by_step"))
-    for piece in ("model.embed[x]", "decoder_layer(", "model.lm_head", "argmax()", "ids = [*ids, token]"):
-        assert piece in loop
-    # the chapter module runs the notebook's functions, it has no experiment of its own
-    assert 'notebook_function(NUMBER, "generate_step_by_step")' in inspect.getsource(ch01.run_loop)
-    assert 'notebook_function(NUMBER, "bandwidth_curve")' in inspect.getsource(ch01.run_bandwidth)
-    assert 'notebook_function(NUMBER, "decode_measured")' in inspect.getsource(ch01.run_decode)
-    assert CELL_NUMBER in notebook_path("01").read_text()
+        assert fn.__code__.co_filename == str(notebook_path("01"))
+        assert len(inspect.getsourcelines(fn)[0]) <= 17, name
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
+    """The chapter module has no experiment of its own: each run_<part> calls the notebook's function."""
+    sizes = ch01.sizes("cpu", "quick")
+    (name, args), = experiment_calls(monkeypatch, ch01, ch01.run_loop, embedded, sizes, stop_at="generate_step_by_step")
+    assert name == "generate_step_by_step"
+    assert args == {"lm": embedded, "ids": ch01.prompt_ids(embedded, sizes.loop_prompt), "new_tokens": sizes.loop_new_tokens}
+    device = SimpleNamespace(device="cpu")
+    (name, args), = experiment_calls(monkeypatch, ch01, ch01.run_bandwidth, device, sizes, stop_at="bandwidth_curve")
+    assert name == "bandwidth_curve"
+    assert args == {"device": "cpu", "smallest": sizes.bw_smallest, "largest": sizes.bw_largest,
+                    "repeats": sizes.bw_repeats}
+    calls = experiment_calls(monkeypatch, ch01, ch01.run_decode, embedded, sizes, stop_at="decode_measured")
+    assert [name for name, _ in calls] == ["decode_prediction", "decode_measured"]
+    assert all(args["lm"] is embedded and args["context"] == sizes.decode_context for _, args in calls)
+    assert calls[1][1]["steps"] == sizes.decode_steps
 
 
 @pytest.fixture(scope="module")
@@ -112,22 +120,6 @@ def test_bandwidth_sweep_returns_a_curve_of_sane_numbers():
     assert fig.axes[0].get_xscale() == "log"
 
 
-def _edited_notebook(tmp_path, new_tokens: int):
-    """Notebook 01 with its loop cell's number changed, imported as a module (marimo's own API)."""
-    source = notebook_path("01").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb15_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 6", f"= {new_tokens}")))
-    spec = importlib.util.spec_from_file_location("nb15_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb15_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb15_edited", None)
-    return module
-
-
 @pytest.mark.slow
 def test_changing_the_tokens_in_the_cell_changes_the_passes(embedded, tmp_path, loop):
     pytest.importorskip("marimo")
@@ -135,7 +127,7 @@ def test_changing_the_tokens_in_the_cell_changes_the_passes(embedded, tmp_path, 
 
     from infer_lab import nb
 
-    cell = _edited_notebook(tmp_path, 3).the_loop
+    cell = edited_notebook("01", tmp_path, CELL_NUMBER, CELL_NUMBER.replace("= 6", "= 3")).the_loop
     _, defs = cell.run(ch01=ch01, lm=embedded, mo=mo, nb=nb, loop_button=SimpleNamespace(value=True))
     edited = defs["loop"]
     assert len(edited.steps) == 3 < len(loop.steps)  # one pass per token: fewer tokens, fewer passes

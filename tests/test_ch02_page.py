@@ -4,13 +4,12 @@ in line, one ITL sample per token) hold at the quick size."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import Stop, cell_line, edited_notebook, experiment_calls
 
 from infer_lab.analysis import memory
 from infer_lab.analysis.compare import dtype_name, shape_of
@@ -22,16 +21,33 @@ EXPERIMENTS = {"kv_after_prefill": "run_memory", "ttft_by_prompt": "run_ttft",
 USERS_LINE = "    users = sizes.users  # users at the first context"
 
 
-def test_each_experiment_runs_from_the_notebook_file_and_calls_the_harness():
-    source = notebook_path("02").read_text()
-    assert "ch02.measure" not in source  # no visible cell calls a chapter wrapper
-    for name, runner in EXPERIMENTS.items():
-        function = notebook_function("02", name)
-        assert inspect.getsourcefile(function) == str(notebook_path("02"))
-        code = inspect.getsource(function)
-        assert "timed_generate(lm" in code and len(code.splitlines()) <= 15, name
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch02, runner))
-    assert USERS_LINE in source
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    function = notebook_function("02", name)
+    assert function.__code__.co_filename == str(notebook_path("02"))
+    assert len(inspect.getsourcelines(function)[0]) <= 15
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_the_chapter_runs_the_notebooks_experiment_and_it_calls_the_harness(monkeypatch, embedded, name):
+    """Each run_<part> calls the notebook's function with the size's knobs, and that function generates
+    through the harness's ``timed_generate`` (stubbed where the notebook looks it up: it stops the run)."""
+    sizes = ch02.sizes("cpu", "quick")
+    reached = []
+
+    def timed_generate(lm, *args, **options):
+        reached.append(lm)
+        raise Stop
+
+    monkeypatch.setitem(notebook_function("02", name).__globals__, "timed_generate", timed_generate)
+    (called, args), = experiment_calls(monkeypatch, ch02, getattr(ch02, EXPERIMENTS[name]), embedded, sizes)
+    assert called == name and args["lm"] is embedded and reached == [embedded]
+    knobs = {"kv_after_prefill": {"contexts": sizes.contexts, "users": sizes.users},
+             "ttft_by_prompt": {"prompt_lens": sizes.ttft_lengths, "repeats": sizes.repeats},
+             "serve_one_by_one_then_batched": {"n_requests": sizes.n_requests, "prompt_len": sizes.prompt_len,
+                                               "new_tokens": sizes.new_tokens},
+             "decode_step_times": {"steps": sizes.itl_steps}}[name]
+    assert {k: args[k] for k in knobs} == knobs
 
 
 def test_kv_bytes_grow_with_tokens_and_users_exactly_as_the_config_predicts(embedded):
@@ -80,22 +96,6 @@ def test_ttft_prediction_is_more_work_than_the_token_ratio(embedded):
     assert "your guess **3×**" in ch02.ttft_compare_text(embedded, points, 3.0)
 
 
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 02 with one line of an experiment cell changed, imported as a module (marimo's API)."""
-    source = notebook_path("02").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb01_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb01_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb01_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb01_edited", None)
-    return module
-
-
 @pytest.mark.slow
 def test_changing_the_users_in_the_cell_changes_the_kv_bytes_as_the_chapter_says(embedded, tmp_path):
     pytest.importorskip("marimo")
@@ -104,8 +104,7 @@ def test_changing_the_users_in_the_cell_changes_the_kv_bytes_as_the_chapter_says
     from infer_lab import nb
 
     sizes = replace(ch02.sizes("cpu", "quick"), contexts=(16,))
-    line = next(x for x in notebook_path("02").read_text().splitlines() if x.startswith(USERS_LINE))
-    cell = _edited_notebook(tmp_path, line, "    users = (1, 8)").kv_memory
+    cell = edited_notebook("02", tmp_path, cell_line("02", USERS_LINE), "    users = (1, 8)").kv_memory
     _, defs = cell.run(ch02=ch02, lm=embedded, mo=mo, nb=nb, sizes=sizes,
                        memory_button=SimpleNamespace(value=True))
     users = {p.users: p.kv_bytes for p in defs["memory"].points if p.axis == "users"}

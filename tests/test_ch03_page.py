@@ -4,54 +4,59 @@ the batch in the check's cell changes the KV bytes the way the equation says."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import edited_notebook, experiment_calls, shows_the_real_code
 
 from infer_lab.analysis import memory
+from infer_lab.analysis.compare import dtype_name, shape_of
 from infer_lab.course import ch03_memory_equation as ch03
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
 BATCH_LINE = "    batch = _s.check_batch  # sequences generated together (2): try 4"
 
 
-def test_the_check_runs_from_the_notebook_file():
-    source = notebook_path("03").read_text()
-    assert "ch03.measure" not in source and "ch03.kv_summary(" not in source
-    assert "report = kv_report(model_pick.value" in source  # the calculator cell calls analysis directly
+def test_the_check_is_a_short_function_of_the_notebook_file():
     function = notebook_function("03", "bytes_predicted_vs_counted")
-    assert inspect.getsourcefile(function) == str(notebook_path("03"))
-    code = inspect.getsource(function)
-    assert "kv_bytes(shape, cached, batch, dtype)" in code and "timed_generate(lm" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "bytes_predicted_vs_counted")' in inspect.getsource(ch03.run_check)
-    assert BATCH_LINE in source
+    assert function.__code__.co_filename == str(notebook_path("03"))
+    assert len(inspect.getsourcelines(function)[0]) <= 15
+
+
+def test_the_chapter_runs_the_notebooks_check_with_its_sizes(monkeypatch):
+    sizes = ch03.sizes("cpu", "quick")
+    lm = SimpleNamespace(name="stub-lm")
+    calls = experiment_calls(monkeypatch, ch03, ch03.run_check, lm, sizes, stop_at="bytes_predicted_vs_counted")
+    assert calls == [("bytes_predicted_vs_counted", {"lm": lm, "batch": sizes.check_batch,
+                                                     "prompt_len": sizes.check_prompt_len,
+                                                     "new_tokens": sizes.check_new_tokens})]
+
+
+def test_the_check_predicts_with_analysis_memory_and_counts_from_the_harness(monkeypatch, embedded):
+    """The predicted KV bytes are ``analysis.memory.kv_bytes`` of the tokens cached; the counted ones are
+    what the harness's generation record says (``timed_generate`` stubbed where the notebook looks it up)."""
+    check = notebook_function("03", "bytes_predicted_vs_counted")
+    generated = []
+
+    def timed_generate(lm, ids, new_tokens, **options):
+        generated.append((lm, len(ids), len(ids[0]), new_tokens))
+        return SimpleNamespace(new_tokens=new_tokens, kv_bytes=12345)
+
+    monkeypatch.setitem(check.__globals__, "timed_generate", timed_generate)
+    (_, weights_predicted, weights_counted), (_, kv_predicted, kv_counted) = check(embedded, 3, 8, 4)[0]
+    assert generated == [(embedded, 3, 8, 4)]  # a batch of 3 prompts of 8 tokens, 4 new tokens
+    cached = 8 + 4 - 1  # the last sampled token is never fed back
+    assert kv_predicted == memory.kv_bytes(shape_of(embedded), cached, 3, dtype_name(embedded)) and kv_counted == 12345
+    assert weights_predicted == memory.weight_bytes(shape_of(embedded), dtype_name(embedded)).total
+    assert weights_counted == embedded.weight_bytes
 
 
 def test_the_page_shows_the_kv_formulas_real_code():
     shown = ch03.kv_formula_code()
-    assert "return 2 * shape.kv_heads * shape.head_dim" in shown
-    assert "return shape.layers * kv_bytes_per_token_per_layer(shape, kv_dtype)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 20
+    shows_the_real_code(shown, memory.kv_bytes_per_token_per_layer, memory.kv_bytes_per_token)
+    assert len(shown.splitlines()) <= 20
     assert memory.kv_bytes_per_token("mistral-7b", "bf16") == 2 * 32 * 8 * 128 * 2
-
-
-def _edited_notebook(tmp_path, old: str, new: str):
-    source = notebook_path("03").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb02_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb02_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb02_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb02_edited", None)
-    return module
 
 
 @pytest.mark.slow
@@ -65,7 +70,7 @@ def test_doubling_the_batch_in_the_cell_doubles_the_kv_and_not_the_weights(embed
                            load_model_or_explain=lambda *_a: embedded, model_choice=lambda: ("smollm2-135m", "pretrained"))
     results = {}
     for batch in (2, 4):
-        cell = _edited_notebook(tmp_path, BATCH_LINE, f"    batch = {batch}  #").check_cell
+        cell = edited_notebook("03", tmp_path, BATCH_LINE, f"    batch = {batch}  #").check_cell
         _, defs = cell.run(ch03=ch03, check_button=SimpleNamespace(value=True), mo=mo, nb=page,
                            size_picker=SimpleNamespace(value="quick"))
         results[batch] = defs["check"]

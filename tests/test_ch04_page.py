@@ -5,30 +5,64 @@ the chapter module only shows them, and the page shows the roofline's real code.
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
-from infer_lab.analysis.roofline import Roof
+import pytest
+from page_helpers import Stop, cell_line, experiment_calls, shows_the_real_code
+
+from infer_lab.analysis.roofline import Roof, gpu_roof, predict
 from infer_lab.course import ch04_prefill_decode_roofline as ch04
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    source = notebook_path("04").read_text()
-    assert "ch04.measure" not in source  # no visible cell calls a chapter wrapper
-    for name, calls in {"datasheet_prediction": "gpu_roof(gpu)", "roofline_vs_harness": "measure_ceilings("}.items():
+def test_the_experiments_are_short_functions_of_the_notebook_file():
+    for name in ("datasheet_prediction", "roofline_vs_harness"):
         function = notebook_function("04", name)
-        assert inspect.getsourcefile(function) == str(notebook_path("04"))
-        code = inspect.getsource(function)
-        assert calls in code and len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "datasheet_prediction")' in inspect.getsource(ch04.datasheet_view)
-    assert 'notebook_function(NUMBER, "roofline_vs_harness")' in inspect.getsource(ch04.run_compare)
-    assert "    batches = _s.batches  # decode batches" in source
+        assert function.__code__.co_filename == str(notebook_path("04"))
+        assert len(inspect.getsourcelines(function)[0]) <= 15, name
+    assert cell_line("04", "    batches = ")  # the learner's knob, one line of the visible cell
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_knobs(monkeypatch):
+    calls = experiment_calls(monkeypatch, ch04, ch04.datasheet_view, "mistral-7b", "H100-SXM", 8, 2048,
+                              stop_at="datasheet_prediction")
+    assert calls == [("datasheet_prediction", {"model": "mistral-7b", "gpu": "H100-SXM", "batch": 8, "context": 2048})]
+    sizes, lm = ch04.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm", device="cpu")
+    (name, args), = experiment_calls(monkeypatch, ch04, ch04.run_compare, lm, sizes, stop_at="roofline_vs_harness")
+    assert name == "roofline_vs_harness" and args["lm"] is lm
+    assert (args["prompt_lengths"], args["contexts"], args["batches"]) == (sizes.prompt_lengths, sizes.contexts,
+                                                                          sizes.batches)
+    assert (args["new_tokens"], args["repeats"], args["quick"]) == (sizes.new_tokens, sizes.repeats,
+                                                                    sizes.quick_ceilings)
+
+
+def test_the_datasheet_prediction_is_the_librarys_roofline_on_the_datasheet():
+    roof, prediction, _prefill, _decode = notebook_function("04", "datasheet_prediction")("mistral-7b", "H100-SXM", 4, 1024)
+    assert roof == gpu_roof("H100-SXM")
+    assert prediction == predict("mistral-7b", roof, batch=4, context=1024)
+
+
+def test_the_comparison_measures_its_roof_afresh_with_the_harness(monkeypatch):
+    """``roofline_vs_harness`` starts from ``hardware.measure_ceilings`` on the model's device, measured
+    now (stubbed where the notebook looks it up: it stops the run)."""
+    experiment = notebook_function("04", "roofline_vs_harness")
+    seen = []
+
+    def measure_ceilings(device, **options):
+        seen.append((device, options))
+        raise Stop
+
+    monkeypatch.setitem(experiment.__globals__, "measure_ceilings", measure_ceilings)
+    with pytest.raises(Stop):
+        experiment(SimpleNamespace(device="cpu"), (8,), (8,), (1,), 2, 1, quick=True)
+    (device, options), = seen
+    assert device == "cpu" and options.get("quick") is True and options.get("fresh") is True  # never a stale roof
 
 
 def test_the_page_shows_the_roofs_real_code():
     shown = ch04.roof_code()
-    assert "return max(flops / self.peak_flops, n_bytes / self.bandwidth_Bps)" in shown
-    assert "return min(self.peak_flops, intensity * self.bandwidth_Bps)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 12
+    shows_the_real_code(shown, Roof.time_s, Roof.attainable_flops)
+    assert len(shown.splitlines()) <= 12
     roof = Roof("toy", peak_flops=100.0, bandwidth_Bps=10.0)
     assert roof.time_s(100.0, 1.0) == 1.0 and roof.time_s(1.0, 100.0) == 10.0
 

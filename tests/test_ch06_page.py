@@ -4,44 +4,87 @@ formats cell (the group size) changes the result the way the chapter says it doe
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import cell_line, edited_notebook, experiment_calls, shows_the_real_code
 
 from infer_lab.course import ch06_quantization as ch06
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 from infer_lab.quant.formats import quantize_q4_1
 
-EXPERIMENTS = {  # notebook function -> the chapter's run_<part> that executes it, and a library call it makes
-    "layer_errors": (ch06.run_formats, "layer_error_stats(blocks[i], m)"),
-    "quantize_and_compare": (ch06.run_compare, "compare_methods(lm, list(methods)"),
-    "outlier_features": (ch06.run_outliers, "linear_input_outliers(lm.model, ids, layer_filter)"),
-    "kv_cache_quality": (ch06.run_kv, "measure_variant_quality(lm, eval_tokens=eval_tokens"),
-}
-GROUP_LINE = "    group = 64  # weights per scale in the int4 and NF4 rows"
+EXPERIMENTS = {"layer_errors": "run_formats", "quantize_and_compare": "run_compare",
+               "outlier_features": "run_outliers", "kv_cache_quality": "run_kv"}  # notebook function -> its runner
 
 
-def test_every_experiment_runs_from_the_notebook_file():
-    source = notebook_path("06").read_text()
-    assert "ch06.measure_" not in source  # no wrapper between the page and the library
-    for name, (runner, call) in EXPERIMENTS.items():
-        fn = notebook_function("06", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("06"))
-        code = inspect.getsource(fn)
-        assert call in code and len(code.splitlines()) <= 15
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(runner)
-    assert GROUP_LINE in source and source.count(GROUP_LINE) == 1
-    assert ch06.FORMAT_GROUP == 64 and f"int4-g{ch06.FORMAT_GROUP}" in ch06.sizes("cpu", "quick").format_methods
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    fn = notebook_function("06", name)
+    assert fn.__code__.co_filename == str(notebook_path("06"))
+    assert len(inspect.getsourcelines(fn)[0]) <= 15
+
+
+def test_the_formats_cell_starts_at_the_chapters_group_size():
+    """The tour's formats row ``int4-g<FORMAT_GROUP>`` is the shipped cell's group size."""
+    assert cell_line("06", "    group = ").split("#")[0].split("=")[1].strip() == str(ch06.FORMAT_GROUP)
+    assert f"int4-g{ch06.FORMAT_GROUP}" in ch06.sizes("cpu", "quick").format_methods
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
+    sizes, lm = ch06.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm")
+    ran = {name: experiment_calls(monkeypatch, ch06, getattr(ch06, runner), lm, sizes, stop_at=name)
+           for name, runner in EXPERIMENTS.items()}
+    assert {name: [c[0] for c in calls] for name, calls in ran.items()} == {name: [name] for name in EXPERIMENTS}
+    args = {name: calls[0][1] for name, calls in ran.items()}
+    assert all(a["lm"] is lm for a in args.values())
+    assert args["layer_errors"]["methods"] == sizes.format_methods
+    assert args["layer_errors"]["block_stride"] == sizes.format_block_stride
+    assert tuple(args["quantize_and_compare"]["methods"]) == tuple(sizes.methods)
+    assert args["quantize_and_compare"]["eval_tokens"] == sizes.eval_tokens
+    assert args["kv_cache_quality"]["eval_tokens"] == sizes.kv_eval_tokens
+
+
+def _stub(monkeypatch, experiment, library_name: str) -> tuple[object, list]:
+    """Replace ``library_name`` where the notebook's ``experiment`` looks it up: (what it returns, its calls)."""
+    returned, calls = object(), []
+
+    def stub(*args, **options):
+        calls.append((args, options))
+        return returned
+
+    monkeypatch.setitem(experiment.__globals__, library_name, stub)
+    return returned, calls
+
+
+def test_the_experiments_hand_back_what_the_quant_library_computed(monkeypatch):
+    """Each experiment calls :mod:`infer_lab.quant` directly (stubbed where the notebook looks it up)."""
+    text_model = SimpleNamespace(tokenizer=object(), is_random=False, model=object(), chat_ids=lambda text: [[1, 2]])
+    compare = notebook_function("06", "quantize_and_compare")
+    returned, calls = _stub(monkeypatch, compare, "compare_methods")
+    assert compare(text_model, ("int8",), eval_tokens=32, prompt_tokens=8, new_tokens=2, repeats=1) is returned
+    assert calls[0][0][:2] == (text_model, ["int8"])
+
+    outliers = notebook_function("06", "outlier_features")
+    returned, calls = _stub(monkeypatch, outliers, "linear_input_outliers")
+    assert outliers(text_model, "Hello", "q_proj") is returned and calls == [((text_model.model, [[1, 2]], "q_proj"), {})]
+
+    kv = notebook_function("06", "kv_cache_quality")
+    returned, calls = _stub(monkeypatch, kv, "measure_variant_quality")
+    assert kv(text_model, 32, ("int8",)) is returned and calls[0][0] == (text_model,)
+
+    layers = notebook_function("06", "layer_errors")
+    returned, calls = _stub(monkeypatch, layers, "layer_error_stats")
+    blocks = [object() for _ in range(5)]
+    got = layers(SimpleNamespace(model=SimpleNamespace(model=SimpleNamespace(layers=blocks))), ("int8",), 2)
+    assert [list(by_block.items()) for by_block in got.values()] == [[(0, returned), (2, returned), (4, returned)]]
+    assert [c[0] for c in calls] == [(blocks[i], "int8") for i in (0, 2, 4)]
 
 
 def test_the_page_shows_the_real_group_quantizer():
     shown = ch06.group_quantize_code()
-    assert inspect.getsource(quantize_q4_1).splitlines()[0] in shown
-    assert "groups = _grouped(weight, group_size)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 30  # docstring left out, fits a slide
+    shows_the_real_code(shown, quantize_q4_1)
+    assert len(shown.splitlines()) <= 30  # fits a slide
 
 
 @pytest.fixture(scope="module")
@@ -60,34 +103,20 @@ def test_fewer_bits_cost_error_and_the_shipped_format_is_exact(quick_formats):
     assert "int4-g32" in ch06.formats_text(quick_formats)  # the best 4-bit grid is named on the page
 
 
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 06 with one line of a cell changed, imported as a module (marimo's own API)."""
-    source = notebook_path("06").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb05_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb05_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb05_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb05_edited", None)
-    return module
-
-
 def test_a_bigger_group_in_the_cell_saves_bits_and_costs_error(embedded, tmp_path, quick_formats):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    cell = _edited_notebook(tmp_path, GROUP_LINE, GROUP_LINE.replace("= 64", "= 128")).formats_cell
+    group = cell_line("06", "    group = ")
+    bigger = 2 * ch06.FORMAT_GROUP
+    cell = edited_notebook("06", tmp_path, group, f"    group = {bigger}  #").formats_cell
     _, defs = cell.run(ch06=ch06, lm=embedded, mo=mo, nb=nb, sizes=ch06.sizes("cpu", "quick"),
                        formats_button=SimpleNamespace(value=True))
-    g128 = defs["formats"].by_method()["int4-g128"]
-    g64 = quick_formats.by_method()["int4-g64"]  # the cell as shipped
-    assert g128.bits_per_weight < g64.bits_per_weight and g128.rel_error_mean > g64.rel_error_mean
+    big = defs["formats"].by_method()[f"int4-g{bigger}"]
+    shipped = quick_formats.by_method()[f"int4-g{ch06.FORMAT_GROUP}"]  # the cell as shipped
+    assert big.bits_per_weight < shipped.bits_per_weight and big.rel_error_mean > shipped.rel_error_mean
 
 
 def test_outlier_features_dwarf_the_median(embedded):

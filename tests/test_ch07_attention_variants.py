@@ -124,8 +124,11 @@ def test_saving_words_follow_the_ratios():
         "2.00× more HBM bytes than naive at every length shown")
     assert ch07.saving_across_lengths([1024, 65536], [0.8, 1.6]) == (
         "1.25× more HBM bytes than naive at 1,024 tokens, 1.6× fewer at 65,536")
-    assert ch07.times_fewer(1.0) == ch07.times_fewer(1.004) == ch07.times_fewer(0.996) == "as many"
-    assert ch07.times_fewer(1.006) == "1.0× fewer" and ch07.times_fewer(0.99) == "1.01× more"
+    assert ch07.times_fewer(1.0) == "as many"  # only when equal: near 1 the ratio is printed, not "about as many"
+    assert ch07.times_fewer(1.004) == "1.004× fewer" and ch07.times_fewer(0.996) == "1.004× more"
+    assert ch07.times_fewer(1.006) == "1.01× fewer" and ch07.times_fewer(0.99) == "1.01× more"
+    assert ch07.saving_across_lengths([1024, 65536], [2.0, 2.06]) == (
+        "2.0× fewer HBM bytes than naive at 1,024 tokens, 2.1× fewer at 65,536")
     assert ch07.saving_across_lengths([1024, 65536], [1.0, 1.0]) == "as many HBM bytes as naive at every length shown"
     assert ch07.saving_across_lengths([1024, 65536], [1.0, 2.0]) == (
         "as many HBM bytes as naive at 1,024 tokens, 2.0× fewer at 65,536")

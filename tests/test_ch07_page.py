@@ -11,38 +11,78 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from page_helpers import cell_line, edited_notebook, experiment_calls, shows_the_real_code
 
 from infer_lab.attention import flash_attention, online_softmax_tile, sdpa_attention
 from infer_lab.course import ch07_attention_variants as ch07
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
-EXPERIMENTS = {  # notebook function -> the chapter's run_<part> that executes it, and a library call it makes
-    "against_sdpa": (ch07.run_equivalence, "diff_from_sdpa(layer, x, prefix, backend=path)"),
-    "attention_quality": (ch07.run_quality, "measure_variant_quality(lm, eval_tokens=eval_tokens"),
-    "attention_times": (ch07.run_timing, "decode_attention_vs_kv_heads(cached_tokens"),
-}
-TOKENS_LINE = "    tokens = 12  # sequence length"
+EXPERIMENTS = {"against_sdpa": "run_equivalence", "attention_quality": "run_quality",
+               "attention_times": "run_timing"}  # notebook function -> the chapter's run_<part> that executes it
 
 
-def test_every_experiment_runs_from_the_notebook_file():
-    source = notebook_path("07").read_text()
-    assert "ch07.measure_" not in source  # no wrapper between the page and the library
-    for name, (runner, call) in EXPERIMENTS.items():
-        fn = notebook_function("07", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("07"))
-        code = inspect.getsource(fn)
-        assert call in code and len(code.splitlines()) <= 15
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(runner)
-    assert source.count(TOKENS_LINE) == 1 and ch07.EQUIVALENCE_TOKENS == 12
-    assert "grouped_kv_heads = (2, 1)" in source and ch07.EQUIVALENCE_KV_HEADS == (2, 1)
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    fn = notebook_function("07", name)
+    assert fn.__code__.co_filename == str(notebook_path("07"))
+    assert len(inspect.getsourcelines(fn)[0]) <= 15
 
 
-def test_the_page_shows_the_online_softmax_tile_that_flash_attention_runs():
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
+    sizes, lm = ch07.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm", device=torch.device("cpu"))
+    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_equivalence, stop_at="against_sdpa")
+    assert name == "against_sdpa" and (args["tokens"], tuple(args["kv_heads"]), args["window"]) == (
+        ch07.EQUIVALENCE_TOKENS, tuple(ch07.EQUIVALENCE_KV_HEADS), ch07.EQUIVALENCE_WINDOW)
+    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_quality, lm, sizes, stop_at="attention_quality")
+    assert name == "attention_quality" and args["lm"] is lm and args["eval_tokens"] == sizes.eval_tokens
+    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_timing, lm, sizes, stop_at="attention_times")
+    assert name == "attention_times" and args["device"] == lm.device
+    assert (args["lengths"], args["cached_tokens"], args["kv_heads"]) == (sizes.sdpa_lengths, sizes.decode_context,
+                                                                         sizes.decode_kv_heads)
+
+
+def test_the_equivalence_cell_as_shipped_checks_what_the_chapter_checks():
+    """The page's cell starts at the chapter's numbers: the same rows, to the last bit."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    _, defs = _shipped_notebook().equivalence_cell.run(ch07=ch07, mo=mo, nb=nb,
+                                                       equivalence_button=SimpleNamespace(value=True))
+    assert defs["equivalence"] == ch07.run_equivalence()
+
+
+def test_attention_quality_hands_back_what_the_library_measured(monkeypatch):
+    experiment = notebook_function("07", "attention_quality")
+    measured, calls = [object()], []
+
+    def measure_variant_quality(lm, **options):
+        calls.append((lm, options))
+        return measured
+
+    monkeypatch.setitem(experiment.__globals__, "measure_variant_quality", measure_variant_quality)
+    text_model = SimpleNamespace(tokenizer=object(), is_random=False)
+    assert experiment(text_model, 64, 8, ("mqa",)) is measured
+    assert calls[0][0] is text_model and calls[0][1]["window"] == 8
+    assert experiment(SimpleNamespace(tokenizer=None, is_random=True), 64, 8, ("mqa",)) == [] and len(calls) == 1
+
+
+def test_the_page_shows_the_online_softmax_tile_that_flash_attention_runs(monkeypatch):
     shown = ch07.flash_tile_code()
-    assert inspect.getsource(online_softmax_tile).splitlines()[0] in shown
-    assert "correction = torch.exp(running_max - safe_max)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 30
-    assert "online_softmax_tile(" in inspect.getsource(flash_attention)  # the tile shown is the one that runs
+    shows_the_real_code(shown, online_softmax_tile)
+    assert len(shown.splitlines()) <= 30
+    folded = []
+
+    def counted_tile(*args, **options):
+        folded.append(1)
+        return online_softmax_tile(*args, **options)
+
+    monkeypatch.setitem(flash_attention.__globals__, "online_softmax_tile", counted_tile)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 10, 8) for _ in range(3))
+    out = flash_attention(q, k, v, block_q=4, block_k=4)
+    assert folded and torch.allclose(out, sdpa_attention(q, k, v, causal=False), atol=1e-5)  # the tile shown runs
 
 
 def test_the_tile_step_is_what_makes_tiles_exact():
@@ -69,22 +109,6 @@ def test_the_tile_step_is_what_makes_tiles_exact():
     assert not torch.allclose(state[2] / state[1], reference, atol=1e-3)
 
 
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 07 with one line of a cell changed, imported as a module (marimo's own API)."""
-    source = notebook_path("07").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb06_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb06_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb06_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb06_edited", None)
-    return module
-
-
 def test_a_longer_sequence_in_the_cell_still_equals_sdpa_across_tiles(tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo
@@ -92,7 +116,7 @@ def test_a_longer_sequence_in_the_cell_still_equals_sdpa_across_tiles(tmp_path):
     from infer_lab import nb
 
     shipped = ch07.run_equivalence()
-    cell = _edited_notebook(tmp_path, TOKENS_LINE, TOKENS_LINE.replace("= 12", "= 150")).equivalence_cell
+    cell = edited_notebook("07", tmp_path, cell_line("07", "    tokens = "), "    tokens = 150  #").equivalence_cell
     _, defs = cell.run(ch07=ch07, mo=mo, nb=nb, equivalence_button=SimpleNamespace(value=True))
     rows = defs["equivalence"]
     assert [(r.variant, r.path) for r in rows] == [(r.variant, r.path) for r in shipped]

@@ -5,44 +5,45 @@ the result the way the chapter says it does."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 
 import pytest
+from page_helpers import cell_line, edited_notebook, experiment_calls, shows_the_real_code
 
 from infer_lab.course import ch08_kv_cache_paged as ch08
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 from infer_lab.engine.kv_cache import paged_slots
 
-CELL_NUMBER = "    block_size = 16  # tokens per block"
-EXPERIMENTS = {
-    "generate_step_by_step": ("run_cache", ["EngineConfig(kv_mode=kv_mode", "Engine.from_loaded(lm, config)",
-                                            "engine.step_log"]),
-    "where_memory_goes": ("run_waste", ["make_requests(", "simulate(make_layout(name, budget_slots"]),
-    "fill_until_full": ("run_fit", ["cache.can_allocate(", "cache.allocate(", "cache.memory_report(held)"]),
-}
+EXPERIMENTS = {"generate_step_by_step": "run_cache", "where_memory_goes": "run_waste", "fill_until_full": "run_fit"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_each_experiment_runs_from_the_notebook_file(name):
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     function = notebook_function("08", name)
-    assert inspect.getsourcefile(function) == str(notebook_path("08"))
-    code = inspect.getsource(function)
-    runner, calls = EXPERIMENTS[name]
-    assert all(call in code for call in calls), code
-    assert len(code.splitlines()) <= 15
-    assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch08, runner))
-    source = notebook_path("08").read_text()
-    assert "ch08.measure" not in source and CELL_NUMBER in source
+    assert function.__code__.co_filename == str(notebook_path("08"))
+    assert len(inspect.getsourcelines(function)[0]) <= 15
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
+    sizes = ch08.sizes("cpu", "quick")
+    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_cache, embedded, sizes, stop_at="generate_step_by_step")
+    assert name == "generate_step_by_step" and args["lm"] is embedded and args["kv_mode"] == ch08.KV_MODES[0]
+    assert args["prompt"] == ch08.cache_prompt(embedded, sizes) and args["new_tokens"] == sizes.new_tokens
+    settings = sizes.waste
+    prompts, outputs = settings.lengths()
+    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_waste, settings, stop_at="where_memory_goes")
+    assert name == "where_memory_goes" and (args["prompts"], args["outputs"]) == (prompts, outputs)
+    assert args["budget_slots"] == ch08.budget_slots(settings) and args["block_size"] == settings.block_size
+    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_fit, settings, stop_at="fill_until_full")
+    assert name == "fill_until_full" and (args["prompts"], args["outputs"]) == (prompts, outputs)
 
 
 def test_the_page_shows_the_engines_real_slot_lookup():
+    from infer_lab.engine.block_manager import BlockManager, paged_blocks_needed
+
     shown = ch08.paging_code()
-    assert inspect.getsource(paged_slots).splitlines()[0] in shown
-    assert "block_table[p // block_size] * block_size + p % block_size" in shown
-    assert "self.free_list.popleft()" in shown  # the block pool handing out a block
-    assert '"""' not in shown and len(shown.splitlines()) <= 30  # no docstrings; short enough for a slide
+    shows_the_real_code(shown, paged_slots, paged_blocks_needed, BlockManager.grow)  # BlockManager.grow: the pool hands out blocks
+    assert len(shown.splitlines()) <= 30  # short enough for a slide
 
 
 def test_no_cache_computes_the_context_again_every_step(embedded):
@@ -86,33 +87,23 @@ def test_paged_blocks_fit_several_times_the_requests_at_quick_size(settings):
     assert f"**{contiguous.requests_that_fit}**" in text and f"**{paged.requests_that_fit}**" in text
 
 
-def _edited_notebook(tmp_path, block_size: int):
-    """Notebook 08 with its part-3 cell's block size changed, imported as a module (marimo's own API)."""
-    source = notebook_path("08").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb07_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 16", f"= {block_size}")))
-    spec = importlib.util.spec_from_file_location("nb07_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb07_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb07_edited", None)
-    return module
-
-
 def test_a_larger_block_in_the_cell_wastes_more_and_fits_fewer(tmp_path, settings):
     pytest.importorskip("marimo")
     import marimo as mo
 
     from infer_lab import nb
 
-    before = ch08.run_fit(settings)  # the cell's 16
-    cell = _edited_notebook(tmp_path, 1024).fill_the_budget
+    line = cell_line("08", "    block_size = ")
     prompts, outputs = settings.lengths()
-    _, defs = cell.run(ch08=ch08, mo=mo, nb=nb, outputs=outputs, prompts=prompts, settings=settings)
-    after = defs["fit"]
+
+    def fit_with(new_line: str) -> ch08.FitResult:
+        cell = edited_notebook("08", tmp_path, line, new_line).fill_the_budget
+        _, defs = cell.run(ch08=ch08, mo=mo, nb=nb, outputs=outputs, prompts=prompts, settings=settings)
+        return defs["fit"]
+
+    before = fit_with(line)  # the cell as shipped: the chapter's block size
+    assert before == ch08.run_fit(settings)
+    after = fit_with("    block_size = 1024  # tokens per block")
     assert after.block_size == 1024
     # as the chapter says: the tail of each request's last block grows with the block, so fewer fit
     assert after.row("paged").wasted_fraction >= 5 * before.row("paged").wasted_fraction

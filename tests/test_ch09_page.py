@@ -4,30 +4,62 @@ the chapter says it does."""
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import (
+    RecordingEngine,
+    cell_line,
+    edited_notebook,
+    experiment_calls,
+    shows_the_real_code,
+)
 
 from infer_lab.course import ch09_batching as ch09
 from infer_lab.course.notebook_code import load_functions, notebook_function, notebook_path
 from infer_lab.engine.scheduler import Scheduler
 
-CELL_NUMBER = "    slots = 4  # batch slots (max_num_seqs)"
+CELL_NUMBER = "    slots = sizes.steps_slots  # batch slots (max_num_seqs)"
 
 
-def test_the_experiment_runs_from_the_notebook_file():
+@pytest.mark.parametrize("name", ["serve", "contenders"])
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    function = notebook_function("09", name)
+    assert function.__code__.co_filename == str(notebook_path("09"))
+    assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
+    sizes = ch09.sizes("cpu", "quick")
+    (name, args), = experiment_calls(monkeypatch, ch09, ch09.run_steps, embedded, sizes, stop_at="serve")
+    assert name == "serve" and args["lm"] is embedded and args["policy"] == "static"
+    assert args["max_num_seqs"] == sizes.steps_slots  # the number the notebook's cell starts at
+    prompts, output_lens = ch09.steps_requests(embedded, sizes)
+    assert args["prompts"] == prompts and list(args["output_lens"]) == list(output_lens)
+    (_, args), = experiment_calls(monkeypatch, ch09, ch09.run_steps, embedded, sizes, 3, stop_at="serve")
+    assert args["max_num_seqs"] == 3  # the slots asked for, not the default
+    (name, args), = experiment_calls(monkeypatch, ch09, ch09.run_batching, embedded, sizes, stop_at="contenders")
+    assert name == "contenders" and args["concurrency"] == sizes.concurrency
+    assert (args["prompts"], args["output_lens"]) == ch09.batching_requests(embedded, sizes)
+    (_, args), = experiment_calls(monkeypatch, ch09, ch09.run_batching, embedded, sizes, 2, stop_at="contenders")
+    assert args["concurrency"] == 2
+    assert not hasattr(ch09, "measure_batching")  # the old wrapper is gone
+
+
+def test_serve_hands_the_policy_and_slots_to_the_engine(monkeypatch):
     serve = notebook_function("09", "serve")
-    assert inspect.getsourcefile(serve) == str(notebook_path("09"))
-    code = inspect.getsource(serve)
-    assert "EngineConfig(policy=policy, max_num_seqs=max_num_seqs" in code
-    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
-    assert len(code.splitlines()) <= 15
-    # the chapter module calls the notebook's function, it does not build engines of its own for it
-    assert "notebook_function(NUMBER, \"serve\")" in inspect.getsource(ch09.run_steps)
-    assert CELL_NUMBER in notebook_path("09").read_text()
+    monkeypatch.setattr(RecordingEngine, "made", [])
+    monkeypatch.setitem(serve.__globals__, "Engine", RecordingEngine)
+    prompts, output_lens = [[1, 2, 3], [4, 5]], [2, 5]
+    for policy, slots in (("static", 1), ("continuous", 2)):
+        assert serve(None, prompts, output_lens, policy, max_num_seqs=slots) == ["step"]  # the engine's step log
+        config = RecordingEngine.made[-1].config
+        assert (config.policy, config.max_num_seqs) == (policy, slots)
+        assert config.max_model_len >= 3 + 5  # room for the longest prompt and the longest answer
+        call, = RecordingEngine.made[-1].generated
+        assert call["prompts"] == prompts and [p.max_tokens for p in call["params"]] == output_lens
 
 
 def test_the_loader_runs_setup_and_functions_only(tmp_path):
@@ -46,20 +78,19 @@ def test_the_loader_runs_setup_and_functions_only(tmp_path):
 
 def test_the_page_shows_the_schedulers_real_admission_step():
     shown = ch09.admission_code()
-    assert inspect.getsource(Scheduler.admit).strip().splitlines()[0].strip() in shown
-    assert 'cfg.policy == "static" and self.running' in shown
+    shows_the_real_code(shown, Scheduler.admit)
     assert len(shown.splitlines()) <= 32  # short enough for a slide
 
 
 @pytest.fixture(scope="module")
 def quick_steps(tour_runs) -> ch09.StepsResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's 4 slots."""
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's slots (``sizes.steps_slots``)."""
     return tour_runs.part("ch09_batching", "steps")
 
 
 def test_static_takes_at_least_1_3x_the_steps_at_quick_size(quick_steps):
     result = quick_steps
-    assert result.slots == 4
+    assert result.slots == ch09.sizes("cpu", "quick").steps_slots  # the number the notebook's cell starts at
     static, cont = result.runs["static"], result.runs["continuous"]
     tokens = sum(result.output_lens)
     for records in (static, cont):  # each step gives every running request one token
@@ -73,22 +104,6 @@ def test_static_takes_at_least_1_3x_the_steps_at_quick_size(quick_steps):
     assert f"**{len(static)} steps**" in text and f"**{len(cont)}**" in text
 
 
-def _edited_notebook(tmp_path, slots: int):
-    """Notebook 09 with its experiment cell's number changed, imported as a module (marimo's own API)."""
-    source = notebook_path("09").read_text()
-    assert source.count(CELL_NUMBER) == 1
-    path = tmp_path / "nb08_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 4", f"= {slots}")))
-    spec = importlib.util.spec_from_file_location("nb08_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb08_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb08_edited", None)
-    return module
-
-
 @pytest.mark.slow
 def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(embedded, tmp_path, quick_steps):
     pytest.importorskip("marimo")
@@ -97,10 +112,15 @@ def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(e
     from infer_lab import nb
 
     sizes = ch09.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, sizes.steps_requests).static_vs_continuous  # slots = 16
-    _, defs = cell.run(ch09=ch09, lm=embedded, mo=mo, nb=nb, sizes=sizes, steps_button=SimpleNamespace(value=True))
+    line = cell_line("09", CELL_NUMBER)
+    edited = edited_notebook("09", tmp_path, line, line.replace("sizes.steps_slots", str(sizes.steps_requests), 1))
+    output, defs = edited.static_vs_continuous.run(ch09=ch09, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                   steps_button=SimpleNamespace(value=True))
     steps = {policy: len(records) for policy, records in defs["runs"].items()}
-    before = {policy: len(records) for policy, records in quick_steps.runs.items()}  # the cell's 4 slots
+    before = {policy: len(records) for policy, records in quick_steps.runs.items()}  # the cell's own slots
+    # the page reports the edited number, not the one it started with
+    shown = output.text  # the cell's words as the page renders them (markdown bold: <strong>)
+    assert f"<strong>{sizes.steps_requests} slots</strong>" in shown and f"<strong>{sizes.steps_slots} slots" not in shown
     assert before["static"] >= 1.3 * before["continuous"]
     # as many slots as requests: everyone is admitted in the first step, the gap disappears, and
     # both take as many steps as the longest answer has tokens
@@ -108,20 +128,24 @@ def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(e
     assert all(r.idle_slots == sizes.steps_requests - r.num_seqs for r in defs["runs"]["static"])
 
 
-BATCHING_CELL = "    concurrency = sizes.concurrency  # batch slots for every contender"
+@pytest.mark.slow
+def test_the_slots_have_one_home_that_the_cell_and_the_chapter_both_read(embedded, tmp_path):
+    """``sizes.steps_slots`` is the only place the step-by-step part's slots are written: the
+    notebook's cell and the chapter's run both follow it when it changes."""
+    pytest.importorskip("marimo")
+    import marimo as mo
 
+    from infer_lab import nb
 
-def test_the_contenders_run_from_the_notebook_file():
-    contenders = notebook_function("09", "contenders")
-    assert inspect.getsourcefile(contenders) == str(notebook_path("09"))
-    code = inspect.getsource(contenders)
-    assert "baselines.run_contender(kind, lm, requests, concurrency)" in code  # the transformers baselines
-    assert 'for policy in ("static", "continuous")' in code and "timed_engine_run(lm, config" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "contenders")' in inspect.getsource(ch09.run_batching)
-    source = notebook_path("09").read_text()
-    assert BATCHING_CELL in source and "contenders(lm, _prompts, _output_lens, concurrency)" in source
-    assert "ch09.measure" not in source and not hasattr(ch09, "measure_batching")
+    sizes = dataclasses.replace(ch09.sizes("cpu", "quick"), steps_slots=2, steps_requests=6, steps_max_output=8)
+    chapter = ch09.run_steps(embedded, sizes)
+    line = cell_line("09", CELL_NUMBER)
+    page = edited_notebook("09", tmp_path, line, line)  # the notebook as it is
+    output, defs = page.static_vs_continuous.run(ch09=ch09, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                 steps_button=SimpleNamespace(value=True))
+    assert chapter.slots == 2 and "<strong>2 slots</strong>" in output.text
+    assert {p: len(r) for p, r in defs["runs"].items()} == {p: len(r) for p, r in chapter.runs.items()}
+    assert max(r.num_seqs for r in chapter.runs["continuous"]) == 2
 
 
 def test_every_contender_serves_the_same_tokens_as_the_engine(tour_runs):
@@ -133,3 +157,13 @@ def test_every_contender_serves_the_same_tokens_as_the_engine(tour_runs):
     assert all(r.identical for r in result.rows), [(r.name, r.identical) for r in result.rows]
     static, cont = result.row("static batching (engine)"), result.row(ch09.ENGINE_CONTINUOUS)
     assert static.steps >= cont.steps  # static never takes fewer steps than continuous on the same requests
+
+
+def test_the_quick_sweep_draws_a_curve_not_a_segment(tour_runs):
+    """The frontier section measures more than two concurrencies even at quick size (a CPU's run)."""
+    sweep = tour_runs.part("ch09_batching", "sweep")
+    quick = ch09.sizes("cpu", "quick")
+    assert [p.concurrency for p in sweep] == list(quick.sweep_concurrencies) and len(sweep) >= 3
+    text = ch09.sweep_text(sweep)
+    first, *_, last = quick.sweep_concurrencies
+    assert "not yet a curve" not in text and f"From concurrency {first} to {last}," in text

@@ -4,43 +4,72 @@ and changing a number in the notebook's experiment cell changes the result as th
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import (
+    RecordingEngine,
+    cell_line,
+    edited_notebook,
+    experiment_calls,
+    shows_the_real_code,
+)
 
 from infer_lab.course import ch10_prefix_caching as ch10
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 from infer_lab.engine.prefix_cache import RadixPrefixCache
 
 SYSTEM_LEN = "    system_len = sizes.system_len  # tokens of the shared system prompt"
+BLOCK_SIZE = "    block_size = sizes.match_block  # tokens per KV block"
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    source = notebook_path("10").read_text()
-    for name, needles, runner in (
-        ("tokens_reused", ("EngineConfig(prefix_cache=cache, block_size=block_size", "num_cached_prompt_tokens"),
-         ch10.run_granularity),
-        ("serve_waves", ("EngineConfig(prefix_cache=cache, block_size=block_size", "engine.step_log",
-                         "engine.prefix_cache.stats"), ch10.run_workloads),
-    ):
-        fn = notebook_function("10", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("10"))
-        code = inspect.getsource(fn)
-        assert all(n in code for n in needles) and "Engine.from_loaded(lm, config)" in code
-        assert len(code.splitlines()) <= 15
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(runner)
-    assert SYSTEM_LEN in source and "ch10.measure" not in source
-    assert not hasattr(ch10, "measure_workloads") and not hasattr(ch10, "measure_granularity")
+@pytest.mark.parametrize("name", ["tokens_reused", "serve_waves"])
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    function = notebook_function("10", name)
+    assert function.__code__.co_filename == str(notebook_path("10"))
+    assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
+
+
+def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
+    sizes = ch10.sizes("cpu", "quick")
+    (name, args), = experiment_calls(monkeypatch, ch10, ch10.run_granularity, embedded, sizes, stop_at="tokens_reused")
+    assert name == "tokens_reused" and args["lm"] is embedded and args["cache"] == ch10.CACHES[0]
+    assert args["block_size"] == sizes.match_block and args["prompt_len"] == sizes.match_blocks * sizes.match_block
+    (_, args), = experiment_calls(monkeypatch, ch10, ch10.run_granularity, embedded, sizes, 1, [5],
+                                  stop_at="tokens_reused")
+    assert (args["block_size"], args["shared"]) == (1, 5)  # the knobs asked for, not the defaults
+    (name, args), = experiment_calls(monkeypatch, ch10, ch10.run_workloads, embedded, sizes, stop_at="serve_waves")
+    assert name == "serve_waves" and args["cache"] == "none" and args["block_size"] == sizes.block_size
+    assert args["waves"] == next(iter(ch10.workload_waves(embedded, sizes).values()))  # the chapter's workload
+    (_, args), = experiment_calls(monkeypatch, ch10, ch10.run_workloads, embedded, sizes, 48, 4, stop_at="serve_waves")
+    assert args["waves"] == next(iter(ch10.workload_waves(embedded, sizes, 48).values())) and args["block_size"] == 4
+    assert not hasattr(ch10, "measure_workloads") and not hasattr(ch10, "measure_granularity")  # old wrappers gone
+
+
+class _RecordingEngine(RecordingEngine):
+    """The engine's stand-in, with outputs that say ``cached`` prompt tokens were found (no model runs)."""
+
+    cached = 7
+
+    def output(self, prompt):
+        return SimpleNamespace(num_cached_prompt_tokens=self.cached, token_ids=[])
+
+
+@pytest.mark.parametrize("cache", ch10.CACHES)
+def test_tokens_reused_hands_the_cache_and_block_to_the_engine_and_reports_its_count(monkeypatch, embedded, cache):
+    tokens_reused = notebook_function("10", "tokens_reused")
+    monkeypatch.setattr(_RecordingEngine, "made", [])
+    monkeypatch.setitem(tokens_reused.__globals__, "Engine", _RecordingEngine)
+    assert tokens_reused(embedded, cache, 4, 16, 8) == _RecordingEngine.cached  # the engine's own count
+    config = _RecordingEngine.made[-1].config
+    assert (config.prefix_cache, config.block_size) == (cache, 4) and config.max_model_len >= 16 + 1
 
 
 def test_the_page_shows_the_radix_trees_real_match():
     shown = ch10.radix_match_code()
-    assert inspect.getsource(RadixPrefixCache.match).strip().splitlines()[0] in shown
-    assert "child = node.children.get(token_ids[i])" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 32
+    shows_the_real_code(shown, RadixPrefixCache.match)
+    assert len(shown.splitlines()) <= 32  # short enough for a slide
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +91,29 @@ def test_caches_save_prefill_and_radix_saves_more_at_quick_size(quick_workloads)
     shared = {c: w.run("shared_system_prompt", c).prefill_tokens_saved for c in ch10.CACHES}
     assert shared == ch10.shared_prompt_prediction(s.users, s.system_len, s.block_size)  # as predicted
     assert "predicted vs measured: hash 96 vs 96" in ch10.workloads_text(w)
+    # the chat's next turn and the agent's review quote the replies the engine generated, and the
+    # radix tree hands back all of each reply but its last token (whose K/V was never computed)
+    chat, agentic = w.run("multi_turn_chat", "radix"), w.run("agentic_branching", "radix")
+    assert chat.generated_tokens_reused == sum(s.conversations * (k * s.output_len - 1) for k in range(1, s.turns))
+    assert agentic.generated_tokens_reused == s.branches * (s.output_len - 1)
+    assert "tokens the model had generated" in ch10.workloads_text(w)
 
 
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 10 with one line of an experiment cell changed, imported as a module (marimo's own API)."""
-    source = notebook_path("10").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb09_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb09_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb09_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb09_edited", None)
-    return module
+@pytest.mark.slow
+def test_one_token_blocks_in_the_cell_make_hash_match_every_token_as_the_page_says(embedded, tmp_path):
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab import nb
+
+    sizes = ch10.sizes("cpu", "quick")
+    assert "set `block_size = 1`" in ch10.granularity_note(sizes.match_block)  # what the page tells the learner
+    line = cell_line("10", BLOCK_SIZE)
+    cell = edited_notebook("10", tmp_path, line, line.replace("sizes.match_block", "1", 1)).granularity_experiment
+    _, defs = cell.run(ch10=ch10, lm=embedded, mo=mo, nb=nb, sizes=sizes, match_button=SimpleNamespace(value=True))
+    match = defs["match"]
+    assert match.block_size == 1 and match.granularity("hash") == match.granularity("radix") == "token"
+    assert "matched alike" in ch10.granularity_text(match)
 
 
 @pytest.mark.slow
@@ -91,7 +127,8 @@ def test_a_system_prompt_of_whole_blocks_removes_radixs_lead_as_the_chapter_says
     assert sizes.system_len % sizes.block_size  # the cell's system prompt ends inside a block...
     before = {c: quick_workloads.run("shared_system_prompt", c).prefill_tokens_saved for c in ch10.CACHES}
     assert before["radix"] > before["hash"]  # ...so radix saves more there
-    cell = _edited_notebook(tmp_path, SYSTEM_LEN, SYSTEM_LEN.replace("sizes.system_len", "48")).workloads_experiment
+    line = cell_line("10", SYSTEM_LEN)
+    cell = edited_notebook("10", tmp_path, line, line.replace("sizes.system_len", "48", 1)).workloads_experiment
     _, defs = cell.run(ch10=ch10, lm=embedded, mo=mo, nb=nb, sizes=sizes,
                        workloads_button=SimpleNamespace(value=True))
     w = defs["workloads"]

@@ -4,13 +4,12 @@ tokens per step), and changing the budget in the notebook's cell changes the chu
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import RecordingEngine, edited_notebook, shows_the_real_code
 
 from infer_lab.course import ch11_chunked_prefill as ch11
 from infer_lab.course.notebook_code import notebook_function, notebook_path
@@ -19,26 +18,58 @@ from infer_lab.engine.scheduler import Scheduler, split_budget
 BUDGET = "    budget = sizes.chunk_tokens  # chunked prefill's token budget per step"
 
 
-def test_the_experiment_runs_from_the_notebook_file():
+def test_the_experiment_is_a_short_function_of_the_notebook_file():
     serve = notebook_function("11", "serve")
-    assert inspect.getsourcefile(serve) == str(notebook_path("11"))
-    code = inspect.getsource(serve)
-    assert "EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=token_budget is not None" in code
-    assert "Engine.from_loaded(lm, config)" in code and "engine.step_log" in code
-    assert "arrival_steps=workload.arrival_steps" in code
-    assert len(code.splitlines()) <= 15
-    assert 'notebook_function(NUMBER, "serve")' in inspect.getsource(ch11.run_chunking)
-    source = notebook_path("11").read_text()
-    assert BUDGET in source and "ch11.measure" not in source and not hasattr(ch11, "measure_chunking")
+    assert serve.__code__.co_filename == str(notebook_path("11"))
+    assert len(inspect.getsourcelines(serve)[0]) <= 15  # one short cell on the page
+
+
+def test_the_chapter_runs_the_notebooks_experiment_without_and_with_the_budget(monkeypatch, embedded):
+    sizes = ch11.sizes("cpu", "quick")
+    calls = []
+
+    def serve(lm, workload, token_budget):
+        calls.append((lm, workload, token_budget))
+        return [], []
+
+    monkeypatch.setattr(ch11, "notebook_function", lambda number, name: {("11", "serve"): serve}[(number, name)])
+    monkeypatch.setattr(ch11, "chunking_result", lambda *args: args)  # what the runner hands on, unshaped
+    ch11.run_chunking(embedded, sizes)
+    assert [budget for _, _, budget in calls] == [None, sizes.chunk_tokens]  # whole, then the cell's budget
+    lm, workload, _ = calls[0]
+    assert lm is embedded and all(w is workload for _, w, _ in calls)  # the same requests both times
+    assert len(workload.prompts) == sizes.decoders + 1 and max(map(len, workload.prompts)) == sizes.long_prompt
+    assert not hasattr(ch11, "measure_chunking")  # the old wrapper is gone
+
+
+class _RecordingEngine(RecordingEngine):
+    """The engine's stand-in; each prompt's output is a marker."""
+
+    def output(self, prompt):
+        return "output"
+
+
+@pytest.mark.parametrize("budget", [None, 64])
+def test_serve_hands_the_budget_and_the_arrivals_to_the_engine(monkeypatch, budget):
+    serve = notebook_function("11", "serve")
+    monkeypatch.setattr(_RecordingEngine, "made", [])
+    monkeypatch.setitem(serve.__globals__, "Engine", _RecordingEngine)
+    workload = SimpleNamespace(prompts=[[1] * 5, [2] * 300], output_lens=[4, 2], arrival_steps=[0, 3])
+    steps, outputs = serve(None, workload, budget)
+    assert steps == ["step"] and outputs == ["output", "output"]  # the engine's step log and outputs
+    measured = _RecordingEngine.made[-1]
+    assert measured.config.chunked_prefill is (budget is not None)
+    if budget is not None:
+        assert measured.config.max_num_batched_tokens == budget
+    call, = measured.generated
+    assert call["prompts"] == workload.prompts and [p.max_tokens for p in call["params"]] == workload.output_lens
+    assert call["arrival_steps"] == workload.arrival_steps  # the long prompt arrives late, as the cell asks
 
 
 def test_the_page_shows_the_schedulers_real_step():
     shown = ch11.schedule_code()
-    assert inspect.getsource(Scheduler.schedule).strip().splitlines()[0] in shown
-    # the split (stage 4 of the build track) is shown, and the step that calls it
-    assert inspect.getsource(split_budget).splitlines()[0] in shown and "split = split_budget(" in shown
-    assert "n = min(n, budget)" in shown and "self.admit(out, budget)" in shown
-    assert '"""' not in shown and len(shown.splitlines()) <= 36
+    shows_the_real_code(shown, split_budget, Scheduler.schedule)  # the split (stage 4 of the build track) and its caller
+    assert len(shown.splitlines()) <= 36  # short enough for a slide
 
 
 @pytest.fixture(scope="module")
@@ -65,23 +96,13 @@ def test_chunking_keeps_every_step_small_and_the_decoders_decoding_at_quick_size
     for run in quick.runs:
         assert run.decoder_itl_max_s >= run.decoder_itl_p50_s > 0 and run.long_ttft_s > 0
     text = ch11.chunking_text(quick)
-    assert "predicted vs measured: 259 vs 259 tokens whole, 32 vs 32 chunked" in text
-
-
-def _edited_notebook(tmp_path, old: str, new: str):
-    """Notebook 11 with one line of its experiment cell changed, imported as a module (marimo's own API)."""
-    source = notebook_path("11").read_text()
-    assert source.count(old) == 1
-    path = tmp_path / "nb10_edited.py"
-    path.write_text(source.replace(old, new))
-    spec = importlib.util.spec_from_file_location("nb10_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb10_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb10_edited", None)
-    return module
+    predicted = ch11.predicted_step_tokens(s.long_prompt, s.decoders, s.chunk_tokens)
+    assert (f"predicted vs measured: {predicted[False]:,} vs {predicted[False]:,} tokens whole, "
+            f"{predicted[True]} vs {predicted[True]} chunked") in text
+    # the spike named is the step that carried the long prefill, found by its tokens
+    spike = quick.prefill_step(False)
+    assert spike.prefill_tokens == s.long_prompt and spike.step == s.arrive_at_step
+    assert f"one step (step {spike.step}) of {spike.tokens:,} tokens" in text
 
 
 @pytest.mark.slow
@@ -92,12 +113,14 @@ def test_a_bigger_budget_gives_fewer_bigger_chunks_as_the_chapter_says(embedded,
     from infer_lab import nb
 
     sizes = ch11.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, BUDGET, BUDGET.replace("sizes.chunk_tokens", "128")).chunking_experiment
+    bigger_budget = 2 * sizes.chunk_tokens
+    cell = edited_notebook("11", tmp_path, BUDGET,
+                           BUDGET.replace("sizes.chunk_tokens", str(bigger_budget))).chunking_experiment
     _, defs = cell.run(ch11=ch11, lm=embedded, mo=mo, nb=nb, sizes=sizes, chunk_button=SimpleNamespace(value=True))
     bigger = defs["chunking"]
-    assert bigger.sizes.chunk_tokens == 128
+    assert bigger.sizes.chunk_tokens == bigger_budget
     before, after = quick.run(True), bigger.run(True)
-    assert after.max_step_tokens == 128 > before.max_step_tokens  # bigger chunks...
-    assert math.ceil(sizes.long_prompt / (128 - sizes.decoders)) == after.long_prefill_steps
+    assert after.max_step_tokens == bigger_budget > before.max_step_tokens  # bigger chunks...
+    assert math.ceil(sizes.long_prompt / (bigger_budget - sizes.decoders)) == after.long_prefill_steps
     assert after.long_prefill_steps < before.long_prefill_steps  # ...in fewer steps
     assert bigger.run(False).max_step_tokens == quick.run(False).max_step_tokens  # the unchunked run is the same

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ast
 import inspect
+from types import SimpleNamespace
 
 import pytest
+from page_helpers import cell_line
 
 from infer_lab.bench import served
 from infer_lab.course import ch13_engines as ch13
@@ -16,21 +18,45 @@ from infer_lab.course.notebook_code import notebook_function, notebook_path
 EXPERIMENTS = {"serve_variants": "run_variants", "concurrency_sweep": "run_sweep"}
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    for name, runner in EXPERIMENTS.items():
+def test_the_experiments_are_short_functions_of_the_notebook_file():
+    for name in EXPERIMENTS:
         function = notebook_function("13", name)
-        assert inspect.getsourcefile(function) == str(notebook_path("13"))
-        code = inspect.getsource(function)
-        assert len(code.splitlines()) <= 15, name
-        assert "serve_and_load(lm, engine, options" in code, name
-        assert f'notebook_function(NUMBER, "{name}")' in inspect.getsource(getattr(ch13, runner)), name
-    assert "    concurrency = sizes.concurrency  # requests in flight" in notebook_path("13").read_text()
+        assert function.__code__.co_filename == str(notebook_path("13"))
+        assert len(inspect.getsourcelines(function)[0]) <= 15, name
+    assert cell_line("13", "    concurrency = ")  # the learner's knob, one line of the visible cell
+
+
+def _loadgen_results(variant: str) -> dict:
+    row = {"point": "concurrency=1", "load": 1.0, "concurrency": 1, "completed": 1, "failed": 0,
+           "output_tokens_per_s": 2.0, "tokens_per_s_per_user": 2.0, "ttft_ms_p50": 100.0}
+    return {"pooled": [row], "server": {"version": f"stub {variant}"}, "rows": []}
+
+
+def test_the_chapter_runners_call_the_notebooks_experiments(monkeypatch):
+    """``run_variants`` and ``run_sweep`` run the notebook's own functions (stubbed here: no server)."""
+    called = []
+
+    def notebook_stub(number, name):
+        def experiment(lm, variant_or_variants, *args):
+            called.append((number, name))
+            if name == "serve_variants":
+                return {v: _loadgen_results(v) for v in variant_or_variants}
+            return _loadgen_results("sweep")
+        return experiment
+
+    monkeypatch.setattr(ch13, "notebook_function", notebook_stub)
+    lm = SimpleNamespace(tokenizer=object(), name="stub-lm")  # has a tokenizer: served as it is
+    sizes = ch13.sizes("cpu", "quick")
+    variants = ch13.run_variants(lm, sizes)
+    sweep = ch13.run_sweep(lm, sizes)
+    assert called == [("13", name) for name in EXPERIMENTS]
+    assert [r.variant for r in variants.runs] == list(sizes.variants)
+    assert sweep.model == "stub-lm" and sweep.variant == sizes.sweep_variant
 
 
 def test_the_server_and_load_generator_orchestration_lives_in_the_library():
-    chapter = inspect.getsource(ch13)
     for name in ("ServerThread", "build_app", "run_benchmark_sync", "RunConfig"):
-        assert name not in chapter and name in inspect.getsource(served), name
+        assert not hasattr(ch13, name) and hasattr(served, name), name
     for gone in ("measure_variants", "measure_sweep", "compare_local_engines", "sweep_local_engine"):
         assert not hasattr(ch13, gone), gone
 

@@ -4,12 +4,12 @@ processes, the chapter module only shows it, every decode step makes the all-red
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import edited_notebook, experiment_calls, shows_the_real_code
 
 from infer_lab.analysis.collectives import tp_allreduces
 from infer_lab.course import ch14_tensor_parallel as ch14
@@ -19,30 +19,53 @@ from infer_lab.parallel.layers import tp_decoder_layer
 CELL_NUMBER = "    world_size = 2  # ranks"
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    for name, calls in (("tensor_parallel", ("TPGroup(model, world_size", "run_local(model", "allreduce_sweep(")),
-                        ("tp_scaling", ("scaling_table(model", "parallelism_frontier(model"))):
+def test_the_experiments_are_short_functions_of_the_notebook_file():
+    for name in ("tensor_parallel", "tp_scaling"):
         fn = notebook_function("14", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("14"))
-        code = inspect.getsource(fn)
-        assert all(c in code for c in calls), name
-        assert len(code.splitlines()) <= 15, name
-    # the chapter module calls the notebook's functions; it starts no process group of its own
-    assert 'notebook_function(NUMBER, "tensor_parallel")' in inspect.getsource(ch14.run_tp)
-    assert 'notebook_function(NUMBER, "tp_scaling")' in inspect.getsource(ch14.scaling_result)
-    assert "TPGroup" not in inspect.getsource(ch14)
-    assert notebook_path("14").read_text().count(CELL_NUMBER) == 1
+        assert fn.__code__.co_filename == str(notebook_path("14"))
+        assert len(inspect.getsourcelines(fn)[0]) <= 15, name
+
+
+def test_the_chapter_runs_the_notebooks_experiments_and_starts_no_process_group_of_its_own(monkeypatch, embedded):
+    sizes = ch14.sizes("cpu", "quick")
+    (name, args), = experiment_calls(monkeypatch, ch14, ch14.run_tp, embedded, sizes, 3, stop_at="tensor_parallel")
+    assert name == "tensor_parallel" and args["world_size"] == 3 and args["new_tokens"] == sizes.tp_new_tokens
+    assert (args["sweep_sizes"], args["repeats"]) == (sizes.sweep_sizes, sizes.sweep_repeats)
+    (name, args), = experiment_calls(monkeypatch, ch14, ch14.scaling_result, "mistral-7b", 8, 2048, stop_at="tp_scaling")
+    assert name == "tp_scaling" and (args["model"], args["batch"], args["context"]) == ("mistral-7b", 8, 2048)
+    assert not hasattr(ch14, "TPGroup")
+
+
+def test_tp_scaling_hands_back_the_librarys_table_and_frontier(monkeypatch):
+    experiment = notebook_function("14", "tp_scaling")
+    table, frontier, calls = [{"tp": 1}], [object()], {}
+
+    def scaling_table(model, gpus, *args, **options):
+        calls["table"] = (model, tuple(gpus))
+        return table
+
+    def parallelism_frontier(model, gpu, *args, **options):
+        calls["frontier"] = (model, gpu)
+        return frontier
+
+    monkeypatch.setitem(experiment.__globals__, "scaling_table", scaling_table)
+    monkeypatch.setitem(experiment.__globals__, "parallelism_frontier", parallelism_frontier)
+    assert experiment("mistral-7b", 8, 2048, ("H100-SXM", "H100-PCIe")) == (table, frontier)
+    assert calls == {"table": ("mistral-7b", ("H100-SXM", "H100-PCIe")), "frontier": ("mistral-7b", "H100-SXM")}
 
 
 def test_the_page_shows_the_real_layer_and_predicts_the_all_reduces_first(embedded):
     shown = ch14.layer_code()
-    assert inspect.getsource(tp_decoder_layer).splitlines()[0] in shown
-    assert "h = h + comm.all_reduce(F.linear(attn, w.o_proj))" in shown and '"""' not in shown
+    shows_the_real_code(shown, tp_decoder_layer)
     assert len(shown.splitlines()) <= 30  # short enough for a slide
     text = ch14.prediction_text(embedded, 2, 4)  # SmolLM2-135M: 30 layers, hidden 576, fp32
     assert "2 x 30 layers = 60 all-reduces" in text and "9,216 B" in text and "552,960 B per step" in text
-    source = notebook_path("14").read_text()
-    assert source.index("ch14.prediction_text(") < source.index("def tensor_parallel(")  # before the run
+    # the page's order: the cell that predicts comes before the experiment it predicts
+    cells = ast.parse(notebook_path("14").read_text()).body
+    predicts = next(i for i, cell in enumerate(cells) if any(
+        isinstance(n, ast.Attribute) and n.attr == "prediction_text" for n in ast.walk(cell)))
+    runs = next(i for i, cell in enumerate(cells) if isinstance(cell, ast.FunctionDef) and cell.name == "tensor_parallel")
+    assert predicts < runs
 
 
 @pytest.fixture(scope="module")
@@ -78,21 +101,6 @@ def test_scaling_is_sublinear_and_replicas_win_on_pcie():
     assert pcie["DP4"] > 1.05 * pcie["TP4"]  # the all-reduces over PCIe cost more than the replicas lose
 
 
-def _edited_notebook(tmp_path, world_size: int):
-    """Notebook 14 with its experiment cell's number changed, imported as a module (marimo's own API)."""
-    source = notebook_path("14").read_text()
-    path = tmp_path / "nb13_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 2", f"= {world_size}")))
-    spec = importlib.util.spec_from_file_location("nb13_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb13_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb13_edited", None)
-    return module
-
-
 @pytest.mark.slow
 def test_three_ranks_in_the_cell_split_finer_but_all_reduce_the_same(embedded, tmp_path, quick_tp):
     pytest.importorskip("marimo")
@@ -101,7 +109,7 @@ def test_three_ranks_in_the_cell_split_finer_but_all_reduce_the_same(embedded, t
     from infer_lab import nb
 
     sizes = ch14.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, 3).tp_run
+    cell = edited_notebook("14", tmp_path, CELL_NUMBER, CELL_NUMBER.replace("= 2", "= 3")).tp_run
     _, defs = cell.run(ch14=ch14, lm=embedded, mo=mo, nb=nb, sizes=sizes, tp_button=SimpleNamespace(value=True))
     tp = defs["tp"]
     assert tp.world_size == 3 and tp.identical_ws1

@@ -4,35 +4,41 @@ chapter says, and changing the slots in the check's cell changes the steps both 
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from types import SimpleNamespace
 
 import pytest
+from page_helpers import edited_notebook, experiment_calls
 
 from infer_lab.analysis.plausibility import line_fit_flags
 from infer_lab.course import ch15_cluster as ch15
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
 CELL_NUMBER = "    slots = 3  # batch slots"
-EXPERIMENTS = {"serve_cluster": "scenarios.best_pd_ratio(", "throughput_ceiling": "scenarios.saturation(",
-               "heterogeneous": "hetero.compare_heterogeneous(", "attention_ffn_split": "compare_attention_ffn(",
-               "plan_cluster": "recommend(model, gpu", "simulator_vs_engine": "compare_with_engine("}
+EXPERIMENTS = ("serve_cluster", "throughput_ceiling", "heterogeneous", "attention_ffn_split", "plan_cluster",
+               "simulator_vs_engine")
 
 
-def test_the_experiments_run_from_the_notebook_file():
-    for name, call in EXPERIMENTS.items():
-        fn = notebook_function("15", name)
-        assert inspect.getsourcefile(fn) == str(notebook_path("15"))
-        code = inspect.getsource(fn)
-        assert call in code and len(code.splitlines()) <= 15, name
-    runs = inspect.getsource(ch15.run_cluster) + inspect.getsource(ch15.run_hetero) + inspect.getsource(
-        ch15.run_plan) + inspect.getsource(ch15.run_check)
-    for name in EXPERIMENTS:  # the chapter module runs the notebook's functions, not copies of them
-        assert f'"{name}"' in runs, name
-    assert "compare_with_engine" not in inspect.getsource(ch15)
-    assert notebook_path("15").read_text().count(CELL_NUMBER) == 1
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
+    fn = notebook_function("15", name)
+    assert fn.__code__.co_filename == str(notebook_path("15"))
+    assert len(inspect.getsourcelines(fn)[0]) <= 15
+
+
+def test_the_chapter_runs_the_notebooks_experiments_not_copies_of_them(monkeypatch, embedded):
+    sizes = ch15.sizes("cpu", "quick")
+    calls = experiment_calls(monkeypatch, ch15, ch15.run_cluster, None, sizes, stop_at="throughput_ceiling")
+    assert [name for name, _ in calls] == ["serve_cluster"] * len(ch15.WORKLOADS) + ["throughput_ceiling"]
+    assert all(args["model"] == sizes.cluster_model for _, args in calls)
+    calls = experiment_calls(monkeypatch, ch15, ch15.run_hetero, None, sizes, stop_at="attention_ffn_split")
+    assert [name for name, _ in calls] == ["heterogeneous", "attention_ffn_split"]
+    assert calls[0][1]["model"] == sizes.cluster_model and calls[0][1]["requests"] == sizes.cluster_requests
+    (name, args), = experiment_calls(monkeypatch, ch15, ch15.run_plan, None, sizes, stop_at="plan_cluster")
+    assert name == "plan_cluster" and args["model"] == sizes.plan_model
+    (name, args), = experiment_calls(monkeypatch, ch15, ch15.run_check, embedded, sizes, 4, stop_at="simulator_vs_engine")
+    assert name == "simulator_vs_engine" and args["slots"] == 4 and args["new_tokens"] == sizes.check_new_tokens
+    assert not hasattr(ch15, "compare_with_engine")  # the check itself lives in the notebook and the library
 
 
 def test_the_cluster_effects_go_the_way_the_chapter_says():
@@ -79,20 +85,6 @@ def test_the_check_gives_no_verdict_on_times_from_a_fit_that_explains_nothing(qu
     assert "even its busy time tests the fit" in ch15.check_text(other)
 
 
-def _edited_notebook(tmp_path, slots: int):
-    source = notebook_path("15").read_text()
-    path = tmp_path / "nb16_edited.py"
-    path.write_text(source.replace(CELL_NUMBER, CELL_NUMBER.replace("= 3", f"= {slots}")))
-    spec = importlib.util.spec_from_file_location("nb16_edited", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nb16_edited"] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop("nb16_edited", None)
-    return module
-
-
 def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_path, quick_check):
     pytest.importorskip("marimo")
     import marimo as mo
@@ -100,7 +92,8 @@ def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_pat
     from infer_lab import nb
 
     sizes = ch15.sizes("cpu", "quick")
-    cell = _edited_notebook(tmp_path, sizes.check_prompts - 1).check_run  # 5 slots for 6 prompts
+    cell = edited_notebook("15", tmp_path, CELL_NUMBER,
+                           CELL_NUMBER.replace("= 3", f"= {sizes.check_prompts - 1}")).check_run  # 5 slots for 6 prompts
     _, defs = cell.run(ch15=ch15, lm=embedded, mo=mo, nb=nb, sizes=sizes, check_button=SimpleNamespace(value=True))
     wide = defs["check"]
     assert wide.max_num_seqs == sizes.check_prompts - 1 and wide.same_schedule
@@ -116,7 +109,7 @@ def test_the_check_says_what_its_totals_can_and_cannot_test(tmp_path):
     from infer_lab import nb
     from infer_lab.analysis.plausibility import R2_FLOOR
 
-    output, _ = _edited_notebook(tmp_path, 3).check_intro.run(ch15=ch15, mo=mo, nb=nb)
+    output, _ = edited_notebook("15", tmp_path, CELL_NUMBER, CELL_NUMBER).check_intro.run(ch15=ch15, mo=mo, nb=nb)
     text = " ".join(output.text.split())
     assert "the total busy time agrees by construction" in text
     assert f"test the line only when it explains the steps (R² above the floor of {R2_FLOOR})" in text

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
 
 import matplotlib.pyplot as plt
 import pytest
+from page_helpers import imported_notebook
 
 from infer_lab.course import chapter, chapter_names, chapters
+from infer_lab.course.notebook_code import notebook_functions, notebook_path
 from infer_lab.package_files import notebooks_dir
 
 NAMES = chapter_names()
@@ -67,6 +70,42 @@ def test_chapter_runs_on_the_cpu_at_quick_sizes(name, chapter_runs):
                   for t in axis.get_ticklabels(which="both")]
         assert not [text for text in labels if "$" in text], (key, labels)
         plt.close(fig)
+
+
+def _marimo_import(number: str):
+    """Notebook ``number`` imported as marimo imports it (``@app.function`` definitions become module attributes)."""
+    return imported_notebook(notebook_path(number), f"infer_lab_page_{number}")
+
+
+def _code_shape(code) -> tuple:
+    """What a function's code does (its bytecode, names and constants, nested functions included),
+    without where it sits in the file."""
+    consts = tuple(_code_shape(c) if hasattr(c, "co_code") else c for c in code.co_consts)
+    return code.co_code, code.co_names, consts
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_page_code_is_the_code_that_ran(name, chapter_runs):
+    """The one structural check of "one copy": what the tour measured ran the notebook's own functions.
+
+    ``chapter_runs`` records each ``@app.function`` experiment that the chapter module called while the
+    tour ran it; each must be the very code that marimo imports from the page (same file, same
+    bytecode and constants), so there is no second copy to drift. A chapter whose page defines
+    experiments must run at least one of them.
+    """
+    pytest.importorskip("marimo")
+    mod = importlib.import_module(f"infer_lab.course.{name}")
+    run = chapter_runs[name]
+    assert run.ok, run.traceback
+    ran = run.experiments_ran
+    experiments = notebook_functions(mod.NUMBER)
+    if experiments:
+        assert ran, f"{name} measured nothing through its page's experiments {sorted(experiments)}"
+    page = _marimo_import(mod.NUMBER)
+    for fname in ran:
+        ours, marimos = experiments[fname], getattr(page, fname)
+        assert ours.__code__.co_filename == marimos.__code__.co_filename == str(notebook_path(mod.NUMBER))
+        assert _code_shape(ours.__code__) == _code_shape(marimos.__code__), fname
 
 
 def test_parts_can_be_run_one_at_a_time(embedded):

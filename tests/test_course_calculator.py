@@ -50,3 +50,31 @@ def test_ipywidgets_builders_construct():
     ipywidgets = pytest.importorskip("ipywidgets")
     assert isinstance(calculator.kv_visualizer_ipywidget(), ipywidgets.VBox)
     assert isinstance(calculator.capacity_calculator_ipywidget(), ipywidgets.VBox)
+
+
+def test_the_minimum_batch_is_a_knob_that_can_fail_a_plan_and_buy_gpus():
+    """The talk's second dimension: the fewest concurrent users a deployment must serve."""
+    one = calculator.capacity_plans("mistral-7b", gpu="H100-SXM", n_gpus=1, itl_slo_ms=50).plans[0]
+    within = one.users  # what one H100 holds within memory and the SLO
+    assert one.meets_slo
+    met = calculator.capacity_plans("mistral-7b", gpu="H100-SXM", n_gpus=1, itl_slo_ms=50, min_users=within)
+    assert met.plans[0].meets_slo and "Cheapest" in met.verdict
+    missed = calculator.capacity_plans("mistral-7b", gpu="H100-SXM", n_gpus=1, itl_slo_ms=50,
+                                       min_users=within + 1)
+    assert not missed.plans[0].meets_slo and f"fewer than the minimum {within + 1}" in missed.plans[0].why_not
+    assert "No configuration meets" in missed.verdict
+    # On the whole catalog a larger minimum buys more GPUs of the same type instead of failing.
+    catalog = {p.gpu: p for p in calculator.capacity_plans("mistral-7b", itl_slo_ms=50, min_users=within + 1).plans}
+    assert catalog["H100-SXM"].n_gpus > 1 and catalog["H100-SXM"].meets_slo
+    assert catalog["H100-SXM"].users >= within + 1
+    with pytest.raises(ValueError):
+        calculator.capacity_plans("mistral-7b", min_users=0)
+
+
+def test_the_minimum_batch_control_reaches_the_planner():
+    import marimo as mo
+
+    cap = calculator.capacity_controls(mo)
+    assert cap.value["min_users"] == calculator.DEFAULTS_CAPACITY["min_users"]
+    result = calculator.capacity_plans(**{**cap.value, "gpu": "H100-SXM", "min_users": 10_000})
+    assert not result.plans[0].meets_slo and "fewer than the minimum 10000" in result.plans[0].why_not

@@ -36,3 +36,12 @@ def test_details_are_closed_accordions_of_text_tables_and_figures():
     assert "<strong>derivation</strong>" in html  # text is markdown
     assert nb.table(frame).text in html  # a people table is shown as nb.table shows it
     assert html.index("derivation") < html.index("1,367") < html.index("just text")  # in order
+
+
+def test_computed_markdown_keeps_its_dollars_as_dollars():
+    """``$0.16 … **$249`` is two prices, not LaTeX: nb.md escapes each dollar, so marimo typesets no math
+    and the words between the prices keep their spaces; plain mo.md pairs them."""
+    text = "$0.00796 per million prompt tokens. Every token priced as output: **$249 million a month**"
+    shown = nb.md(text).text
+    assert "marimo-tex" not in shown and "<strong>$249 million a month</strong>" in shown
+    assert "marimo-tex" in mo.md(text).text  # the trap nb.md avoids
