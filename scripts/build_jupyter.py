@@ -31,6 +31,7 @@ import textwrap
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,10 +188,16 @@ def dotted(node: ast.expr) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def imports_of(cell: ast.FunctionDef) -> tuple[list[str], set[str]]:
-    """The import statements of the marimo notebook's first cell (marimo itself left out) and the names they bind."""
+def setup_block(tree: ast.Module) -> list[ast.stmt]:
+    """The statements of the notebook's ``with app.setup:`` block (its experiments' imports), or none."""
+    return [stmt for node in tree.body if isinstance(node, ast.With) and len(node.items) == 1
+            and dotted(node.items[0].context_expr) == "app.setup" for stmt in node.body]
+
+
+def imports_of(statements: list[ast.stmt]) -> tuple[list[str], set[str]]:
+    """The import statements among ``statements`` (marimo itself left out) and the names they bind."""
     lines, names = [], set()
-    for stmt in cell.body:
+    for stmt in statements:
         if isinstance(stmt, ast.Import | ast.ImportFrom):
             kept = [a for a in stmt.names if (a.asname or a.name) != "mo"]
             if not kept:
@@ -275,8 +282,32 @@ def control_defaults(tree: ast.Module) -> dict[str, tuple[list[str], str]]:
                 setup = [local[n] for n in sorted(free_names(value)) if n in local] if value is not None else []
                 for target in node.targets:
                     if isinstance(target, ast.Name) and value is not None:
-                        out[target.id] = (setup, ast.unparse(value))
+                        out[target.id] = (setup, chosen_value(node.value, value))
     return out
+
+
+def chosen_value(control: ast.Call, value: ast.expr) -> str:
+    """The source of what a control's ``.value`` holds at its default ``value``: the default itself, except
+    for a dropdown over a dict, whose ``.value`` is the entry's value: ``str(n)`` over ``{str(b): b ...}``
+    gives ``n``; any other dict gives ``{...}[value]``."""
+    options = control.args[0] if control.args else next((k.value for k in control.keywords if k.arg == "options"), None)
+    if not isinstance(options, ast.Dict | ast.DictComp):
+        return ast.unparse(value)
+
+    def identity(comp: ast.expr) -> bool:  # {str(x): x for x in ...}
+        return (isinstance(comp, ast.DictComp) and isinstance(comp.value, ast.Name) and isinstance(comp.key, ast.Call)
+                and dotted(comp.key.func) == "str" and len(comp.key.args) == 1
+                and isinstance(comp.key.args[0], ast.Name) and comp.key.args[0].id == comp.value.id)
+
+    parts = [options] if isinstance(options, ast.DictComp) else \
+        [v if k is None else k for k, v in zip(options.keys, options.values, strict=True)]
+    # str(n) can only land in an identity comprehension when every literal key is a word, not a number
+    words = all(identity(p) or (isinstance(p, ast.Constant) and isinstance(p.value, str) and not p.value.isdigit())
+                for p in parts)
+    if words and any(identity(p) for p in parts) and isinstance(value, ast.Call) and dotted(value.func) == "str" \
+            and len(value.args) == 1:
+        return ast.unparse(value.args[0])
+    return f"({ast.unparse(options)})[{ast.unparse(value)}]"
 
 
 def code_names(fn: Any) -> set[str]:
@@ -304,13 +335,24 @@ class _ControlValues(ast.NodeTransformer):
 SHOWN_AS = {"mo.md": "jupyter.md", "nb.md": "jupyter.md", "nb.table": "jupyter.show_table"}  # everything else: jupyter.show_figure
 
 
+def cell_code(cell: ast.FunctionDef, statements: list[ast.stmt], source: str) -> str:
+    """The marimo notebook's own text of ``statements`` (a cell's first ones), comments kept, dedented:
+    a "try 16384" beside a knob is part of the experiment."""
+    lines = source.splitlines()
+    first = statements[0].lineno - 1
+    while first - 1 > cell.lineno - 1 and lines[first - 1].strip().startswith("#"):
+        first -= 1  # comment lines that open the cell
+    return textwrap.dedent("\n".join(lines[first:statements[-1].end_lineno]))
+
+
 def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tuple[list[str], str]],
-                 experiments: set[str], number: str) -> str | None:
+                 experiments: set[str], number: str, source: str = "") -> str | None:
     """A visible marimo cell that only shows things (text, tables, figures computed from the chapter's
     functions, the page's experiments and its controls) as one Jupyter code cell; None for any other cell.
 
     The page's controls become variables at their defaults, first in the cell, for the learner to
-    change; an experiment it calls is fetched from the marimo notebook itself (one copy).
+    change; an experiment it calls is fetched from the marimo notebook itself (one copy). With the
+    notebook's ``source`` the cell's statements keep their text and comments.
     """
     body = [s for s in cell.body if not isinstance(s, ast.Return)]
     if not body or not isinstance(body[-1], ast.Expr) or any(dotted(c.func).startswith("mo.ui.") for c in calls(cell)):
@@ -330,7 +372,7 @@ def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tup
              for name in sorted(used & experiments)] + setup
     if "lm" in used:
         setup.insert(0, "lm = panel.lm()  # this cell computes from the model")
-    lines = [ast.unparse(s) for s in body[:-1]]
+    lines = []
     for item in items:
         name = dotted(item.func) if isinstance(item, ast.Call) else ""
         if name in SHOWN_AS:
@@ -340,6 +382,13 @@ def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tup
         else:
             lines.append(f"jupyter.show_figure({ast.unparse(item)})")
     lines = [ast.unparse(s) for s in _ControlValues(set(controls)).visit(ast.parse("\n".join(lines))).body]
+    if len(body) > 1 and source:  # the cell's own text; a control's ``x.value`` reads the variable ``x``
+        code = cell_code(cell, body[:-1], source)
+        for name in controls:
+            code = re.sub(rf"\b{re.escape(name)}\.value\b", name, code)
+        lines.insert(0, code)
+    elif len(body) > 1:
+        lines[:0] = [ast.unparse(s) for s in _ControlValues(set(controls)).visit(ast.Module(body[:-1], [])).body]
     text = "\n".join(setup + lines)
     return None if "mo." in text else text
 
@@ -361,16 +410,20 @@ def escape_dollars(text: str) -> str:
 
 
 def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = None,
-              guesses: set[str] = frozenset()) -> tuple[str, str] | None:
+              guesses: set[str] = frozenset(),
+              defaults: dict[str, tuple[list[str], str]] | None = None) -> tuple[str, str] | None:
     """('markdown', text) for a literal, ('code', 'jupyter.md(...)') for an f-string; None otherwise.
 
     An f-string's placeholders that use only names the Jupyter notebook defines are kept. One that
     reads a marimo control's value becomes that control's label in italics (the explorer beside it
     shows the value); a guess box shown in the text (``guesses``: number and text inputs) keeps its
     label as the question; any other control shown there (a run button, a switch, the size
-    picker) disappears (the Jupyter edition has its own controls); anything else reads "…".
+    picker) disappears (the Jupyter edition has its own controls); anything else reads "…". Text
+    computed from a control's value (``{ch03.rule_of_thumb_text(ch03.rule_of_thumb(kv_dtype=pick.value))}``)
+    is computed in the cell, from a variable at the control's default (``defaults``), to change there.
     """
-    labels = labels or {}
+    labels, defaults = labels or {}, defaults or {}
+    controls: set[str] = set()  # controls whose default a computed placeholder reads
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
         return "markdown", escape_dollars(jupyter_text(textwrap.dedent(arg.value).strip("\n")))
     if isinstance(arg, ast.Call) and free_names(arg) <= known:  # text a chapter function returns (library code)
@@ -385,6 +438,14 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
         used = free_names(value.value)
         if "mo" in used:  # a marimo layout of controls: the explorer shows its own
             continue
+        read = {n.value.id for n in ast.walk(value.value) if isinstance(n, ast.Attribute) and n.attr == "value"
+                and isinstance(n.value, ast.Name)}
+        bare = {n.id for n in ast.walk(value.value) if isinstance(n, ast.Name)} - known - read
+        if isinstance(value.value, ast.Call) and read and read <= defaults.keys() and used - read <= known \
+                and not bare & read:  # text computed from controls' values: computed here at their defaults
+            controls |= read
+            value = ast.FormattedValue(_ControlValues(read).visit(value.value), value.conversion, value.format_spec)
+            used = known
         if not used <= known:
             read = [labels[n.value.id] for n in ast.walk(value.value) if isinstance(n, ast.Attribute)
                     and n.attr == "value" and isinstance(n.value, ast.Name) and n.value.id in labels]
@@ -405,9 +466,12 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     text = jupyter_text(textwrap.dedent("".join(pieces)).strip("\n"))
     if not dynamic:
         return "markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))
+    head = list(dict.fromkeys(line for name in sorted(controls) for line in defaults[name][0]))
+    head += [f"{name} = {defaults[name][1]}  # the marimo page's control, at its default: change it here"
+             for name in sorted(controls)]
     if '"""' in text or text.endswith("\\"):
-        return "code", f"jupyter.md(f{text!r})"
-    return "code", f'jupyter.md(rf"""\n{text}\n""")'
+        return "code", "\n".join(head + [f"jupyter.md(f{text!r})"])
+    return "code", "\n".join(head + [f'jupyter.md(rf"""\n{text}\n""")'])
 
 
 def run_button_part(cell: ast.FunctionDef, alias: str) -> list[str]:
@@ -429,14 +493,24 @@ def run_button_part(cell: ast.FunctionDef, alias: str) -> list[str]:
 LOAD_FOR_TEXT = "lm = panel.lm()  # the prediction below is computed from the model's config"
 
 
+def chapter_source(chapter: ModuleType) -> str:
+    """Where a chapter module's code lives, from the repository's root: its file, or its package's folder
+    (``src/infer_lab/course/ch12_speculative_decoding/``)."""
+    path = Path(chapter.__file__)
+    if path.name == "__init__.py":
+        return f"src/infer_lab/course/{path.parent.name}/"
+    return f"src/infer_lab/course/{path.name}"
+
+
 def build(chapter) -> Built:
     """The cells of ``jupyter/NN_slug.ipynb`` for one chapter module."""
     from infer_lab.course import jupyter
 
     source = NOTEBOOKS / f"{chapter.NUMBER}_{chapter.SLUG}.py"
-    tree = ast.parse(source.read_text())
+    source_text = source.read_text()
+    tree = ast.parse(source_text)
     cells = app_cells(tree)
-    imports, known = imports_of(cells[0])
+    imports, known = imports_of(setup_block(tree) + cells[0].body)  # a visible cell may call a setup import
     alias = next((a.asname or a.name for s in cells[0].body if isinstance(s, ast.ImportFrom)
                   for a in s.names if a.name == chapter.__name__.rsplit(".", 1)[-1]), f"ch{chapter.NUMBER}")
     import builtins
@@ -450,7 +524,7 @@ def build(chapter) -> Built:
         f"# {chapter.TITLE}\n\n"
         f"*Jupyter / Colab edition, generated by `scripts/build_jupyter.py` from "
         f"`src/infer_lab/notebooks/{source.name}` and "
-        f"`src/infer_lab/course/{chapter.__name__.rsplit('.', 1)[-1]}.py`: edit those, then rebuild.* The controls "
+        f"`{chapter_source(chapter)}`: edit those, then rebuild.* The controls "
         "are ipywidgets over the same chapter functions as the marimo notebook. Run the cells from the top; the "
         "first one installs infer_lab when it is missing (from a clone, a wheel or sdist beside the notebook, "
         "or the repository's address).")
@@ -472,7 +546,7 @@ def build(chapter) -> Built:
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
         for call in calls(cell) if hidden(cell) else ():
             if dotted(call.func) == "mo.md" and call.args:
-                piece = md_source(call.args[0], known | local, labels, guesses)
+                piece = md_source(call.args[0], known | local, labels, guesses, defaults)
                 if piece and piece[0] == "markdown":
                     out.markdown(piece[1])
                 elif piece:
@@ -496,7 +570,8 @@ def build(chapter) -> Built:
         if "nb.saved_view" in names:
             out.code(f"jupyter.show_saved({alias})")
         elif not hidden(cell) and not calculator_calls and i not in explored:
-            shown_cell = display_cell(cell, known, defaults, {f.name for f in app_functions(tree)}, chapter.NUMBER)
+            shown_cell = display_cell(cell, known, defaults, {f.name for f in app_functions(tree)}, chapter.NUMBER,
+                                      source_text)
             chapter_calls = {n.split(".", 1)[1] for n in names if n.startswith(f"{alias}.")}
             if shown_cell and not chapter_calls <= explorer_names:  # an explorer above already shows these
                 out.code(shown_cell)

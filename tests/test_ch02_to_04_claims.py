@@ -249,3 +249,15 @@ def test_the_attention_kernel_is_read_from_the_loaded_model(embedded):
     assert "Attention kernel: transformers' `sdpa`" in ch04.compare_text(result)
     unknown = ch04.CompareResult("test", Roof("toy", 100.0, 10.0), [], [], [], [], [], 1, "", "")
     assert "Attention kernel" not in ch04.compare_text(unknown) and ch04.attention_implementation(object()) == ""
+
+
+def test_a_ratio_within_one_runs_noise_is_no_verdict():
+    """A batch within SINGLE_RUN_NOISE of sequential, or a bigger batch within it of the smaller, is a tie."""
+    tie = ch02.serving_text(_serving(3.0, 3.0 / (1 + ch02.SINGLE_RUN_NOISE / 2)), QUIET)
+    assert tie.startswith("**Inconclusive on this run:**") and "one run's noise" in tie
+    just_past = ch02.serving_text(_serving(3.0, 3.0 / (1 + ch02.SINGLE_RUN_NOISE * 2)), QUIET)
+    assert just_past.startswith("**This run shows it:**")
+    near = 1 + ch02.SINGLE_RUN_NOISE / 2  # batch 4 yields 1.05x the total tokens/s at 256 tokens: a tie there
+    itl = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 1.0, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
+    assert itl.startswith("**Inconclusive on this run:**") and "disagree" not in itl
+    assert f"won at 1 of 2 contexts, and was within one run's noise ({ch02.SINGLE_RUN_NOISE:.0%}) at 1" in itl

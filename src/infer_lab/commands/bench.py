@@ -75,7 +75,7 @@ same prompts, greedy, for one proposer at several k. A proposer guesses k tokens
 checks all of them in ONE forward pass, keeps the longest prefix it agrees with and adds its own
 next token, so one pass yields 1..k+1 tokens. With exact arithmetic the output is token-identical
 to plain decoding; in floating point a batched verification adds in a different order (on a GPU in
-bf16 above all), which can flip a near-tie, so every run checks it and reports 'identical'.
+bf16 above all), which can flip a near-tie, so every run checks it and reports whether it was identical.
 
   infer-lab bench spec --proposer ngram --k 1,2,4,8 --workload grounded
   infer-lab bench spec --proposer self:24 --k 1,2,4 --workload chat --max-new-tokens 32

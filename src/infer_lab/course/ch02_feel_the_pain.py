@@ -32,6 +32,7 @@ from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad, compare
 from ..units import GB, count, human
 from .chapter import (
     NO_MODEL,
+    SINGLE_RUN_NOISE,
     ChapterResult,
     chapter_number,
     check_machine,
@@ -504,10 +505,10 @@ def memory_text(memory: MemoryResult) -> str:
 def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> str:
     """The verdict (does one batch beat one request at a time?) with the machine's load, then the numbers."""
     machine = machine or check_machine()
-    outcome = (SUPPORTED if serving.speedup > 1 else CONTRADICTED if serving.speedup < 1 else INCONCLUSIVE)
+    outcome = noise_outcome(serving.speedup)
     verdict_text = verdict(outcome, "one padded batch serves more tokens per second than one request at a time",
                            "one padded batch served fewer tokens per second than one request at a time", machine,
-                           "one run of each")
+                           f"one run of each: a ratio within {SINGLE_RUN_NOISE:.0%} of 1 is one run's noise")
     return verdict_text + " " + (
         f"One padded batch gives **{serving.speedup:.2f}×** the throughput of one request at a time here "
         f"({serving.tokens_per_s('sequential'):.1f} → {serving.tokens_per_s('batched'):.1f} output tokens/s), "
@@ -515,6 +516,14 @@ def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> 
         f"{serving.mean_finish_s('sequential'):.2f} s. One static batch is not the end of the story: "
         f"chapter {chapter_number('batching')} shows continuous batching."
     )
+
+
+def noise_outcome(ratio: float) -> str:
+    """SUPPORTED when a ratio of throughputs (the lesson's side over the other) is above 1 by more than
+    one run's noise (``SINGLE_RUN_NOISE``), CONTRADICTED when below it by as much, else INCONCLUSIVE."""
+    if abs(ratio - 1) < SINGLE_RUN_NOISE:
+        return INCONCLUSIVE
+    return SUPPORTED if ratio > 1 else CONTRADICTED
 
 
 def itl_batch_pairs(itl: list[ITLPoint]) -> list[tuple[ITLPoint, ITLPoint]]:
@@ -536,17 +545,20 @@ def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
     claim = "a decode step over a bigger batch yields more tokens per second in total"
     if not pairs:
         return finding(INCONCLUSIVE, claim, machine, "one batch size per context, so no two batches to compare")
-    wins = [big.tokens_per_s_total > small.tokens_per_s_total for small, big in pairs]
-    outcome = SUPPORTED if all(wins) else CONTRADICTED if not any(wins) else INCONCLUSIVE
+    outcomes = [noise_outcome(big.tokens_per_s_total / small.tokens_per_s_total) for small, big in pairs]
+    wins, losses = outcomes.count(SUPPORTED), outcomes.count(CONTRADICTED)
+    outcome = SUPPORTED if wins == len(pairs) else CONTRADICTED if losses == len(pairs) else INCONCLUSIVE
+    ties = len(pairs) - wins - losses
     spread = (f"step p50 of each point, batches compared at the same context: the bigger batch won at "
-              f"{sum(wins)} of {count(len(pairs), 'context')}")
+              f"{wins} of {count(len(pairs), 'context')}"
+              + (f", and was within one run's noise ({SINGLE_RUN_NOISE:.0%}) at {ties}" if ties else ""))
     opposite = "at every context, the bigger batch yielded fewer tokens per second in total"
     numbers = "; ".join(
         f"at {small.context:,} tokens, batch {big.batch:,} gave {human(big.tokens_per_s_total, 3)} tokens/s in total "
         f"against {human(small.tokens_per_s_total, 3)} at batch {small.batch:,} "
         f"({human(big.tokens_per_s_total / small.tokens_per_s_total, 3)}× the total tokens/s for "
         f"{human(big.p50_s / small.p50_s, 3)}× the step time)" for small, big in pairs)
-    said = (contexts_disagree_text(claim, sum(wins), len(pairs), machine) if outcome == INCONCLUSIVE else
+    said = (contexts_disagree_text(claim, wins, len(pairs), machine) if wins and losses else
             verdict(outcome, claim, opposite, machine, spread))
     return said + " " + numbers[0].upper() + numbers[1:] + "."
 

@@ -43,7 +43,15 @@ from ..bench.predicted import CPU_BATCHES, GPU_BATCHES
 from ..figures import finish, subplots
 from ..timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..units import GB, count
-from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
+from .chapter import (
+    NO_MODEL,
+    SINGLE_RUN_NOISE,
+    ChapterResult,
+    check_machine,
+    choose_size,
+    finding,
+    run_parts,
+)
 from .library_code import code_block
 from .notebook_code import notebook_function
 from .saved import SavedResult, SavedView, load_saved
@@ -509,9 +517,6 @@ def contenders_text(keys: Sequence[str] | None = None) -> str:
     return "\n".join(f"- **{CONTENDERS[k][0]}**: {CONTENDERS[k][1]}." for k in (keys or CONTENDERS))
 
 
-# One run per contender: ratios closer to 1 than this are not read as differences (run-to-run
-# spread of a throughput on a shared 2-core machine is of this order; repeat the run to see it).
-SINGLE_RUN_NOISE = 0.10
 ENGINE_CONTINUOUS = "continuous batching (engine)"
 
 

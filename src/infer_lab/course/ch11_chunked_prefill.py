@@ -416,7 +416,7 @@ def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
                       "it: its share of the prefill alone is too slow.")
         else:
             words += (f" A smaller budget meets it for the {r.prompt_tokens:,}-token prompt: at {fit.chunk_tokens:,} "
-                      f"tokens per step (the largest of {min(budgets):,} to {max(budgets):,} that does) its steps take "
+                      f"tokens per step (the largest budget tried, from {min(budgets):,} to {max(budgets):,}, that does) its steps take "
                       f"{fit.chunked_step_s * 1e3:,.1f} ms on average, and its prefill takes "
                       f"{fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s in one go.")
     return words + (" Moving such prompts to their own prefill pool (disaggregation, chapter 15) keeps the decoders "

@@ -289,7 +289,8 @@ class ReportedRun:
     to the baseline the speaker said aloud ("almost 15x"). ``line`` is the line of talk 1's
     transcript with the speaker's words for the row and ``quote`` those words, verbatim, where they
     hold numbers. A number comes from the transcript unless its field is in ``from_table``: then it
-    comes from the workshop's table as the course brief records it, and is not in the transcript.
+    comes from the workshop's results as the course brief records them (its vLLM table, its list of
+    what went wrong), and is not in the transcript.
     ``units_from_table`` names the fields whose number the transcript gives without a unit.
     """
 
@@ -329,14 +330,14 @@ class ReportedRun:
         groups: dict[str, list[str]] = {}
         for name, words in NUMBER_WORDS.items():
             if (where := self.source_of(name)) is not None:
-                unit = " (no unit spoken; ms from the table)" if name in self.units_from_table else ""
+                unit = " (no unit spoken; ms from the brief's table)" if name in self.units_from_table else ""
                 groups.setdefault(where, []).append(f"{words} {_number(getattr(self, name))}{unit}")
         words_only = f"{TALK_1}, line {self.line}: words only" if self.line is not None else ""
         return "; ".join(f"{where}: {', '.join(items)}" for where, items in groups.items()) or words_only
 
 
 TALK_1 = "talk 1"
-WORKSHOP_TABLE = "the workshop's table as the course brief records it (not in the transcript)"
+WORKSHOP_TABLE = "the workshop's results as the course brief records them (not in the transcript)"
 # The numbered fields of a ReportedRun, in the words the source column uses.
 NUMBER_WORDS = {"output_tokens_per_s": "output tok/s", "said_vs_baseline": "ratio to the baseline said aloud",
                 "ttft_ms": "TTFT", "itl_ms": "ITL", "requests_in_flight": "requests in flight"}
@@ -351,8 +352,8 @@ WORKSHOP_SETUP = "an H100 serving Mistral-7B"
 # Talk 1 (the workshop), the presenter of its vLLM benchmark notebook, lines 107-111: an HF transformers
 # baseline, then vLLM with one setting added per row. The transcript gives the baseline's 51 tok/s, TTFT
 # "54" and ITL "19" (no units) and "almost 15x" for vLLM's default; the ms units, the 736 and 1,034 tok/s
-# and the load (1 request against 10 in flight) are the workshop table's, as the course brief records it
-# (its vLLM table and its list of what went wrong), not the transcript's. The KV-quantization and
+# and the load (1 request against 10 in flight) are the workshop's results as the course brief records
+# them (the tok/s in its vLLM table, the load in its list of what went wrong), not the transcript's. The KV-quantization and
 # speculative rows were given in words only.
 _TABLE_LOAD = ("requests_in_flight",)
 WORKSHOP_RUNS = (
@@ -391,7 +392,7 @@ def _change_words(before: float, after: float) -> str:
 
 def numbers_by_source(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> dict[str, list[str]]:
     """Every number of ``runs``, said with its row, grouped by where it comes from: talk 1's transcript
-    (one group, its lines named) or the workshop's table as the course brief records it."""
+    (one group, its lines named) or the workshop's results as the course brief records them."""
     groups: dict[str, list[str]] = {}
     lines = sorted({r.line for r in runs if r.line is not None and any(
         (r.source_of(n) or "").startswith(TALK_1) for n in NUMBER_WORDS)})

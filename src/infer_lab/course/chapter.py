@@ -118,6 +118,12 @@ def check_machine(sample_s: float = 0.3) -> MachineLoad:
     return machine_load(sample_s)
 
 
+# One timed run per contender: a ratio of two throughputs closer to 1 than this is not read as a
+# difference (the run-to-run spread of a throughput on a shared 2-core machine is of this order;
+# repeat the run to see it).
+SINGLE_RUN_NOISE = 0.10
+
+
 def finding(outcome: str, claim: str, machine: MachineLoad | None, spread: str = "") -> str:
     """The verdict of a timed part as markdown: the claim when the spread supports it; *inconclusive*
     with the reason when the spreads overlap, or when they point the other way on a busy machine

@@ -11,7 +11,7 @@ from ...analysis.plausibility import caution, speedup_flags
 from ...analysis.speculation import roofline_verify_ratio
 from ...bench.speculative import Comparison
 from ...figures import finish
-from ..ch09_batching import SINGLE_RUN_NOISE
+from ..chapter import SINGLE_RUN_NOISE
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER, PARTS
