@@ -345,8 +345,15 @@ def cell_code(cell: ast.FunctionDef, statements: list[ast.stmt], source: str) ->
     return textwrap.dedent("\n".join(lines[first:statements[-1].end_lineno]))
 
 
+def control_line(name: str, default: str, label: str = "") -> str:
+    """A marimo control as a Jupyter variable at its default, named by the label the page shows it with."""
+    shown = f'the page\'s "{label}" control' if label else "the marimo page's control"
+    return f"{name} = {default}  # {shown}, at its default: change it here"
+
+
 def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tuple[list[str], str]],
-                 experiments: set[str], number: str, source: str = "") -> str | None:
+                 experiments: set[str], number: str, source: str = "",
+                 labels: dict[str, str] | None = None) -> str | None:
     """A visible marimo cell that only shows things (text, tables, figures computed from the chapter's
     functions, the page's experiments and its controls) as one Jupyter code cell; None for any other cell.
 
@@ -365,8 +372,7 @@ def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tup
     items = (shown.args[0].elts if isinstance(shown, ast.Call) and dotted(shown.func) in ("mo.vstack", "mo.hstack")
              and shown.args and isinstance(shown.args[0], ast.List) else [shown])
     setup = list(dict.fromkeys(line for name in controls for line in defaults[name][0]))
-    setup += [f"{name} = {defaults[name][1]}  # the marimo page's control, at its default: change it here"
-              for name in controls]
+    setup += [control_line(name, defaults[name][1], (labels or {}).get(name, "")) for name in controls]
     used = free_names(cell)
     setup = [f'{name} = jupyter.notebook_function("{number}", "{name}")  # the page\'s experiment'
              for name in sorted(used & experiments)] + setup
@@ -467,8 +473,7 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     if not dynamic:
         return "markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))
     head = list(dict.fromkeys(line for name in sorted(controls) for line in defaults[name][0]))
-    head += [f"{name} = {defaults[name][1]}  # the marimo page's control, at its default: change it here"
-             for name in sorted(controls)]
+    head += [control_line(name, defaults[name][1], labels.get(name, "")) for name in sorted(controls)]
     if '"""' in text or text.endswith("\\"):
         return "code", "\n".join(head + [f"jupyter.md(f{text!r})"])
     return "code", "\n".join(head + [f'jupyter.md(rf"""\n{text}\n""")'])
@@ -571,7 +576,7 @@ def build(chapter) -> Built:
             out.code(f"jupyter.show_saved({alias})")
         elif not hidden(cell) and not calculator_calls and i not in explored:
             shown_cell = display_cell(cell, known, defaults, {f.name for f in app_functions(tree)}, chapter.NUMBER,
-                                      source_text)
+                                      source_text, labels)
             chapter_calls = {n.split(".", 1)[1] for n in names if n.startswith(f"{alias}.")}
             if shown_cell and not chapter_calls <= explorer_names:  # an explorer above already shows these
                 out.code(shown_cell)

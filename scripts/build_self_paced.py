@@ -50,12 +50,30 @@ def _words(text: str) -> int:
 
 
 def chapter_prose_words(path: Path) -> int:
-    """Words of the prose a chapter module writes into its notebook (its ``*_text``, ``*_note``, ``summary``)."""
+    """Words of the prose a chapter module writes into its notebook (its ``*_text``, ``*_note``, ``summary``);
+    a chapter that is a package (``path`` its ``__init__.py``) counts every file of its parts."""
+    files = sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]
+    return sum(_prose_words_of(part) for part in files)
+
+
+def _prose_words_of(path: Path) -> int:
     words = 0
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.FunctionDef) and (node.name.endswith(("_text", "_note")) or node.name == "summary"):
             words += sum(_words(n.value) for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str))
     return words
+
+
+def measured_dates(times: dict, env: dict) -> str:
+    """When the chapters were timed: the file's date, or, for a file that merged runs of several dates
+    (``time_chapters.py --only``), each date with its chapters ("01, 02 on 2026-12-05; 03 on 2026-12-04")."""
+    dates: dict[str, list[str]] = {}
+    for number, entry in sorted(times.get("data", {}).get("chapters", {}).items()):
+        dates.setdefault(entry.get("measured") or env.get("date", "?")[:10], []).append(number)
+    if len(dates) <= 1:
+        return env.get("date", "?")[:10]
+    return "; ".join(f"chapter{'s' if len(numbers) > 1 else ''} {', '.join(numbers)} on {day}"
+                     for day, numbers in sorted(dates.items(), reverse=True))
 
 
 def reading_minutes(words: int) -> int:
@@ -167,7 +185,7 @@ def render() -> str:
         ]))
     measured = (f"measured by `{times.get('command', 'scripts/time_chapters.py').strip()}` on "
                 f"{env.get('hardware', 'an unrecorded CPU')} with {env.get('torch_threads', '?')} torch threads, "
-                f"{env.get('date', '?')[:10]} ([{times_file.name}](../{RESULTS_IN_CLONE}/{times_file.name}))"
+                f"{measured_dates(times, env)} ([{times_file.name}](../{RESULTS_IN_CLONE}/{times_file.name}))"
                 if times_file else "not measured yet: run `python scripts/time_chapters.py`")
     note = times.get("note")
     lines = [

@@ -55,6 +55,8 @@ def main() -> int:
     previous = sorted(results_dir().glob("chapter-times-cpu-*.json"))
     data = json.loads(previous[-1].read_text()) if previous and args.only else {}
     entries = data.get("data", {}).get("chapters", {})
+    for entry in entries.values():  # entries merged from an earlier file keep that file's date
+        entry.setdefault("measured", data.get("environment", {}).get("date", "")[:10])
     from infer_lab.timing import machine_load
 
     busy = []
@@ -70,6 +72,7 @@ def main() -> int:
             return 1
         entries[ch.NUMBER] = json.loads(proc.stdout.strip().splitlines()[-1])
         entries[ch.NUMBER]["others_cores_before"] = load.others_cores  # other programs' CPU use, in cores
+        entries[ch.NUMBER]["measured"] = stamp
         print(f"[time] {ch.NUMBER}: " + ", ".join(f"{k} {v:.1f} s" for k, v in entries[ch.NUMBER]["seconds"].items()),
               flush=True)
     payload = {

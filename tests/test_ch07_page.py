@@ -28,14 +28,20 @@ def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     assert len(inspect.getsourcelines(fn)[0]) <= 15
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``equivalence``, ``quality``, ``timing``): where it looks
+    up the notebook's experiment."""
+    return importlib.import_module(f"{ch07.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
     sizes, lm = ch07.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm", device=torch.device("cpu"))
-    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_equivalence, stop_at="against_sdpa")
+    (name, args), = experiment_calls(monkeypatch, _part("equivalence"), ch07.run_equivalence, stop_at="against_sdpa")
     assert name == "against_sdpa" and (args["tokens"], tuple(args["kv_heads"]), args["window"]) == (
         ch07.EQUIVALENCE_TOKENS, tuple(ch07.EQUIVALENCE_KV_HEADS), ch07.EQUIVALENCE_WINDOW)
-    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_quality, lm, sizes, stop_at="attention_quality")
+    (name, args), = experiment_calls(monkeypatch, _part("quality"), ch07.run_quality, lm, sizes, stop_at="attention_quality")
     assert name == "attention_quality" and args["lm"] is lm and args["eval_tokens"] == sizes.eval_tokens
-    (name, args), = experiment_calls(monkeypatch, ch07, ch07.run_timing, lm, sizes, stop_at="attention_times")
+    (name, args), = experiment_calls(monkeypatch, _part("timing"), ch07.run_timing, lm, sizes, stop_at="attention_times")
     assert name == "attention_times" and args["device"] == lm.device
     assert (args["lengths"], args["cached_tokens"], args["kv_heads"]) == (sizes.sdpa_lengths, sizes.decode_context,
                                                                          sizes.decode_kv_heads)

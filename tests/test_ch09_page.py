@@ -5,6 +5,7 @@ the chapter says it does."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -31,19 +32,25 @@ def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``steps``, ``batching``, ...): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch09.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
     sizes = ch09.sizes("cpu", "quick")
-    (name, args), = experiment_calls(monkeypatch, ch09, ch09.run_steps, embedded, sizes, stop_at="serve")
+    (name, args), = experiment_calls(monkeypatch, _part("steps"), ch09.run_steps, embedded, sizes, stop_at="serve")
     assert name == "serve" and args["lm"] is embedded and args["policy"] == "static"
     assert args["max_num_seqs"] == sizes.steps_slots  # the number the notebook's cell starts at
     prompts, output_lens = ch09.steps_requests(embedded, sizes)
     assert args["prompts"] == prompts and list(args["output_lens"]) == list(output_lens)
-    (_, args), = experiment_calls(monkeypatch, ch09, ch09.run_steps, embedded, sizes, 3, stop_at="serve")
+    (_, args), = experiment_calls(monkeypatch, _part("steps"), ch09.run_steps, embedded, sizes, 3, stop_at="serve")
     assert args["max_num_seqs"] == 3  # the slots asked for, not the default
-    (name, args), = experiment_calls(monkeypatch, ch09, ch09.run_batching, embedded, sizes, stop_at="contenders")
+    (name, args), = experiment_calls(monkeypatch, _part("batching"), ch09.run_batching, embedded, sizes, stop_at="contenders")
     assert name == "contenders" and args["concurrency"] == sizes.concurrency
     assert (args["prompts"], args["output_lens"]) == ch09.batching_requests(embedded, sizes)
-    (_, args), = experiment_calls(monkeypatch, ch09, ch09.run_batching, embedded, sizes, 2, stop_at="contenders")
+    (_, args), = experiment_calls(monkeypatch, _part("batching"), ch09.run_batching, embedded, sizes, 2, stop_at="contenders")
     assert args["concurrency"] == 2
     assert not hasattr(ch09, "measure_batching")  # the old wrapper is gone
 

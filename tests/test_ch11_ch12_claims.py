@@ -207,15 +207,18 @@ def test_section_4_shows_section_3s_chat_case_once_it_has_run():
     batch = _batch_result()
     before = ch12.batch_details(batch, ch12.chat_tokens_per_pass(None, batch))  # section 3 not run yet
     reasoning = before["The roofline's reasoning, and speculation as a shift of the frontier"]
-    assert ch12.chat_case_note() in reasoning and ch12.PARTS["workloads"] in ch12.chat_case_note()
+    note = ch12.chat_case_note("ngram", 4)  # the proposer and k of _batch_result
+    assert note in reasoning and ch12.PARTS["workloads"] in note and "(ngram, k = 4)" in note
     assert "with nothing kept, 1 token per pass" in reasoning[0]
     chat = ch12.chat_tokens_per_pass(_workloads("ngram", 4, 1.02), batch)
     assert chat == 1.02
     after = ch12.batch_details(batch, chat)["The roofline's reasoning, and speculation as a shift of the frontier"]
-    assert ch12.chat_case_note() not in after and "kept 1.02 tokens per pass on open-ended chat" in after[0]
+    assert note not in after and "kept 1.02 tokens per pass on open-ended chat" in after[0]
     # section 3 measured another proposer or k: nothing to project, and the note stays
     assert ch12.chat_tokens_per_pass(_workloads("self:16", 4, 1.02), batch) is None
     assert ch12.chat_tokens_per_pass(_workloads("ngram", 2, 1.02), batch) is None
+    other = ch12.batch_details(batch, ch12.chat_tokens_per_pass(_workloads("ngram", 2, 1.02), batch))
+    assert note in other["The roofline's reasoning, and speculation as a shift of the frontier"]
 
 
 def test_the_chain_curves_text_follows_where_the_cited_points_lie():

@@ -5,6 +5,7 @@ module only shows what they return, and the prefix cache's effect shows at quick
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -44,7 +45,8 @@ def test_the_chapter_runners_call_the_notebooks_experiments(monkeypatch):
             return _loadgen_results("sweep")
         return experiment
 
-    monkeypatch.setattr(ch13, "notebook_function", notebook_stub)
+    for part in ("variants", "sweep"):  # the package's modules that look the experiments up
+        monkeypatch.setattr(importlib.import_module(f"{ch13.__name__}.{part}"), "notebook_function", notebook_stub)
     lm = SimpleNamespace(tokenizer=object(), name="stub-lm")  # has a tokenizer: served as it is
     sizes = ch13.sizes("cpu", "quick")
     variants = ch13.run_variants(lm, sizes)

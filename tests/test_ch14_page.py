@@ -5,6 +5,7 @@ processes, the chapter module only shows it, every decode step makes the all-red
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -26,12 +27,18 @@ def test_the_experiments_are_short_functions_of_the_notebook_file():
         assert len(inspect.getsourcelines(fn)[0]) <= 15, name
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``tp``, ``scaling``): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch14.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_and_starts_no_process_group_of_its_own(monkeypatch, embedded):
     sizes = ch14.sizes("cpu", "quick")
-    (name, args), = experiment_calls(monkeypatch, ch14, ch14.run_tp, embedded, sizes, 3, stop_at="tensor_parallel")
+    (name, args), = experiment_calls(monkeypatch, _part("tp"), ch14.run_tp, embedded, sizes, 3, stop_at="tensor_parallel")
     assert name == "tensor_parallel" and args["world_size"] == 3 and args["new_tokens"] == sizes.tp_new_tokens
     assert (args["sweep_sizes"], args["repeats"]) == (sizes.sweep_sizes, sizes.sweep_repeats)
-    (name, args), = experiment_calls(monkeypatch, ch14, ch14.scaling_result, "mistral-7b", 8, 2048, stop_at="tp_scaling")
+    (name, args), = experiment_calls(monkeypatch, _part("scaling"), ch14.scaling_result, "mistral-7b", 8, 2048, stop_at="tp_scaling")
     assert name == "tp_scaling" and (args["model"], args["batch"], args["context"]) == ("mistral-7b", 8, 2048)
     assert not hasattr(ch14, "TPGroup")
 

@@ -212,13 +212,8 @@ def test_package_data_ships_starters_and_solutions():
 
 
 def test_self_paced_guide_is_what_the_script_writes():
-    import importlib.util
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("build_self_paced", root / "scripts" / "build_self_paced.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    committed = (root / "workshop" / "SELF_PACED.md").read_text()
+    script = _self_paced_script()
+    committed = (Path(__file__).resolve().parents[1] / "workshop" / "SELF_PACED.md").read_text()
     assert committed == script.render(), "workshop/SELF_PACED.md is stale: run python scripts/build_self_paced.py"
     for n in NUMBERS:
         assert f"infer-lab check {n} --init" in committed
@@ -482,3 +477,34 @@ def test_a_rounding_that_breaks_ties_another_way_passes_the_int8_engine(tmp_path
     assert result.ran_engine
     engine_case = next(o for o in result.outcomes if o.case.startswith("the int8 engine"))
     assert "exact ties" in engine_case.detail
+
+
+def _self_paced_script():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("build_self_paced", root / "scripts" / "build_self_paced.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_a_times_file_merged_from_several_runs_names_each_date():
+    """`time_chapters.py --only` merges into the newest file: the guide then says which chapters ran when."""
+    script = _self_paced_script()
+    env = {"date": "2026-12-05T09:00:00+00:00"}
+    one_run = {"data": {"chapters": {"01": {"measured": "2026-12-05"}, "02": {}}}}
+    assert script.measured_dates(one_run, env) == "2026-12-05"
+    merged = {"data": {"chapters": {"01": {"measured": "2026-12-05"}, "02": {"measured": "2026-12-04"},
+                                    "03": {"measured": "2026-12-04"}}}}
+    assert script.measured_dates(merged, env) == "chapter 01 on 2026-12-05; chapters 02, 03 on 2026-12-04"
+
+
+def test_a_chapter_package_counts_the_prose_of_all_its_parts():
+    """Chapter 12 is a package: its reading time counts the ``*_text`` functions of every part file."""
+    from infer_lab.course import chapter
+
+    script = _self_paced_script()
+    package = Path(chapter("speculative_decoding").__file__)
+    assert package.name == "__init__.py"
+    assert script.chapter_prose_words(package) > script.chapter_prose_words(package.with_name("whole.py")) > 0

@@ -47,7 +47,8 @@ def test_tick_labels_are_short_and_plain(value, expected):
 def test_no_course_text_formats_numbers_with_exponents():
     """The chapter modules, the opener, the calculator and the figure helpers write numbers with
     :func:`~infer_lab.units.human`, never with a ``.3g`` format that turns 2610 into 2.61e+03."""
-    files = sorted((SRC / "course").glob("*.py")) + [SRC / "figures.py"]
+    course = SRC / "course"
+    files = sorted([*course.glob("*.py"), *course.glob("ch*/*.py")]) + [SRC / "figures.py"]  # packages' parts too
     found = [f"{p.relative_to(SRC)}:{i}: {m.group()}" for p in files
              for i, line in enumerate(p.read_text().splitlines(), 1) for m in G_FORMAT.finditer(line)]
     assert not found, "\n".join(found)

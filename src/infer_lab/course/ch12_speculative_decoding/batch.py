@@ -235,10 +235,12 @@ def batch_derivation(result: BatchResult, chat_tokens_per_pass: float | None = N
     return "\n\n".join(parts[k] for k in ("roof", "why", "shift") if k in parts)
 
 
-def chat_case_note() -> str:
-    """What the page adds once section 3 has run (markdown): its measured chat case in the shift paragraph."""
-    return (f"*Press **{PARTS['workloads']}** in section 3 and the shift paragraph above adds the same proposer's "
-            "tokens per pass measured on open-ended chat, with the roofline's projection at that number.*")
+def chat_case_note(proposer: str, k: int) -> str:
+    """What the page adds once section 3 has run with this section's ``proposer`` and ``k`` (markdown): its
+    measured chat case in the shift paragraph."""
+    return (f"*Press **{PARTS['workloads']}** in section 3 with the proposer and k measured here ({proposer}, "
+            f"k = {k}) and the shift paragraph above adds their tokens per pass on open-ended chat, with the "
+            "roofline's projection at that number.*")
 
 
 def batch_paragraphs(result: BatchResult, chat_tokens_per_pass: float | None = None) -> dict[str, str]:
@@ -292,7 +294,7 @@ def batch_details(result: BatchResult, chat_tokens_per_pass: float | None = None
     tokens per pass, or a note on how to add it), and every column of its table."""
     reasoning = [batch_derivation(result, chat_tokens_per_pass)]
     if chat_tokens_per_pass is None:
-        reasoning.append(chat_case_note())
+        reasoning.append(chat_case_note(result.points[0].proposer, result.points[0].k))
     return {"The roofline's reasoning, and speculation as a shift of the frontier": reasoning,
             "Every column": [batch_table(result)]}
 
