@@ -291,7 +291,7 @@ def chosen_value(control: ast.Call, value: ast.expr) -> str:
     for a dropdown over a dict, whose ``.value`` is the entry's value: ``str(n)`` over ``{str(b): b ...}``
     gives ``n``; any other dict gives ``{...}[value]``."""
     options = control.args[0] if control.args else next((k.value for k in control.keywords if k.arg == "options"), None)
-    if not isinstance(options, ast.Dict | ast.DictComp):
+    if dotted(control.func) != "mo.ui.dropdown" or not isinstance(options, ast.Dict | ast.DictComp):
         return ast.unparse(value)
 
     def identity(comp: ast.expr) -> bool:  # {str(x): x for x in ...}
@@ -347,7 +347,7 @@ def cell_code(cell: ast.FunctionDef, statements: list[ast.stmt], source: str) ->
 
 def control_line(name: str, default: str, label: str = "") -> str:
     """A marimo control as a Jupyter variable at its default, named by the label the page shows it with."""
-    shown = f'the page\'s "{label}" control' if label else "the marimo page's control"
+    shown = f'the marimo page\'s "{label}" control' if label else "the marimo page's control"
     return f"{name} = {default}  # {shown}, at its default: change it here"
 
 
@@ -391,12 +391,12 @@ def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tup
     if len(body) > 1 and source:  # the cell's own text; a control's ``x.value`` reads the variable ``x``
         code = cell_code(cell, body[:-1], source)
         for name in controls:
-            code = re.sub(rf"\b{re.escape(name)}\.value\b", name, code)
+            code = re.sub(rf"(?<![\w.]){re.escape(name)}\.value\b", name, code)
         lines.insert(0, code)
     elif len(body) > 1:
         lines[:0] = [ast.unparse(s) for s in _ControlValues(set(controls)).visit(ast.Module(body[:-1], [])).body]
     text = "\n".join(setup + lines)
-    return None if "mo." in text else text
+    return None if "mo." in ast.unparse(ast.parse(text)) else text  # comments may say "demo."
 
 
 MARIMO_ONLY = re.compile(r"\s*<!-- marimo -->.*?<!-- /marimo -->", re.S)
@@ -446,7 +446,8 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
             continue
         read = {n.value.id for n in ast.walk(value.value) if isinstance(n, ast.Attribute) and n.attr == "value"
                 and isinstance(n.value, ast.Name)}
-        bare = {n.id for n in ast.walk(value.value) if isinstance(n, ast.Name)} - known - read
+        bases = {id(n.value) for n in ast.walk(value.value) if isinstance(n, ast.Attribute) and n.attr == "value"}
+        bare = {n.id for n in ast.walk(value.value) if isinstance(n, ast.Name) and id(n) not in bases}  # not x.value
         if isinstance(value.value, ast.Call) and read and read <= defaults.keys() and used - read <= known \
                 and not bare & read:  # text computed from controls' values: computed here at their defaults
             controls |= read
@@ -472,11 +473,50 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     text = jupyter_text(textwrap.dedent("".join(pieces)).strip("\n"))
     if not dynamic:
         return "markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))
+    return "code", shown_text(text, controls, defaults, labels)
+
+
+def shown_text(text: str, controls: set[str], defaults: dict[str, tuple[list[str], str]],
+               labels: dict[str, str]) -> str:
+    """The code cell that shows ``text`` (an f-string's body, its literal braces doubled): the controls it
+    reads, at their defaults, then ``jupyter.md(...)``."""
+    controls = {name for name in controls if re.search(rf"\b{re.escape(name)}\b", text)}
     head = list(dict.fromkeys(line for name in sorted(controls) for line in defaults[name][0]))
     head += [control_line(name, defaults[name][1], labels.get(name, "")) for name in sorted(controls)]
     if '"""' in text or text.endswith("\\"):
-        return "code", "\n".join(head + [f"jupyter.md(f{text!r})"])
-    return "code", "\n".join(head + [f'jupyter.md(rf"""\n{text}\n""")'])
+        return "\n".join(head + [f"jupyter.md(f{text!r})"])
+    return "\n".join(head + [f'jupyter.md(rf"""\n{text}\n""")'])
+
+
+PLACEHOLDER = re.compile(r"\{(?!\{)")  # an f-string placeholder's opening brace (a literal one is doubled)
+
+
+def prose_cells(piece: tuple[str, str] | None) -> list[tuple[str, str]]:
+    """A text cell as a lesson reads it: the paragraphs of an f-string that compute nothing become markdown
+    cells, and only the paragraphs with a computed number stay code (``jupyter.md``). A paragraph is split
+    off at a blank line followed by an unindented line outside a fenced code block."""
+    if piece is None or piece[0] == "markdown":
+        return [piece] if piece else []
+    code = piece[1]
+    match = re.fullmatch(r'(?s)(?P<head>.*?)jupyter\.md\(rf"""\n(?P<body>.*)\n"""\)', code)
+    if not match or match["head"]:  # a cell with controls to change, or a text that is not a plain f-string
+        return [piece]
+    paragraphs, fenced = [[]], False
+    for line in match["body"].split("\n"):
+        if not fenced and paragraphs[-1] and not paragraphs[-1][-1].strip() and line[:1] not in ("", " ", "\t"):
+            paragraphs.append([])
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        paragraphs[-1].append(line)
+    cells: list[tuple[str, str]] = []
+    for lines in paragraphs:
+        text = "\n".join(lines).strip("\n")
+        kind = "code" if PLACEHOLDER.search(text.replace("{{", "")) else "markdown"
+        if cells and cells[-1][0] == kind:
+            text = cells.pop()[1] + "\n\n" + text
+        cells.append((kind, text))
+    return [("markdown", escape_dollars(text.replace("{{", "{").replace("}}", "}"))) if kind == "markdown"
+            else ("code", f'jupyter.md(rf"""\n{text}\n""")') for kind, text in cells]
 
 
 def run_button_part(cell: ast.FunctionDef, alias: str) -> list[str]:
@@ -551,15 +591,17 @@ def build(chapter) -> Built:
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
         for call in calls(cell) if hidden(cell) else ():
             if dotted(call.func) == "mo.md" and call.args:
-                piece = md_source(call.args[0], known | local, labels, guesses, defaults)
-                if piece and piece[0] == "markdown":
-                    out.markdown(piece[1])
-                elif piece:
-                    used = {n.id for n in ast.walk(ast.parse(piece[1])) if isinstance(n, ast.Name)}
+                emitted: set[str] = set()  # the cell's setup lines already shown, by an earlier paragraph
+                for kind, text in prose_cells(md_source(call.args[0], known | local, labels, guesses, defaults)):
+                    if kind == "markdown":
+                        out.markdown(text)
+                        continue
+                    used = {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
                     model = [LOAD_FOR_TEXT] if "lm" in used and chapter.NEEDS_MODEL else []
-                    out.code("\n".join(model + [line for line in setup
-                                                 if {t.strip() for t in line.split(" =")[0].split(",")} & used]
-                                        + [piece[1]]))
+                    needed = [line for line in model + setup if line not in emitted and (
+                        line == LOAD_FOR_TEXT or {t.strip() for t in line.split(" =")[0].split(",")} & used)]
+                    emitted |= set(needed)
+                    out.code("\n".join(needed + [text]))
         names = {dotted(c.func) for c in calls(cell)}
         for key in run_button_part(cell, alias):
             show_experiments(cells[i + 1].lineno if i + 1 < len(cells) else float("inf"))
@@ -591,6 +633,15 @@ def build(chapter) -> Built:
     return out
 
 
+def only_shows_text(code: str) -> bool:
+    """Whether a code cell only computes and shows text (``jupyter.md(...)``, after loading the model):
+    nothing in it for the learner to change, so its output is what a lesson shows."""
+    body = ast.parse(code).body
+    return any(isinstance(s, ast.Expr) for s in body) and all(
+        (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and dotted(s.value.func) == "jupyter.md")
+        or ast.unparse(s) == LOAD_FOR_TEXT.split("  #")[0] for s in body)
+
+
 def notebook_json(chapter, built: Built) -> str:
     """The .ipynb text: nbformat 4.5, no outputs, deterministic cell ids."""
     import nbformat
@@ -600,6 +651,8 @@ def notebook_json(chapter, built: Built) -> str:
                    "language_info": {"name": "python"}}
     for i, (kind, text) in enumerate(built.cells):
         cell = nbformat.v4.new_markdown_cell(text) if kind == "markdown" else nbformat.v4.new_code_cell(text)
+        if kind == "code" and only_shows_text(text):  # JupyterLab and Colab show the text, the code on a click
+            cell.metadata = {"jupyter": {"source_hidden": True}, "cellView": "form"}
         cell.id = f"ch{chapter.NUMBER}-{i:02d}"
         nb.cells.append(cell)
     nbformat.validate(nb)

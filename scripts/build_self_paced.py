@@ -66,14 +66,18 @@ def _prose_words_of(path: Path) -> int:
 
 def measured_dates(times: dict, env: dict) -> str:
     """When the chapters were timed: the file's date, or, for a file that merged runs of several dates
-    (``time_chapters.py --only``), each date with its chapters ("01, 02 on 2026-12-05; 03 on 2026-12-04")."""
-    dates: dict[str, list[str]] = {}
+    (``time_chapters.py --only``), each date with its chapters ("chapters 01, 02 on 2026-12-05; chapter 03
+    on 2026-12-04"), and each run's machine when they differ."""
+    runs: dict[tuple[str, str], list[str]] = {}
     for number, entry in sorted(times.get("data", {}).get("chapters", {}).items()):
-        dates.setdefault(entry.get("measured") or env.get("date", "?")[:10], []).append(number)
-    if len(dates) <= 1:
+        run = (entry.get("measured") or env.get("date", "?")[:10], entry.get("hardware") or env.get("hardware", ""))
+        runs.setdefault(run, []).append(number)
+    if len(runs) <= 1:
         return env.get("date", "?")[:10]
+    machines = len({hardware for _, hardware in runs}) > 1
     return "; ".join(f"chapter{'s' if len(numbers) > 1 else ''} {', '.join(numbers)} on {day}"
-                     for day, numbers in sorted(dates.items(), reverse=True))
+                     + (f" ({hardware or 'an unrecorded machine'})" if machines else "")
+                     for (day, hardware), numbers in sorted(runs.items(), reverse=True))
 
 
 def reading_minutes(words: int) -> int:

@@ -55,11 +55,13 @@ def main() -> int:
     previous = sorted(results_dir().glob("chapter-times-cpu-*.json"))
     data = json.loads(previous[-1].read_text()) if previous and args.only else {}
     entries = data.get("data", {}).get("chapters", {})
-    for entry in entries.values():  # entries merged from an earlier file keep that file's date
+    for entry in entries.values():  # entries merged from an earlier file keep that file's date and machine
         entry.setdefault("measured", data.get("environment", {}).get("date", "")[:10])
+        entry.setdefault("hardware", data.get("environment", {}).get("hardware", ""))
     from infer_lab.timing import machine_load
 
     busy = []
+    hardware = env_metadata().get("hardware", "")
     for ch in chapters(args.only and [f"ch{n.zfill(2)}" for n in args.only]):
         cmd = [sys.executable, "-c", CHILD, ch.NUMBER] + ([args.size] if args.size else [])
         load = machine_load(1.0)
@@ -73,6 +75,7 @@ def main() -> int:
         entries[ch.NUMBER] = json.loads(proc.stdout.strip().splitlines()[-1])
         entries[ch.NUMBER]["others_cores_before"] = load.others_cores  # other programs' CPU use, in cores
         entries[ch.NUMBER]["measured"] = stamp
+        entries[ch.NUMBER]["hardware"] = hardware
         print(f"[time] {ch.NUMBER}: " + ", ".join(f"{k} {v:.1f} s" for k, v in entries[ch.NUMBER]["seconds"].items()),
               flush=True)
     payload = {

@@ -113,8 +113,8 @@ def test_the_itl_verdict_turns_when_the_bigger_batch_loses_at_every_context():
 def test_the_itl_verdict_is_inconclusive_when_the_contexts_disagree_or_no_batches_compare():
     mixed = {(64, 1): 0.4, (64, 4): 1.0, (256, 1): 1.0, (256, 4): 5.0}  # wins at 64, loses at 256
     text = ch02.itl_text(_itl(mixed), QUIET)
-    assert text.startswith("**Inconclusive on this run:** the contexts disagree (the bigger batch won at 1 of 2 "
-                           "contexts)")
+    assert text.startswith("**Inconclusive on this run:** the contexts disagree (the bigger batch won at 1 and "
+                           "lost at 1 of 2 contexts)")
     assert "spread" not in text  # no spread was compared: the contexts point different ways
     agreeing = ch02.itl_text(_itl(AUDIT_TABLE), QUIET)  # the bigger batch won at every context
     assert "disagree" not in agreeing and "2 of 2 contexts" in agreeing
@@ -258,6 +258,21 @@ def test_a_ratio_within_one_runs_noise_is_no_verdict():
     just_past = ch02.serving_text(_serving(3.0, 3.0 / (1 + ch02.SINGLE_RUN_NOISE * 2)), QUIET)
     assert just_past.startswith("**This run shows it:**")
     near = 1 + ch02.SINGLE_RUN_NOISE / 2  # batch 4 yields 1.05x the total tokens/s at 256 tokens: a tie there
+    noise = f"within one run's noise ({ch02.SINGLE_RUN_NOISE:.0%})"
     itl = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 1.0, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
-    assert itl.startswith("**Inconclusive on this run:**") and "disagree" not in itl
-    assert f"won at 1 of 2 contexts, and was within one run's noise ({ch02.SINGLE_RUN_NOISE:.0%}) at 1" in itl
+    assert itl.startswith(f"**Inconclusive on this run:** the contexts disagree (the bigger batch won at 1 and was "
+                          f"{noise} at 1 of 2 contexts)")
+    # a loss beside a tie is named as a loss, not called an effect smaller than the noise
+    lost = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 3.2, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
+    assert "the bigger batch lost at 1 and was " + noise + " at 1 of 2 contexts" in lost
+    assert "smaller than" not in lost
+    tied = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 1.6 / near, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
+    assert tied.startswith("**Inconclusive on this run:**") and f"{noise} at every one" in tied
+
+
+def test_the_noise_band_is_the_same_both_ways_and_judged_as_printed():
+    """0.9 is as far from 1 as 1/0.9; a ratio printed as 1.10 is past a 10% band, 1.09 is not."""
+    assert ch02.noise_outcome(1 + ch02.SINGLE_RUN_NOISE) == ch02.SUPPORTED
+    assert ch02.noise_outcome(1 / (1 + ch02.SINGLE_RUN_NOISE)) == ch02.CONTRADICTED
+    assert ch02.noise_outcome(1.098) == ch02.SUPPORTED  # shown as 1.10×
+    assert ch02.noise_outcome(1.094) == ch02.noise_outcome(1 / 1.094) == ch02.INCONCLUSIVE

@@ -242,3 +242,8 @@ def test_token_identity_is_claimed_for_exact_arithmetic_and_explained_when_it_fa
     p = ch12.PassesResult("ngram", 4, 10, 10, 10, 4, 12, 6, (3, 3, 3), identical=False)
     assert differs in ch12.passes_text(p)
     assert "**yes**" in ch12.passes_text(replace(p, identical=True))
+
+
+def test_the_budgets_tried_are_named_as_they_are():
+    assert ch11.budgets_words(ch11.AGENT_BUDGETS) == "powers of two from 16 to 2,048"
+    assert ch11.budgets_words((16, 48, 2048)) == "16, 48, 2,048"  # not powers of two: listed

@@ -185,15 +185,15 @@ def _numbers(run: ch13.ReportedRun) -> list[str]:
 
 def test_every_number_of_the_workshop_ladder_names_its_source():
     table = ch13.workshop_table()
-    assert "talk 1 and the workshop's table" in table.columns[0]
-    assert "talk 1 and the workshop's table" in ch13.WORKSHOP_TITLE
+    assert "talk 1 and the course brief" in table.columns[0]
+    assert "talk 1 and the course brief" in ch13.WORKSHOP_TITLE
     assert ch13.WORKSHOP_TITLE in ch13.tables(ch13.Result())
     for i, run in enumerate(ch13.WORKSHOP_RUNS):
         assert all(run.source_of(name) for name in _numbers(run)), run.config
         assert table["source of each number"][i] == run.source  # the rendered table shows it
         for name in _numbers(run):  # each number stands in the source cell beside its own source
             assert f"{ch13.NUMBER_WORDS[name]} {ch13._number(getattr(run, name))}" in run.source
-    assert "not in the transcript" in ch13.WORKSHOP_TABLE
+    assert "not in the transcript" in ch13.WORKSHOP_TABLE and "not in the transcript" in ch13.BRIEF_SETUP
 
 
 def test_numbers_not_in_the_transcript_are_not_credited_to_it():
@@ -203,7 +203,9 @@ def test_numbers_not_in_the_transcript_are_not_credited_to_it():
         assert all(ch13._number(getattr(run, n)) in run.quote for n in credited)
     default = ch13.WORKSHOP_RUNS[1]
     with pytest.raises(ValueError, match="credited to talk 1 but not in its quote"):
-        dataclasses.replace(default, from_table=())  # its tok/s and load are not in its quote
+        dataclasses.replace(default, from_table=())  # its tok/s is not in its quote
+    with pytest.raises(ValueError, match="credited to talk 1 but not in its quote"):
+        dataclasses.replace(default, from_setup=())  # nor its load
     groups = ch13.numbers_by_source()
     transcript = next(words for where, words in groups.items() if where.startswith("the transcript of talk 1"))
     table = "; ".join(groups[ch13.WORKSHOP_TABLE])
@@ -211,6 +213,18 @@ def test_numbers_not_in_the_transcript_are_not_credited_to_it():
     assert f"output tok/s {ch13._number(default.output_tokens_per_s)}" not in "; ".join(transcript)
     text = ch13.workshop_text()
     assert f"From {ch13.WORKSHOP_TABLE}: {table}." in text
+
+
+def test_the_load_is_credited_to_the_briefs_pitfalls_and_the_tok_s_to_its_table():
+    """The brief's vLLM table has no load column: 1 request against 10 is in its list of pitfalls."""
+    hf, default, *_ = ch13.WORKSHOP_RUNS
+    assert hf.source_of("requests_in_flight") == default.source_of("requests_in_flight") == ch13.BRIEF_SETUP
+    assert default.source_of("output_tokens_per_s") == ch13.WORKSHOP_TABLE
+    text = ch13.workshop_text()
+    assert "in flight (the brief's list of pitfalls)" in text and "about 736 output tokens/s (the brief's table)" in text
+    groups = ch13.numbers_by_source()
+    assert any("requests in flight 10" in row for row in groups[ch13.BRIEF_SETUP])
+    assert not any("requests in flight" in row for row in groups[ch13.WORKSHOP_TABLE])
 
 
 def test_a_number_quoted_from_the_transcript_is_credited_to_talk_1():
@@ -221,7 +235,7 @@ def test_a_number_quoted_from_the_transcript_is_credited_to_talk_1():
     assert any("+ prefix caching, output tok/s 1,034" in w for w in transcript)
     assert not any("+ prefix caching" in w for w in groups[ch13.WORKSHOP_TABLE])
     assert "1,034 (talk 1;" in ch13.workshop_text((hf, default, quoted, *rest))
-    assert "1,034 (the workshop's table;" in ch13.workshop_text()
+    assert "about 1,034 (the brief's table;" in ch13.workshop_text()
     assert quoted.source.startswith(f"talk 1, line {prefix.line}: output tok/s 1,034")
 
 

@@ -498,6 +498,9 @@ def test_a_times_file_merged_from_several_runs_names_each_date():
     merged = {"data": {"chapters": {"01": {"measured": "2026-12-05"}, "02": {"measured": "2026-12-04"},
                                     "03": {"measured": "2026-12-04"}}}}
     assert script.measured_dates(merged, env) == "chapter 01 on 2026-12-05; chapters 02, 03 on 2026-12-04"
+    merged["data"]["chapters"]["01"]["hardware"] = "CPU: another"  # a run on another machine says which
+    assert script.measured_dates(merged, env) == ("chapter 01 on 2026-12-05 (CPU: another); "
+                                                  "chapters 02, 03 on 2026-12-04 (an unrecorded machine)")
 
 
 def test_a_chapter_package_counts_the_prose_of_all_its_parts():

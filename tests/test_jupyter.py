@@ -71,6 +71,30 @@ def test_markdown_f_strings_keep_what_jupyter_can_compute():
                              {"guess"}) == ("markdown", "Guess: *your guess*")
 
 
+def test_prose_reads_as_markdown_and_only_computed_paragraphs_stay_code():
+    """A JupyterLab learner reads text, not ``jupyter.md(rf\"\"\"...`` source: an f-string's paragraphs that
+    compute nothing are markdown cells, a computed one is a code cell whose source is hidden."""
+    import ast
+
+    src = 'f"""## 2 · A heading\n\nPlain words, {{literal}} braces.\n\nA number: {sizes.n:,}.\n\n- a list\n  that goes on\n"""'
+    cells = builder.prose_cells(builder.md_source(ast.parse(src, mode="eval").body, {"sizes"}))
+    assert [kind for kind, _ in cells] == ["markdown", "code", "markdown"]
+    assert cells[0][1] == "## 2 · A heading\n\nPlain words, {literal} braces."
+    assert "{sizes.n:,}" in cells[1][1] and builder.only_shows_text(cells[1][1])
+    assert cells[2][1] == "- a list\n  that goes on"
+    # a fenced code block keeps its blank lines; an indented paragraph stays with the one above it
+    def split(src: str) -> list[tuple[str, str]]:
+        return builder.prose_cells(builder.md_source(ast.parse(src, mode="eval").body, {"x"}))
+
+    assert split('f"""{x}\n\n```\na\n\nb\n```\n"""')[1] == ("markdown", "```\na\n\nb\n```")
+    assert [kind for kind, _ in split('f"""Words.\n\n    indented {x}\n"""')] == ["code"]
+    # a cell with a knob to change is shown whole, and its code stays visible
+    knob = "pick = 3  # the page's control\njupyter.md(rf\"\"\"\n{pick}\n\"\"\")"
+    assert builder.prose_cells(("code", knob)) == [("code", knob)] and not builder.only_shows_text(knob)
+    assert builder.only_shows_text("lm = panel.lm()\njupyter.md(ch.text(lm))")
+    assert not builder.only_shows_text("jupyter.show_figure(ch.figure())")
+
+
 def test_the_jupyter_edition_never_builds_marimo_controls():
     """nb.size_picker / nb.model_pickers return marimo elements (marimo is absent on Colab, and the
     element renders as nothing in Jupyter): no generated cell calls them or names their labels."""

@@ -519,9 +519,10 @@ def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> 
 
 
 def noise_outcome(ratio: float) -> str:
-    """SUPPORTED when a ratio of throughputs (the lesson's side over the other) is above 1 by more than
-    one run's noise (``SINGLE_RUN_NOISE``), CONTRADICTED when below it by as much, else INCONCLUSIVE."""
-    if abs(ratio - 1) < SINGLE_RUN_NOISE:
+    """SUPPORTED when a ratio of throughputs (the lesson's side over the other) is at least one run's noise
+    (``SINGLE_RUN_NOISE``) above 1, CONTRADICTED when its inverse is, else INCONCLUSIVE. The band is the
+    same both ways (0.9 is as far from 1 as 1/0.9), judged at the two decimals the page prints."""
+    if round(max(ratio, 1 / ratio), 2) < round(1 + SINGLE_RUN_NOISE, 2):
         return INCONCLUSIVE
     return SUPPORTED if ratio > 1 else CONTRADICTED
 
@@ -547,29 +548,33 @@ def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
         return finding(INCONCLUSIVE, claim, machine, "one batch size per context, so no two batches to compare")
     outcomes = [noise_outcome(big.tokens_per_s_total / small.tokens_per_s_total) for small, big in pairs]
     wins, losses = outcomes.count(SUPPORTED), outcomes.count(CONTRADICTED)
-    outcome = SUPPORTED if wins == len(pairs) else CONTRADICTED if losses == len(pairs) else INCONCLUSIVE
     ties = len(pairs) - wins - losses
+    outcome = SUPPORTED if wins == len(pairs) else CONTRADICTED if losses == len(pairs) else INCONCLUSIVE
     spread = (f"step p50 of each point, batches compared at the same context: the bigger batch won at "
-              f"{wins} of {count(len(pairs), 'context')}"
-              + (f", and was within one run's noise ({SINGLE_RUN_NOISE:.0%}) at {ties}" if ties else ""))
+              f"{wins} of {count(len(pairs), 'context')}")
     opposite = "at every context, the bigger batch yielded fewer tokens per second in total"
     numbers = "; ".join(
         f"at {small.context:,} tokens, batch {big.batch:,} gave {human(big.tokens_per_s_total, 3)} tokens/s in total "
         f"against {human(small.tokens_per_s_total, 3)} at batch {small.batch:,} "
         f"({human(big.tokens_per_s_total / small.tokens_per_s_total, 3)}× the total tokens/s for "
         f"{human(big.p50_s / small.p50_s, 3)}× the step time)" for small, big in pairs)
-    said = (contexts_disagree_text(claim, wins, len(pairs), machine) if wins and losses else
-            verdict(outcome, claim, opposite, machine, spread))
+    said = (contexts_disagree_text(claim, wins, losses, ties, machine) if outcome == INCONCLUSIVE and wins + losses
+            else verdict(outcome, claim, opposite, machine, spread + (
+                f", within one run's noise ({SINGLE_RUN_NOISE:.0%}) at every one" if ties == len(pairs) else "")))
     return said + " " + numbers[0].upper() + numbers[1:] + "."
 
 
-def contexts_disagree_text(claim: str, wins: int, contexts: int, machine: MachineLoad) -> str:
-    """The ITL verdict when the bigger batch won at some contexts (``wins`` of ``contexts``) and lost at others:
-    the contexts disagree, which is not a spread wider than the effect."""
-    return (f"**Inconclusive on this run:** the contexts disagree (the bigger batch won at {wins} of "
-            f"{count(contexts, 'context')}), so it cannot show that {claim}. {machine.text()} Press the button again; "
-            "if they still disagree, whether a bigger batch pays depends on the context at these sizes, and the "
-            "numbers say where.")
+def contexts_disagree_text(claim: str, wins: int, losses: int, ties: int, machine: MachineLoad) -> str:
+    """The ITL verdict when the contexts point different ways: the bigger batch won (by more than one run's
+    noise) at ``wins`` contexts, lost at ``losses`` and tied within that noise at ``ties``. That is not a
+    spread wider than the effect, so the tally is said as it is."""
+    tally = [f"{verb} at {n}" for verb, n in (("won", wins), ("lost", losses),
+                                              (f"was within one run's noise ({SINGLE_RUN_NOISE:.0%})", ties)) if n]
+    said = ", ".join(tally[:-1]) + f" and {tally[-1]}" if len(tally) > 1 else tally[0]
+    return (f"**Inconclusive on this run:** the contexts disagree (the bigger batch {said} of "
+            f"{count(wins + losses + ties, 'context')}), so it cannot show that {claim} at every context. "
+            f"{machine.text()} Press the button again; if they still disagree, whether a bigger batch pays depends "
+            "on the context at these sizes, and the numbers say where.")
 
 
 def summary(result: Result) -> str:

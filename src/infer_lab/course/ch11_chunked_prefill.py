@@ -318,6 +318,15 @@ AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
 AGENT_BUDGETS = tuple(2**i for i in range(4, 12))  # token budgets searched for one that meets the target: 16..2,048
 
 
+def budgets_words(budgets: Sequence[int]) -> str:
+    """The budgets tried, for people: "powers of two from 16 to 2,048", or the list when they are not."""
+    ordered = sorted(budgets)
+    if len(ordered) > 2 and ordered[0] > 0 and ordered[0] & (ordered[0] - 1) == 0 and \
+            all(b * 2 == c for b, c in zip(ordered, ordered[1:], strict=False)):
+        return f"powers of two from {ordered[0]:,} to {ordered[-1]:,}"
+    return ", ".join(f"{b:,}" for b in ordered)
+
+
 @dataclass(frozen=True)
 class AgentPromptRow:
     """One long prompt arriving among ``decoders`` users on ``n_gpus`` x ``gpu`` (roofline bounds, seconds)."""
@@ -416,7 +425,8 @@ def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
                       "it: its share of the prefill alone is too slow.")
         else:
             words += (f" A smaller budget meets it for the {r.prompt_tokens:,}-token prompt: at {fit.chunk_tokens:,} "
-                      f"tokens per step (the largest budget tried, from {min(budgets):,} to {max(budgets):,}, that does) its steps take "
+                      f"tokens per step, the largest of the budgets tried ({budgets_words(budgets)}) that meets it, "
+                      "its steps take "
                       f"{fit.chunked_step_s * 1e3:,.1f} ms on average, and its prefill takes "
                       f"{fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s in one go.")
     return words + (" Moving such prompts to their own prefill pool (disaggregation, chapter 15) keeps the decoders "

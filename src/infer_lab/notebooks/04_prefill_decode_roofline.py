@@ -92,7 +92,7 @@ def datasheet_prediction(model, gpu, batch, context):
 @app.cell
 def _(ch04, mo, nb, rl_batch, rl_context, rl_gpu, rl_model):
     _parts = datasheet_prediction(rl_model.value, rl_gpu.value, rl_batch.value, rl_context.value)
-    view = ch04.datasheet_view_of(*_parts)  # move the sliders: batch and context change the step
+    view = ch04.datasheet_view_of(*_parts)  # batch and context (the controls above) change the step
     mo.vstack([
         mo.md(ch04.datasheet_text(view)),
         mo.md(f"**Prefill, one {view.context:,}-token prompt**"),

@@ -184,7 +184,7 @@ def trend(before: float, after: float, noise: float = 0.0) -> str:
 def batch_trend_text(points: list[BatchPoint], noise: float = SINGLE_RUN_NOISE) -> str:
     """Whether the run's gain changes with batch the way the roofline says: the measured speedup's change
     from the first batch to the last (read as a change only beyond ``noise``, a fraction: one run's noise,
-    chapter 09's ``SINGLE_RUN_NOISE``) against the roofline's (analytic: judged at the printed rounding),
+    ``chapter.SINGLE_RUN_NOISE``) against the roofline's (analytic: judged at the printed rounding),
     and the words follow it."""
     if len(points) < 2:
         return "One batch size was measured: there is no trend with batch to hold against the roofline's."
@@ -238,9 +238,10 @@ def batch_derivation(result: BatchResult, chat_tokens_per_pass: float | None = N
 def chat_case_note(proposer: str, k: int) -> str:
     """What the page adds once section 3 has run with this section's ``proposer`` and ``k`` (markdown): its
     measured chat case in the shift paragraph."""
-    return (f"*Press **{PARTS['workloads']}** in section 3 with the proposer and k measured here ({proposer}, "
-            f"k = {k}) and the shift paragraph above adds their tokens per pass on open-ended chat, with the "
-            "roofline's projection at that number.*")
+    return (f"*Press **{PARTS['workloads']}** in section 3 and the shift paragraph above adds the tokens per pass "
+            f"of the proposer and k measured here ({proposer}, k = {k}) on open-ended chat, with the roofline's "
+            "projection at that number. Section 3 measures that pair by default; if you changed it here, add it "
+            "to the pairs (`_configs`) in section 3's cell.*")
 
 
 def batch_paragraphs(result: BatchResult, chat_tokens_per_pass: float | None = None) -> dict[str, str]:

@@ -107,8 +107,10 @@ from .whole import (  # noqa: F401 (re-exported: the chapter's surface)
     tables,
 )
 from .workshop import (  # noqa: F401 (re-exported: the chapter's surface)
-    _TABLE_LOAD,
+    _SETUP_LOAD,
+    BRIEF_SETUP,
     NUMBER_WORDS,
+    SHORT_SOURCE,
     TALK_1,
     VLLM_V1_DEFAULT_SINCE,
     WORKSHOP_COLUMNS,

@@ -19,10 +19,11 @@ class ReportedRun:
     ``said``); ``ttft_ms`` and ``itl_ms`` likewise (milliseconds). ``said_vs_baseline`` is a ratio
     to the baseline the speaker said aloud ("almost 15x"). ``line`` is the line of talk 1's
     transcript with the speaker's words for the row and ``quote`` those words, verbatim, where they
-    hold numbers. A number comes from the transcript unless its field is in ``from_table``: then it
-    comes from the workshop's results as the course brief records them (its vLLM table, its list of
-    what went wrong), and is not in the transcript.
-    ``units_from_table`` names the fields whose number the transcript gives without a unit.
+    hold numbers. A number comes from the transcript unless its field is in ``from_table`` (the
+    course brief's vLLM table of the workshop, approximate there: "~736") or in ``from_setup`` (how
+    the workshop's benchmark was set up, from the course brief's list of its pitfalls); neither is in
+    the transcript. ``units_from_table`` names the fields whose number the transcript gives without a
+    unit (the brief's table gives it).
     """
 
     config: str
@@ -35,13 +36,14 @@ class ReportedRun:
     line: int | None = None
     quote: str = ""
     from_table: tuple[str, ...] = ()
+    from_setup: tuple[str, ...] = ()
     units_from_table: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """A number credited to the transcript must stand in the row's quote of it."""
         if wrong := self.not_in_quote():
             raise ValueError(f"{self.config}: {', '.join(wrong)} credited to {TALK_1} but not in its quote "
-                             f"{self.quote!r}; put the field in from_table or quote the words")
+                             f"{self.quote!r}; put the field in from_table or from_setup, or quote the words")
 
     def not_in_quote(self) -> list[str]:
         """The fields credited to the transcript whose number is not in ``quote`` as a whole number."""
@@ -53,6 +55,8 @@ class ReportedRun:
         """Where the number in field ``name`` comes from; ``None`` when the row has no such number."""
         if getattr(self, name) is None:
             return None
+        if name in self.from_setup:
+            return BRIEF_SETUP
         return WORKSHOP_TABLE if name in self.from_table else f"{TALK_1}, line {self.line}"
 
     @property
@@ -68,7 +72,10 @@ class ReportedRun:
 
 
 TALK_1 = "talk 1"
-WORKSHOP_TABLE = "the workshop's results as the course brief records them (not in the transcript)"
+WORKSHOP_TABLE = "the course brief's table of the workshop's vLLM results, approximate there (not in the transcript)"
+BRIEF_SETUP = ("the course brief's list of the workshop's pitfalls, which says how its benchmark was set up "
+               "(not in the transcript)")
+SHORT_SOURCE = {WORKSHOP_TABLE: "the brief's table", BRIEF_SETUP: "the brief's list of pitfalls"}
 # The numbered fields of a ReportedRun, in the words the source column uses.
 NUMBER_WORDS = {"output_tokens_per_s": "output tok/s", "said_vs_baseline": "ratio to the baseline said aloud",
                 "ttft_ms": "TTFT", "itl_ms": "ITL", "requests_in_flight": "requests in flight"}
@@ -83,20 +90,20 @@ WORKSHOP_SETUP = "an H100 serving Mistral-7B"
 # Talk 1 (the workshop), the presenter of its vLLM benchmark notebook, lines 107-111: an HF transformers
 # baseline, then vLLM with one setting added per row. The transcript gives the baseline's 51 tok/s, TTFT
 # "54" and ITL "19" (no units) and "almost 15x" for vLLM's default; the ms units, the 736 and 1,034 tok/s
-# and the load (1 request against 10 in flight) are the workshop's results as the course brief records
-# them (the tok/s in its vLLM table, the load in its list of what went wrong), not the transcript's. The KV-quantization and
+# come from the course brief's vLLM table ("~736", "~1034"), and the load (1 request against 10 in flight)
+# from the brief's list of the workshop's pitfalls; neither is in the transcript. The KV-quantization and
 # speculative rows were given in words only.
-_TABLE_LOAD = ("requests_in_flight",)
+_SETUP_LOAD = ("requests_in_flight",)
 WORKSHOP_RUNS = (
     ReportedRun("HF transformers baseline", 51, 1, ttft_ms=54, itl_ms=19,
                 said="the raw model behind an API: send the text, get the answer back", line=107,
                 quote="hugging phase has a throughput of like around 51 tokens per second. Time to first token "
                       "was like 54 and then the inter token latency was 19",
-                from_table=_TABLE_LOAD, units_from_table=("ttft_ms", "itl_ms")),
+                from_setup=_SETUP_LOAD, units_from_table=("ttft_ms", "itl_ms")),
     ReportedRun("vLLM default (paged attention, continuous batching, KV cache)", 736, 10,
                 said="throughput \"almost 15x\"; TTFT rises, ITL goes down", said_vs_baseline=15, line=109,
                 quote="your throughput is like almost 15x",
-                from_table=("output_tokens_per_s", *_TABLE_LOAD)),
+                from_table=("output_tokens_per_s",), from_setup=_SETUP_LOAD),
     ReportedRun("+ prefix caching", 1034, None,
                 said="throughput up again, TTFT down, ITL about the same, KV use per user down", line=109,
                 from_table=("output_tokens_per_s",)),
@@ -123,7 +130,7 @@ def _change_words(before: float, after: float) -> str:
 
 def numbers_by_source(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> dict[str, list[str]]:
     """Every number of ``runs``, said with its row, grouped by where it comes from: talk 1's transcript
-    (one group, its lines named) or the workshop's results as the course brief records them."""
+    (one group, its lines named), the course brief's table, or the brief's list of pitfalls (the setup)."""
     groups: dict[str, list[str]] = {}
     lines = sorted({r.line for r in runs if r.line is not None and any(
         (r.source_of(n) or "").startswith(TALK_1) for n in NUMBER_WORDS)})
@@ -135,7 +142,7 @@ def numbers_by_source(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> dict[str
             if (where := run.source_of(name)) is None:
                 continue
             unit = " (no unit spoken)" if name in run.units_from_table else ""
-            key = WORKSHOP_TABLE if where == WORKSHOP_TABLE else transcript
+            key = where if where in SHORT_SOURCE else transcript
             by_row.setdefault(key, []).append(f"{words} {_number(getattr(run, name))}{unit}")
         for key, items in by_row.items():
             groups.setdefault(key, []).append(f"{run.config}, {', '.join(items)}")
@@ -143,8 +150,13 @@ def numbers_by_source(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> dict[str
 
 
 def _from(run: ReportedRun, name: str) -> str:
-    """A short tag for the source of one number: "talk 1" or "the workshop's table"."""
-    return "the workshop's table" if run.source_of(name) == WORKSHOP_TABLE else TALK_1
+    """A short tag for the source of one number: "talk 1", "the brief's table" or "the brief's list of pitfalls"."""
+    return SHORT_SOURCE.get(run.source_of(name) or "", TALK_1)
+
+
+def _about(run: ReportedRun, name: str) -> str:
+    """"about " before a number the brief's table gives approximately ("~736"), else nothing."""
+    return "about " if run.source_of(name) == WORKSHOP_TABLE else ""
 
 
 def workshop_text(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> str:
@@ -161,7 +173,8 @@ def workshop_text(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> str:
     if hf.output_tokens_per_s and default.output_tokens_per_s:
         said = (f" (the speaker said \"almost {_number(default.said_vs_baseline)}x\")"
                 if default.said_vs_baseline is not None else "")
-        text += (f"\n\nvLLM's default served {_number(default.output_tokens_per_s)} output tokens/s "
+        text += (f"\n\nvLLM's default served {_about(default, 'output_tokens_per_s')}"
+                 f"{_number(default.output_tokens_per_s)} output tokens/s "
                  f"({_from(default, 'output_tokens_per_s')}) against the baseline's {_number(hf.output_tokens_per_s)} "
                  f"({_from(hf, 'output_tokens_per_s')}): "
                  f"{default.output_tokens_per_s / hf.output_tokens_per_s:.0f}× the baseline{said}.")
@@ -177,7 +190,8 @@ def workshop_text(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> str:
             continue
         ratio = run.output_tokens_per_s / previous.output_tokens_per_s
         text += (f" **{run.config}** {_change_words(previous.output_tokens_per_s, run.output_tokens_per_s)} "
-                 f"{_number(run.output_tokens_per_s)} ({_from(run, 'output_tokens_per_s')}; {ratio:.2f}× the row "
+                 f"{_about(run, 'output_tokens_per_s')}{_number(run.output_tokens_per_s)} "
+                 f"({_from(run, 'output_tokens_per_s')}; {ratio:.2f}× the row "
                  "before it).")
         previous = run
     text += (
@@ -195,7 +209,7 @@ def workshop_text(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> str:
 
 
 WORKSHOP_COLUMNS = [
-    Column("config", "configuration (talk 1 and the workshop's table)", "text"),
+    Column("config", "configuration (talk 1 and the course brief)", "text"),
     Column("output_tokens_per_s", "output tokens/s", missing="— (said in words only)"),
     Column("vs_baseline", "× the HF baseline", "ratio", digits=2, missing="—"),
     Column("ttft_ms", "TTFT (ms)", missing="— (not given)"),
@@ -204,7 +218,7 @@ WORKSHOP_COLUMNS = [
     Column("said", "what the speaker said", "text"),
     Column("source", "source of each number", "text"),
 ]
-WORKSHOP_TITLE = "The workshop's vLLM ladder (talk 1 and the workshop's table; cited, not measured here)"
+WORKSHOP_TITLE = "The workshop's vLLM ladder (talk 1 and the course brief; cited, not measured here)"
 
 
 def workshop_table(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS):
