@@ -4,6 +4,7 @@ in line, one ITL sample per token) hold at the quick size."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import replace
 from types import SimpleNamespace
@@ -19,6 +20,12 @@ from infer_lab.course.notebook_code import notebook_function, notebook_path
 EXPERIMENTS = {"kv_after_prefill": "run_memory", "ttft_by_prompt": "run_ttft",
                "serve_one_by_one_then_batched": "run_serving", "decode_step_times": "run_itl"}
 USERS_LINE = "    users = sizes.users  # users at the first context"
+
+
+def _part(run):
+    """The chapter package's module that defines ``run`` (``kv_memory``, ``ttft``, ...): where it looks up
+    the notebook's experiment."""
+    return importlib.import_module(run.__module__)
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
@@ -40,7 +47,8 @@ def test_the_chapter_runs_the_notebooks_experiment_and_it_calls_the_harness(monk
         raise Stop
 
     monkeypatch.setitem(notebook_function("02", name).__globals__, "timed_generate", timed_generate)
-    (called, args), = experiment_calls(monkeypatch, ch02, getattr(ch02, EXPERIMENTS[name]), embedded, sizes)
+    run = getattr(ch02, EXPERIMENTS[name])
+    (called, args), = experiment_calls(monkeypatch, _part(run), run, embedded, sizes)
     assert called == name and args["lm"] is embedded and reached == [embedded]
     knobs = {"kv_after_prefill": {"contexts": sizes.contexts, "users": sizes.users},
              "ttft_by_prompt": {"prompt_lens": sizes.ttft_lengths, "repeats": sizes.repeats},

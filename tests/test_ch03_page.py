@@ -4,6 +4,7 @@ the batch in the check's cell changes the KV bytes the way the equation says."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -27,7 +28,8 @@ def test_the_check_is_a_short_function_of_the_notebook_file():
 def test_the_chapter_runs_the_notebooks_check_with_its_sizes(monkeypatch):
     sizes = ch03.sizes("cpu", "quick")
     lm = SimpleNamespace(name="stub-lm")
-    calls = experiment_calls(monkeypatch, ch03, ch03.run_check, lm, sizes, stop_at="bytes_predicted_vs_counted")
+    check = importlib.import_module(f"{ch03.__name__}.check")  # the part that looks up the notebook's experiment
+    calls = experiment_calls(monkeypatch, check, ch03.run_check, lm, sizes, stop_at="bytes_predicted_vs_counted")
     assert calls == [("bytes_predicted_vs_counted", {"lm": lm, "batch": sizes.check_batch,
                                                      "prompt_len": sizes.check_prompt_len,
                                                      "new_tokens": sizes.check_new_tokens})]

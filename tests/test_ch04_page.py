@@ -4,6 +4,7 @@ the chapter module only shows them, and the page shows the roofline's real code.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -23,12 +24,18 @@ def test_the_experiments_are_short_functions_of_the_notebook_file():
     assert cell_line("04", "    batches = ")  # the learner's knob, one line of the visible cell
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``datasheet``, ``compare``): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch04.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_knobs(monkeypatch):
-    calls = experiment_calls(monkeypatch, ch04, ch04.datasheet_view, "mistral-7b", "H100-SXM", 8, 2048,
+    calls = experiment_calls(monkeypatch, _part("datasheet"), ch04.datasheet_view, "mistral-7b", "H100-SXM", 8, 2048,
                               stop_at="datasheet_prediction")
     assert calls == [("datasheet_prediction", {"model": "mistral-7b", "gpu": "H100-SXM", "batch": 8, "context": 2048})]
     sizes, lm = ch04.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm", device="cpu")
-    (name, args), = experiment_calls(monkeypatch, ch04, ch04.run_compare, lm, sizes, stop_at="roofline_vs_harness")
+    (name, args), = experiment_calls(monkeypatch, _part("compare"), ch04.run_compare, lm, sizes, stop_at="roofline_vs_harness")
     assert name == "roofline_vs_harness" and args["lm"] is lm
     assert (args["prompt_lengths"], args["contexts"], args["batches"]) == (sizes.prompt_lengths, sizes.contexts,
                                                                           sizes.batches)

@@ -250,7 +250,8 @@ def test_the_workloads_length_limit_and_its_words_come_from_one_constant(monkeyp
     assert max(prompts) <= longest and max(outputs) <= longest
     words = ch08.share_words(ch08.LENGTH_DIVISOR)
     assert f"up to {words} of max_model_len" in ch08.ratio_cause_text(_fit(8, 60, 264))
-    monkeypatch.setattr(ch08, "LENGTH_DIVISOR", 2)  # another limit: the lengths and the words follow it
+    for part in ("scenario", "fit"):  # another limit, in both files that read it: the lengths and the words follow it
+        monkeypatch.setattr(f"{ch08.__name__}.{part}.LENGTH_DIVISOR", 2)
     prompts, outputs = settings.lengths()
     assert max(prompts + outputs) > longest and max(prompts + outputs) <= settings.max_model_len // 2
     assert "up to half of max_model_len" in ch08.ratio_cause_text(_fit(8, 60, 264))

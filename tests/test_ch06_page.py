@@ -4,6 +4,7 @@ formats cell (the group size) changes the result the way the chapter says it doe
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -16,6 +17,12 @@ from infer_lab.quant.formats import quantize_q4_1
 
 EXPERIMENTS = {"layer_errors": "run_formats", "quantize_and_compare": "run_compare",
                "outlier_features": "run_outliers", "kv_cache_quality": "run_kv"}  # notebook function -> its runner
+
+
+def _part(name: str):
+    """The chapter package's module for one part (``formats``, ``compare``, ...): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch06.__name__}.{name}")
 
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
@@ -33,7 +40,8 @@ def test_the_formats_cell_starts_at_the_chapters_group_size():
 
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
     sizes, lm = ch06.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm")
-    ran = {name: experiment_calls(monkeypatch, ch06, getattr(ch06, runner), lm, sizes, stop_at=name)
+    ran = {name: experiment_calls(monkeypatch, _part(runner.removeprefix("run_")), getattr(ch06, runner), lm, sizes,
+                                  stop_at=name)
            for name, runner in EXPERIMENTS.items()}
     assert {name: [c[0] for c in calls] for name, calls in ran.items()} == {name: [name] for name in EXPERIMENTS}
     args = {name: calls[0][1] for name, calls in ran.items()}

@@ -5,6 +5,7 @@ the result the way the chapter says it does."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import pytest
@@ -24,17 +25,23 @@ def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     assert len(inspect.getsourcelines(function)[0]) <= 15
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``cache``, ``waste``, ``fit``): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch08.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
     sizes = ch08.sizes("cpu", "quick")
-    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_cache, embedded, sizes, stop_at="generate_step_by_step")
+    (name, args), = experiment_calls(monkeypatch, _part("cache"), ch08.run_cache, embedded, sizes, stop_at="generate_step_by_step")
     assert name == "generate_step_by_step" and args["lm"] is embedded and args["kv_mode"] == ch08.KV_MODES[0]
     assert args["prompt"] == ch08.cache_prompt(embedded, sizes) and args["new_tokens"] == sizes.new_tokens
     settings = sizes.waste
     prompts, outputs = settings.lengths()
-    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_waste, settings, stop_at="where_memory_goes")
+    (name, args), = experiment_calls(monkeypatch, _part("waste"), ch08.run_waste, settings, stop_at="where_memory_goes")
     assert name == "where_memory_goes" and (args["prompts"], args["outputs"]) == (prompts, outputs)
     assert args["budget_slots"] == ch08.budget_slots(settings) and args["block_size"] == settings.block_size
-    (name, args), = experiment_calls(monkeypatch, ch08, ch08.run_fit, settings, stop_at="fill_until_full")
+    (name, args), = experiment_calls(monkeypatch, _part("fit"), ch08.run_fit, settings, stop_at="fill_until_full")
     assert name == "fill_until_full" and (args["prompts"], args["outputs"]) == (prompts, outputs)
 
 

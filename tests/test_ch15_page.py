@@ -4,6 +4,7 @@ chapter says, and changing the slots in the check's cell changes the steps both 
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -19,6 +20,12 @@ EXPERIMENTS = ("serve_cluster", "throughput_ceiling", "heterogeneous", "attentio
                "simulator_vs_engine")
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``cluster``, ``hetero``, ...): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch15.__name__}.{name}")
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     fn = notebook_function("15", name)
@@ -28,15 +35,15 @@ def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
 
 def test_the_chapter_runs_the_notebooks_experiments_not_copies_of_them(monkeypatch, embedded):
     sizes = ch15.sizes("cpu", "quick")
-    calls = experiment_calls(monkeypatch, ch15, ch15.run_cluster, None, sizes, stop_at="throughput_ceiling")
+    calls = experiment_calls(monkeypatch, _part("cluster"), ch15.run_cluster, None, sizes, stop_at="throughput_ceiling")
     assert [name for name, _ in calls] == ["serve_cluster"] * len(ch15.WORKLOADS) + ["throughput_ceiling"]
     assert all(args["model"] == sizes.cluster_model for _, args in calls)
-    calls = experiment_calls(monkeypatch, ch15, ch15.run_hetero, None, sizes, stop_at="attention_ffn_split")
+    calls = experiment_calls(monkeypatch, _part("hetero"), ch15.run_hetero, None, sizes, stop_at="attention_ffn_split")
     assert [name for name, _ in calls] == ["heterogeneous", "attention_ffn_split"]
     assert calls[0][1]["model"] == sizes.cluster_model and calls[0][1]["requests"] == sizes.cluster_requests
-    (name, args), = experiment_calls(monkeypatch, ch15, ch15.run_plan, None, sizes, stop_at="plan_cluster")
+    (name, args), = experiment_calls(monkeypatch, _part("plan"), ch15.run_plan, None, sizes, stop_at="plan_cluster")
     assert name == "plan_cluster" and args["model"] == sizes.plan_model
-    (name, args), = experiment_calls(monkeypatch, ch15, ch15.run_check, embedded, sizes, 4, stop_at="simulator_vs_engine")
+    (name, args), = experiment_calls(monkeypatch, _part("check"), ch15.run_check, embedded, sizes, 4, stop_at="simulator_vs_engine")
     assert name == "simulator_vs_engine" and args["slots"] == 4 and args["new_tokens"] == sizes.check_new_tokens
     assert not hasattr(ch15, "compare_with_engine")  # the check itself lives in the notebook and the library
 

@@ -89,11 +89,24 @@ def test_the_saved_only_deck_counts_batching_and_prefix_caching(number, part):
     slides, failure = deck.chapter_slides(mod, ctx)
     assert failure is None
     counted = [s for s in slides if s.title.endswith(", counted")]
-    assert len(counted) == 1 and counted[0].images
-    caption = counted[0].images[0].caption
-    assert caption.startswith("Analytic: counted on token ids") and "2026-12-05" in caption
-    skipped = next(s for s in slides if "measured live in the workshop" in s.title)
-    assert mod.PARTS[part] not in skipped.body  # that part's counts are on the slide, not "not run"
+    assert counted and counted[0].images and all(s.images or s.tables for s in counted)
+    for caption in [i.caption for s in counted for i in s.images] + [t.caption for s in counted for t in s.tables]:
+        assert caption.startswith("Analytic: counted on token ids") and "2026-12-05" in caption
+    skipped = " ".join(s.body for s in slides if "measured live in the workshop" in s.title)
+    assert mod.PARTS[part] not in skipped  # that part's counts are on the slide, not "not run"
+
+
+def test_the_saved_only_deck_counts_prefix_caching_on_its_three_workloads():
+    """I.1: the hit rates of chapter 10's workloads are counts, so the saved-only deck carries them, without
+    the stand-in's meaningless TTFT."""
+    mod = chapter("10")
+    slides = deck.prefix_count_slides(mod, BuildContext(saved_only=True, built="2026-12-05"))
+    [workloads] = [s for s in slides if "three workloads" in s.title]
+    [shown] = workloads.tables
+    assert "hit rate" in shown.columns and not any("TTFT" in c for c in shown.columns)
+    assert len(shown.rows) == len(mod.WORKLOADS) * 3  # every workload through no cache, hash and radix
+    assert workloads.body.startswith("- ") and "radix" in workloads.body
+    assert "predicted vs measured" in workloads.notes  # the verdict, spoken beside the table
 
 
 def test_the_batching_counts_are_the_chapters_own():

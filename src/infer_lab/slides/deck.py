@@ -25,6 +25,7 @@ from datetime import date
 from types import ModuleType
 from typing import Any
 
+from ..course.tables import people_table
 from ..package_files import data_path
 
 # ---------------------------------------------------------------------------------------------
@@ -518,10 +519,14 @@ def batching_count_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
 
 
 def prefix_count_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
-    """Chapter 10's block-edge staircase: the chapter's ``run_granularity`` on the stand-in, and the typo argument."""
+    """Chapter 10's block-edge staircase (the chapter's ``run_granularity`` on the stand-in), the typo argument,
+    and its three workloads through no cache, hash and radix (``run_workloads``): prefill tokens, not TTFT."""
     lm = stand_in_model()
     sizes = mod.sizes("cpu", "quick")
     match = mod.run_granularity(lm, sizes)
+    workloads = mod.run_workloads(lm, sizes)
+    counts = [c for c in mod.WORKLOAD_COLUMNS if not c.key.startswith("ttft")]  # a stand-in's times mean nothing
+    per_workload, _, verdict = mod.workloads_text(workloads).partition("\n\n")  # the slide; the verdict is spoken
     caption = counts_caption(ctx, lm)
     short = mod.TITLE.split(":")[0]
     return [
@@ -534,11 +539,19 @@ def prefix_count_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
                     + mod.shared_prompt_prediction_text(sizes)),
               notes="Analytic: the caches' rules applied to the chapter's sizes; no model involved.",
               priority=PRIORITY["detail"]),
+        Slide(f"{short}: three workloads, counted", body=per_workload,
+              tables=(table("prefill tokens per workload and cache", people_table(workloads.runs, counts), caption),),
+              notes=(f"{verdict}\n\nThe chapter's three workloads served through no cache, hash blocks and the radix "
+                     "tree, counted on token ids: a reply's ids come from the stand-in's random weights, its length "
+                     "does not (every reply runs to its set length). The TTFT is measured live in the notebook. "
+                     f"{caption}."),
+              kind="figure", priority=PRIORITY["figure"]),
     ]
 
 
 # NUMBER -> (the parts whose counts the slides carry, the function that makes them)
-ID_COUNT_SLIDES = {"09": (("steps",), batching_count_slides), "10": (("granularity",), prefix_count_slides)}
+ID_COUNT_SLIDES = {"09": (("steps",), batching_count_slides),
+                   "10": (("granularity", "workloads"), prefix_count_slides)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Chapter 03 as the course's chapter surface: ``equation``, the result, ``measure``, summary, tables, figures, saved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...analysis import memory
+from ..calculator import KVCurves, kv_curves, kv_visualizer_figure
+from ..chapter import ChapterResult, run_parts
+from .check import CheckResult, check_table, check_text, run_check
+from .fit import FitView, fit_text, fit_view, tradeoff_table
+from .kv import kv_growth_figure, kv_summary, kv_summary_text
+from .mla import MLATrap, mla_text, mla_trap, variants_table
+from .models import ModelMemoryRow, model_rows, models_notes, models_table
+from .params import (
+    ParamRow,
+    WeightFormatRow,
+    param_rows,
+    params_table,
+    weight_format_rows,
+    weight_formats_table,
+)
+from .scenario import PARTS, Sizes
+
+
+@dataclass(frozen=True)
+class EquationResult:
+    """The analytic part at the chapter's defaults."""
+
+    report: memory.KVReport
+    models: list[ModelMemoryRow]
+    params: list[ParamRow]
+    weight_formats: list[WeightFormatRow]
+    mla: MLATrap
+    curves: KVCurves
+    fit: FitView
+    growth_users: tuple[int, ...]
+    growth_max_tokens: int
+    gpu: str
+
+
+@dataclass
+class Result(ChapterResult):
+    """Chapter 03's results; a part not run is ``None``."""
+
+    model: str = ""
+    equation: EquationResult | None = None
+    check: CheckResult | None = None
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+def equation(sizes: Sizes) -> EquationResult:
+    """The analytic part at the chapter's defaults (what the notebook's controls start at)."""
+    return EquationResult(
+        report=kv_summary(sizes.model, sizes.kv_dtype, sizes.context, sizes.users),
+        models=model_rows(sizes.context, sizes.kv_dtype),
+        params=param_rows(sizes.model),
+        weight_formats=weight_format_rows(sizes.model),
+        mla=mla_trap(),
+        curves=kv_curves(sizes.model, sizes.kv_dtype, sizes.context, sizes.users, gpu=sizes.gpu),
+        fit=fit_view(sizes.model, sizes.gpu, sizes.context, sizes.users, sizes.kv_dtype),
+        growth_users=sizes.growth_users,
+        growth_max_tokens=sizes.growth_max_tokens,
+        gpu=sizes.gpu,
+    )
+
+
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
+    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
+    return run_parts(result, parts, PARTS, {
+        "equation": lambda: equation(sizes),
+        "check": lambda: run_check(lm, sizes),
+    })
+
+
+def tables(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.equation:
+        eq = result.equation
+        first = eq.models[0]
+        out[f"Every catalogued model at {first.context:,} tokens (KV in {first.kv_dtype}, weights in "
+            f"{first.weight_dtype})"] = models_table(eq.models)
+        out[f"Parameters of {eq.report.model}"] = params_table(eq.params)
+        out[f"Weights of {eq.report.model} by storage format"] = weight_formats_table(eq.weight_formats)
+        out[f"KV per token of the {eq.mla.model} shape under each attention variant"] = variants_table(eq.mla)
+        out[f"Context against users on one {eq.fit.gpu}"] = tradeoff_table(eq.fit)
+    if result.check:
+        out["Predicted vs measured bytes on this machine"] = check_table(result.check)
+    return out
+
+
+def summary(result: Result) -> str:
+    lines = []
+    if result.equation:
+        eq = result.equation
+        lines += [kv_summary_text(eq.report), mla_text(eq.mla), fit_text(eq.fit)]
+        if eq.models and models_notes(eq.models):
+            lines.append(models_notes(eq.models))
+    if result.check:
+        lines.append(check_text(result.check))
+    return "\n\n".join(lines)
+
+
+def figures(result: Result) -> dict[str, Any]:
+    out = {}
+    if result.equation:
+        eq = result.equation
+        out["kv_growth"] = kv_growth_figure(eq.report.model, eq.report.kv_dtype, eq.growth_users,
+                                            eq.growth_max_tokens, eq.gpu)
+        out["kv_visualizer"] = kv_visualizer_figure(eq.curves)
+    return out
+
+
+def saved() -> None:
+    """Nothing saved from a GPU: the equation is exact, and the check takes a second on any machine."""
+    return None
