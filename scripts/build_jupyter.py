@@ -399,13 +399,13 @@ def display_cell(cell: ast.FunctionDef, known: set[str], defaults: dict[str, tup
     return None if "mo." in ast.unparse(ast.parse(text)) else text  # comments may say "demo."
 
 
-MARIMO_ONLY = re.compile(r"\s*<!-- marimo -->.*?<!-- /marimo -->", re.S)
+MARIMO_ONLY = re.compile(r"(\s*)<!-- marimo -->.*?<!-- /marimo -->(?=(\S?))", re.S)
 
 
 def jupyter_text(text: str) -> str:
     """Drop what names marimo's controls (``<!-- marimo -->...<!-- /marimo -->``, invisible markers in
     marimo): the Jupyter edition has other controls, and its text must name only those."""
-    return MARIMO_ONLY.sub("", text)
+    return MARIMO_ONLY.sub(lambda m: m.group(1) if m.group(2) else "", text)  # a word after it keeps its space
 
 
 def escape_dollars(text: str) -> str:
@@ -489,6 +489,7 @@ def shown_text(text: str, controls: set[str], defaults: dict[str, tuple[list[str
 
 
 PLACEHOLDER = re.compile(r"\{(?!\{)")  # an f-string placeholder's opening brace (a literal one is doubled)
+LIST_ITEM = re.compile(r"\s*([-*+]|\d+\.)\s")  # a markdown list item's first line
 
 
 def prose_cells(piece: tuple[str, str] | None) -> list[tuple[str, str]]:
@@ -503,8 +504,12 @@ def prose_cells(piece: tuple[str, str] | None) -> list[tuple[str, str]]:
         return [piece]
     paragraphs, fenced = [[]], False
     for line in match["body"].split("\n"):
-        if not fenced and paragraphs[-1] and not paragraphs[-1][-1].strip() and line[:1] not in ("", " ", "\t"):
+        indent = len(line) - len(line.lstrip(" "))
+        in_list = bool(paragraphs[-1]) and LIST_ITEM.match(paragraphs[-1][0]) is not None
+        if not fenced and paragraphs[-1] and not paragraphs[-1][-1].strip() and line.strip() and \
+                (indent == 0 or (indent < 4 and not in_list)):  # 1-3 spaces: a removed control's space
             paragraphs.append([])
+            line = line.lstrip(" ")
         if line.lstrip().startswith("```"):
             fenced = not fenced
         paragraphs[-1].append(line)
@@ -637,9 +642,10 @@ def only_shows_text(code: str) -> bool:
     """Whether a code cell only computes and shows text (``jupyter.md(...)``, after loading the model):
     nothing in it for the learner to change, so its output is what a lesson shows."""
     body = ast.parse(code).body
-    return any(isinstance(s, ast.Expr) for s in body) and all(
+    knobs = [line for line in code.splitlines() if "change it here" in line]  # a control at its default
+    return not knobs and any(isinstance(s, ast.Expr) for s in body) and all(
         (isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and dotted(s.value.func) == "jupyter.md")
-        or ast.unparse(s) == LOAD_FOR_TEXT.split("  #")[0] for s in body)
+        or isinstance(s, ast.Assign) for s in body)
 
 
 def notebook_json(chapter, built: Built) -> str:

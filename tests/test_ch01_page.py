@@ -4,6 +4,7 @@ config, and the bandwidth sweep returns a curve of sane numbers."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -30,18 +31,24 @@ def test_the_experiments_are_short_functions_of_the_notebook_file():
         assert len(inspect.getsourcelines(fn)[0]) <= 17, name
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``loop``, ``bandwidth``, ...): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch01.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
     """The chapter module has no experiment of its own: each run_<part> calls the notebook's function."""
     sizes = ch01.sizes("cpu", "quick")
-    (name, args), = experiment_calls(monkeypatch, ch01, ch01.run_loop, embedded, sizes, stop_at="generate_step_by_step")
+    (name, args), = experiment_calls(monkeypatch, _part("loop"), ch01.run_loop, embedded, sizes, stop_at="generate_step_by_step")
     assert name == "generate_step_by_step"
     assert args == {"lm": embedded, "ids": ch01.prompt_ids(embedded, sizes.loop_prompt), "new_tokens": sizes.loop_new_tokens}
     device = SimpleNamespace(device="cpu")
-    (name, args), = experiment_calls(monkeypatch, ch01, ch01.run_bandwidth, device, sizes, stop_at="bandwidth_curve")
+    (name, args), = experiment_calls(monkeypatch, _part("bandwidth"), ch01.run_bandwidth, device, sizes, stop_at="bandwidth_curve")
     assert name == "bandwidth_curve"
     assert args == {"device": "cpu", "smallest": sizes.bw_smallest, "largest": sizes.bw_largest,
                     "repeats": sizes.bw_repeats}
-    calls = experiment_calls(monkeypatch, ch01, ch01.run_decode, embedded, sizes, stop_at="decode_measured")
+    calls = experiment_calls(monkeypatch, _part("decode"), ch01.run_decode, embedded, sizes, stop_at="decode_measured")
     assert [name for name, _ in calls] == ["decode_prediction", "decode_measured"]
     assert all(args["lm"] is embedded and args["context"] == sizes.decode_context for _, args in calls)
     assert calls[1][1]["steps"] == sizes.decode_steps

@@ -119,7 +119,8 @@ def test_the_itl_verdict_is_inconclusive_when_the_contexts_disagree_or_no_batche
     agreeing = ch02.itl_text(_itl(AUDIT_TABLE), QUIET)  # the bigger batch won at every context
     assert "disagree" not in agreeing and "2 of 2 contexts" in agreeing
     single = ch02.itl_text(_itl({(64, 1): 0.4, (256, 4): 1.0}), QUIET)  # one batch per context: nothing to compare
-    assert single.startswith("**Inconclusive on this run:**") and "one batch size per context" in single
+    assert single.startswith("**Not compared on this run:**") and "one batch size" in single
+    assert "noise" not in single  # nothing was timed against anything: pressing again changes nothing
 
 
 def _serving(sequential_wall_s: float, batched_wall_s: float) -> ch02.ServingResult:
@@ -257,22 +258,45 @@ def test_a_ratio_within_one_runs_noise_is_no_verdict():
     assert tie.startswith("**Inconclusive on this run:**") and "one run's noise" in tie
     just_past = ch02.serving_text(_serving(3.0, 3.0 / (1 + ch02.SINGLE_RUN_NOISE * 2)), QUIET)
     assert just_past.startswith("**This run shows it:**")
-    near = 1 + ch02.SINGLE_RUN_NOISE / 2  # batch 4 yields 1.05x the total tokens/s at 256 tokens: a tie there
-    noise = f"within one run's noise ({ch02.SINGLE_RUN_NOISE:.0%})"
-    itl = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 1.0, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
-    assert itl.startswith(f"**Inconclusive on this run:** the contexts disagree (the bigger batch won at 1 and was "
-                          f"{noise} at 1 of 2 contexts)")
-    # a loss beside a tie is named as a loss, not called an effect smaller than the noise
-    lost = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 3.2, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
-    assert "the bigger batch lost at 1 and was " + noise + " at 1 of 2 contexts" in lost
-    assert "smaller than" not in lost
-    tied = ch02.itl_text(_itl({(64, 1): 0.4, (64, 4): 1.6 / near, (256, 1): 1.0, (256, 4): 4 / near}), QUIET)
-    assert tied.startswith("**Inconclusive on this run:**") and f"{noise} at every one" in tied
 
 
-def test_the_noise_band_is_the_same_both_ways_and_judged_as_printed():
-    """0.9 is as far from 1 as 1/0.9; a ratio printed as 1.10 is past a 10% band, 1.09 is not."""
+# the bigger batch's total tokens/s over the smaller's, per context: batch 1 at 0.4 s and 1.0 s a step
+WIN, LOSS, TIE = 1.6, 0.5, 1 + ch02.SINGLE_RUN_NOISE / 2
+
+
+def _contexts(*ratios: float) -> list[ch02.ITLPoint]:
+    steps = {}
+    for context, ratio in zip((64, 256, 1024), ratios, strict=False):
+        steps[(context, 1)] = 0.4
+        steps[(context, 4)] = 4 * 0.4 / ratio  # batch 4 yields `ratio` x batch 1's tokens/s
+    return _itl(steps)
+
+
+def test_every_mix_of_wins_losses_and_ties_is_said_as_it_is():
+    band = f"within one run's noise ({ch02.noise_band_text()})"
+    both = ch02.itl_text(_contexts(WIN, LOSS, TIE), QUIET)
+    assert both.startswith(f"**Inconclusive on this run:** the contexts disagree (the bigger batch won at 1, lost at "
+                           f"1 and was {band} at 1 of 3 contexts)")
+    assert "Close other programs" in ch02.itl_text(_contexts(WIN, LOSS), BUSY)  # the load named, and the advice
+    won = ch02.itl_text(_contexts(WIN, TIE), QUIET)  # it lost nowhere: no "depends on the context"
+    assert won.startswith("**Shown at 1 of 2 contexts on this run:**") and "depends on the context" not in won
+    lost = ch02.itl_text(_contexts(LOSS, TIE, TIE), QUIET)  # it won nowhere: the loss is named as one
+    assert lost.startswith("**This run measured the opposite at 1 of 3 contexts:**") and band in lost
+    assert "smaller than" not in lost and "depends on the context" not in lost
+    busy = ch02.itl_text(_contexts(LOSS, TIE), BUSY)
+    assert busy.startswith("**Inconclusive on this run:** the bigger batch lost at 1 of 2 contexts")
+    assert "busy" in busy and "Close other programs" in busy
+    tied = ch02.itl_text(_contexts(TIE, TIE), QUIET)
+    assert tied.startswith("**Inconclusive on this run:**") and f"{band} at every one" in tied
+
+
+def test_the_noise_band_is_judged_as_printed():
+    """The verdict reads the ratio the page prints (two decimals): 0.91x and 1.10x are past the band."""
+    low, high = ch02.noise_band()
+    assert (low, high) == (round(1 / (1 + ch02.SINGLE_RUN_NOISE), 2), round(1 + ch02.SINGLE_RUN_NOISE, 2))
     assert ch02.noise_outcome(1 + ch02.SINGLE_RUN_NOISE) == ch02.SUPPORTED
     assert ch02.noise_outcome(1 / (1 + ch02.SINGLE_RUN_NOISE)) == ch02.CONTRADICTED
-    assert ch02.noise_outcome(1.098) == ch02.SUPPORTED  # shown as 1.10×
-    assert ch02.noise_outcome(1.094) == ch02.noise_outcome(1 / 1.094) == ch02.INCONCLUSIVE
+    assert ch02.noise_outcome(high - 0.002) == ch02.SUPPORTED  # printed as the band's top
+    assert ch02.noise_outcome(low + 0.004) == ch02.CONTRADICTED  # printed as its bottom
+    assert ch02.noise_outcome(high - 0.006) == ch02.noise_outcome(low + 0.006) == ch02.INCONCLUSIVE
+    assert f"a ratio {ch02.noise_band_text()} is one run's noise" in ch02.serving_text(_serving(3.0, 2.9), QUIET)

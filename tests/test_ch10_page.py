@@ -4,6 +4,7 @@ and changing a number in the notebook's experiment cell changes the result as th
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import SimpleNamespace
 
@@ -31,18 +32,24 @@ def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
     assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
 
 
+def _part(name: str):
+    """The chapter package's module for one part (``granularity``, ``workloads``): where it looks up the
+    notebook's experiment."""
+    return importlib.import_module(f"{ch10.__name__}.{name}")
+
+
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, embedded):
     sizes = ch10.sizes("cpu", "quick")
-    (name, args), = experiment_calls(monkeypatch, ch10, ch10.run_granularity, embedded, sizes, stop_at="tokens_reused")
+    (name, args), = experiment_calls(monkeypatch, _part("granularity"), ch10.run_granularity, embedded, sizes, stop_at="tokens_reused")
     assert name == "tokens_reused" and args["lm"] is embedded and args["cache"] == ch10.CACHES[0]
     assert args["block_size"] == sizes.match_block and args["prompt_len"] == sizes.match_blocks * sizes.match_block
-    (_, args), = experiment_calls(monkeypatch, ch10, ch10.run_granularity, embedded, sizes, 1, [5],
+    (_, args), = experiment_calls(monkeypatch, _part("granularity"), ch10.run_granularity, embedded, sizes, 1, [5],
                                   stop_at="tokens_reused")
     assert (args["block_size"], args["shared"]) == (1, 5)  # the knobs asked for, not the defaults
-    (name, args), = experiment_calls(monkeypatch, ch10, ch10.run_workloads, embedded, sizes, stop_at="serve_waves")
+    (name, args), = experiment_calls(monkeypatch, _part("workloads"), ch10.run_workloads, embedded, sizes, stop_at="serve_waves")
     assert name == "serve_waves" and args["cache"] == "none" and args["block_size"] == sizes.block_size
     assert args["waves"] == next(iter(ch10.workload_waves(embedded, sizes).values()))  # the chapter's workload
-    (_, args), = experiment_calls(monkeypatch, ch10, ch10.run_workloads, embedded, sizes, 48, 4, stop_at="serve_waves")
+    (_, args), = experiment_calls(monkeypatch, _part("workloads"), ch10.run_workloads, embedded, sizes, 48, 4, stop_at="serve_waves")
     assert args["waves"] == next(iter(ch10.workload_waves(embedded, sizes, 48).values())) and args["block_size"] == 4
     assert not hasattr(ch10, "measure_workloads") and not hasattr(ch10, "measure_granularity")  # old wrappers gone
 

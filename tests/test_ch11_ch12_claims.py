@@ -72,8 +72,9 @@ def test_a_smaller_budget_that_meets_the_target_is_named_with_its_prefill_time()
     assert all(row.at_budget(b).chunked_step_s > slo for b in larger)  # the largest budget that meets it
     assert fit.chunked_prefill_s > row.prefill_s  # the trade: more steps, a longer prefill
     text = ch11.chunking_verdict_text([row], slo)
-    assert (f"at {fit.chunk_tokens:,} tokens per step" in text and f"{fit.chunked_step_s * 1e3:,.1f} ms on average"
-            in text and f"its prefill takes {fit.chunked_prefill_s:,.1f} s instead of {row.prefill_s:,.1f} s" in text)
+    assert f"the largest that meets it is {fit.chunk_tokens:,} tokens per step" in text
+    assert f"the decoders' steps then take {fit.chunked_step_s * 1e3:,.1f} ms on average" in text
+    assert f"prefill takes {fit.chunked_prefill_s:,.1f} s instead of {row.prefill_s:,.1f} s" in text
     # a prompt whose share of the prefill alone misses the target: no budget meets it, and the text says so
     hopeless = replace(row, decode_step_s=2 * slo).at_budget(2048)
     assert ch11.largest_budget_meeting(hopeless, slo) is None
@@ -91,7 +92,7 @@ def test_the_course_numbers_for_coding_agents_miss_the_target_at_the_default_bud
         fit = ch11.largest_budget_meeting(r, slo)
         assert fit is not None and fit == ch11.agent_prompt_rows("H100-SXM", prompts=(r.prompt_tokens,),
                                                                  chunk=fit.chunk_tokens)[0]
-        assert f"at {fit.chunk_tokens:,} tokens per step" in text
+        assert f"the largest that meets it is {fit.chunk_tokens:,} tokens per step" in text
 
 
 def test_the_worst_gap_is_held_against_the_token_bound_both_ways():

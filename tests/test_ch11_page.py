@@ -4,6 +4,7 @@ tokens per step), and changing the budget in the notebook's cell changes the chu
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 from types import SimpleNamespace
@@ -32,8 +33,9 @@ def test_the_chapter_runs_the_notebooks_experiment_without_and_with_the_budget(m
         calls.append((lm, workload, token_budget))
         return [], []
 
-    monkeypatch.setattr(ch11, "notebook_function", lambda number, name: {("11", "serve"): serve}[(number, name)])
-    monkeypatch.setattr(ch11, "chunking_result", lambda *args: args)  # what the runner hands on, unshaped
+    part = importlib.import_module(f"{ch11.__name__}.chunking")  # the package's file that runs the experiment
+    monkeypatch.setattr(part, "notebook_function", lambda number, name: {("11", "serve"): serve}[(number, name)])
+    monkeypatch.setattr(part, "chunking_result", lambda *args: args)  # what the runner hands on, unshaped
     ch11.run_chunking(embedded, sizes)
     assert [budget for _, _, budget in calls] == [None, sizes.chunk_tokens]  # whole, then the cell's budget
     lm, workload, _ = calls[0]

@@ -169,3 +169,11 @@ def test_the_readme_says_how_many_slides_each_section_shows():
         if entry.kind != "break":
             row = next(line for line in text.splitlines() if f"| {entry.title} |" in line)
             assert f"| {show_budget(entry.end - entry.start)} |" in row, entry.key
+
+
+def test_the_stand_in_serves_the_pages_own_prompts():
+    """The saved-only deck's counts are the page's: the stand-in shares the embedded model's vocabulary,
+    from which the workloads draw their prompt ids."""
+    from infer_lab.models import load_model
+
+    assert deck.STAND_IN_CONFIG["vocab_size"] == load_model("smollm2-135m").config.vocab_size

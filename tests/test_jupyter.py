@@ -88,8 +88,13 @@ def test_prose_reads_as_markdown_and_only_computed_paragraphs_stay_code():
 
     assert split('f"""{x}\n\n```\na\n\nb\n```\n"""')[1] == ("markdown", "```\na\n\nb\n```")
     assert [kind for kind, _ in split('f"""Words.\n\n    indented {x}\n"""')] == ["code"]
+    # a control removed from the start of a line leaves a space: the words above stay markdown
+    assert split('f"""**Predict first:** words.\n\n {x}\n"""') == [
+        ("markdown", "**Predict first:** words."), ("code", 'jupyter.md(rf"""\n{x}\n""")')]
+    assert [kind for kind, _ in split('f"""- a list item\n\n  continued {x}\n"""')] == ["code"]  # one item
+    assert builder.only_shows_text("_trap = ch.trap()\njupyter.md(ch.text(_trap))")  # computed, nothing to change
     # a cell with a knob to change is shown whole, and its code stays visible
-    knob = "pick = 3  # the page's control\njupyter.md(rf\"\"\"\n{pick}\n\"\"\")"
+    knob = builder.control_line("pick", "3", "context") + "\njupyter.md(rf\"\"\"\n{pick}\n\"\"\")"
     assert builder.prose_cells(("code", knob)) == [("code", knob)] and not builder.only_shows_text(knob)
     assert builder.only_shows_text("lm = panel.lm()\njupyter.md(ch.text(lm))")
     assert not builder.only_shows_text("jupyter.show_figure(ch.figure())")
@@ -280,3 +285,9 @@ def test_every_visible_display_cell_runs_in_the_jupyter_edition(number, monkeypa
         wanted = {"mla_table", "scorecard_table", "prediction_table"}
         found = {name for name in wanted if any(f"ch07.{name}(" in text for text in built.displays)}
         assert found == wanted
+
+
+def test_marimo_only_text_leaves_the_space_between_words():
+    assert builder.jupyter_text("(k·c + v). <!-- marimo -->Move the slider. <!-- /marimo -->The rest") == \
+        "(k·c + v). The rest"
+    assert builder.jupyter_text("Last line.\n\n<!-- marimo -->Press it.<!-- /marimo -->") == "Last line."

@@ -36,7 +36,6 @@ from .itl import (  # noqa: F401 (re-exported: the chapter's surface)
     ITL_COLUMNS,
     ITLPlan,
     ITLPoint,
-    contexts_disagree_text,
     itl_batch_pairs,
     itl_figure,
     itl_plan,
@@ -45,6 +44,7 @@ from .itl import (  # noqa: F401 (re-exported: the chapter's surface)
     itl_prediction,
     itl_table,
     itl_text,
+    itl_verdict,
     left_out_text,
     run_itl,
 )
@@ -92,6 +92,8 @@ from .shared import (  # noqa: F401 (re-exported: the chapter's surface)
     _shape_dtype,
     decode_bytes,
     guess_line,
+    noise_band,
+    noise_band_text,
     noise_outcome,
     verdict,
 )

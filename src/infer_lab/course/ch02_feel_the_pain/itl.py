@@ -10,11 +10,11 @@ from ...analysis import memory
 from ...figures import finish
 from ...timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ...units import GB, count, human
-from ..chapter import SINGLE_RUN_NOISE, check_machine, finding
+from ..chapter import check_machine
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER, Sizes
-from .shared import _shape_dtype, decode_bytes, noise_outcome, verdict
+from .shared import _shape_dtype, decode_bytes, noise_band_text, noise_outcome, verdict
 
 
 @dataclass(frozen=True)
@@ -125,41 +125,57 @@ def itl_batch_pairs(itl: list[ITLPoint]) -> list[tuple[ITLPoint, ITLPoint]]:
 
 def itl_text(itl: list[ITLPoint], machine: MachineLoad | None = None) -> str:
     """The verdict (does a bigger batch give more tokens/s in total?) with the machine's load, then the
-    numbers: batches compared at the same context, one context at a time (:func:`itl_batch_pairs`)."""
+    numbers: batches compared at the same context, one context at a time (:func:`itl_batch_pairs`), each
+    ratio read as a win, a loss or a tie within one run's noise (:func:`noise_outcome`)."""
     machine = machine or check_machine()
     pairs = itl_batch_pairs(itl)
     claim = "a decode step over a bigger batch yields more tokens per second in total"
     if not pairs:
-        return finding(INCONCLUSIVE, claim, machine, "one batch size per context, so no two batches to compare")
-    outcomes = [noise_outcome(big.tokens_per_s_total / small.tokens_per_s_total) for small, big in pairs]
-    wins, losses = outcomes.count(SUPPORTED), outcomes.count(CONTRADICTED)
-    ties = len(pairs) - wins - losses
-    outcome = SUPPORTED if wins == len(pairs) else CONTRADICTED if losses == len(pairs) else INCONCLUSIVE
-    spread = (f"step p50 of each point, batches compared at the same context: the bigger batch won at "
-              f"{wins} of {count(len(pairs), 'context')}")
-    opposite = "at every context, the bigger batch yielded fewer tokens per second in total"
+        return ("**Not compared on this run:** every context has one batch size, so no two batches can be "
+                "compared (the sweep's plan says which points memory left out).")
+    ratios = [big.tokens_per_s_total / small.tokens_per_s_total for small, big in pairs]
+    outcomes = [noise_outcome(r) for r in ratios]
     numbers = "; ".join(
         f"at {small.context:,} tokens, batch {big.batch:,} gave {human(big.tokens_per_s_total, 3)} tokens/s in total "
         f"against {human(small.tokens_per_s_total, 3)} at batch {small.batch:,} "
-        f"({human(big.tokens_per_s_total / small.tokens_per_s_total, 3)}× the total tokens/s for "
-        f"{human(big.p50_s / small.p50_s, 3)}× the step time)" for small, big in pairs)
-    said = (contexts_disagree_text(claim, wins, losses, ties, machine) if outcome == INCONCLUSIVE and wins + losses
-            else verdict(outcome, claim, opposite, machine, spread + (
-                f", within one run's noise ({SINGLE_RUN_NOISE:.0%}) at every one" if ties == len(pairs) else "")))
-    return said + " " + numbers[0].upper() + numbers[1:] + "."
+        f"({ratio:.2f}× the total tokens/s for {human(big.p50_s / small.p50_s, 3)}× the step time)"
+        for (small, big), ratio in zip(pairs, ratios, strict=True))
+    return itl_verdict(claim, outcomes, machine) + " " + numbers[0].upper() + numbers[1:] + "."
 
 
-def contexts_disagree_text(claim: str, wins: int, losses: int, ties: int, machine: MachineLoad) -> str:
-    """The ITL verdict when the contexts point different ways: the bigger batch won (by more than one run's
-    noise) at ``wins`` contexts, lost at ``losses`` and tied within that noise at ``ties``. That is not a
-    spread wider than the effect, so the tally is said as it is."""
-    tally = [f"{verb} at {n}" for verb, n in (("won", wins), ("lost", losses),
-                                              (f"was within one run's noise ({SINGLE_RUN_NOISE:.0%})", ties)) if n]
-    said = ", ".join(tally[:-1]) + f" and {tally[-1]}" if len(tally) > 1 else tally[0]
-    return (f"**Inconclusive on this run:** the contexts disagree (the bigger batch {said} of "
-            f"{count(wins + losses + ties, 'context')}), so it cannot show that {claim} at every context. "
-            f"{machine.text()} Press the button again; if they still disagree, whether a bigger batch pays depends "
-            "on the context at these sizes, and the numbers say where.")
+def itl_verdict(claim: str, outcomes: list[str], machine: MachineLoad) -> str:
+    """The ITL headline from one outcome per context (SUPPORTED: the bigger batch won by more than one
+    run's noise; CONTRADICTED: it lost by as much; INCONCLUSIVE: a tie). Every context the same way is
+    :func:`verdict`'s; a mix is said as its tally, a loss always named as one."""
+    n = len(outcomes)
+    wins, losses = outcomes.count(SUPPORTED), outcomes.count(CONTRADICTED)
+    ties = n - wins - losses
+    contexts = count(n, "context")
+    band = f"within one run's noise ({noise_band_text()})"
+    if wins == n or losses == n or ties == n:
+        spread = (f"step p50 of each point, batches compared at the same context: the bigger batch won at {wins} "
+                  f"of {contexts}" + (f", {band} at every one" if ties == n else ""))
+        outcome = SUPPORTED if wins == n else CONTRADICTED if losses == n else INCONCLUSIVE
+        return verdict(outcome, claim, "at every context, the bigger batch yielded fewer tokens per second in total",
+                       machine, spread)
+    again = (" Close other programs and press the button again." if machine.busy else
+             " Press the button again.")
+    if wins and losses:
+        tally = [f"won at {wins}", f"lost at {losses}"] + ([f"was {band} at {ties}"] if ties else [])
+        return (f"**Inconclusive on this run:** the contexts disagree (the bigger batch {', '.join(tally[:-1])} and "
+                f"{tally[-1]} of {contexts}), so it cannot show that {claim} at every context. {machine.text()}"
+                f"{again} If they still disagree, whether a bigger batch pays depends on the context at these sizes, "
+                "and the numbers say where.")
+    if wins:  # wins and ties
+        return (f"**Shown at {wins} of {contexts} on this run:** there {claim}; at the other {ties} the bigger batch "
+                f"was {band}, smaller than this machine's timing noise at these sizes. {machine.text()}{again}")
+    if machine.busy:  # losses and ties, on a busy machine: the load may explain the losses
+        return (f"**Inconclusive on this run:** the bigger batch lost at {losses} of {contexts} and was {band} at "
+                f"the other {ties}, on a busy machine, so it cannot show that {claim}. {machine.text()}{again}")
+    return (f"**This run measured the opposite at {losses} of {contexts}:** there the bigger batch yielded fewer "
+            f"tokens per second in total; at the other {ties} it was {band}. {machine.text()} One run can be an "
+            "accident: press the button again. If it holds, it is this machine's result at these sizes, and the "
+            "numbers say by how much.")
 
 
 ITL_COLUMNS = [

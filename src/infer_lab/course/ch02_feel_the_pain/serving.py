@@ -9,11 +9,11 @@ from ...analysis import roofline
 from ...figures import finish
 from ...timing import MachineLoad
 from ...units import human
-from ..chapter import SINGLE_RUN_NOISE, chapter_number, check_machine
+from ..chapter import chapter_number, check_machine
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER, Sizes
-from .shared import _shape_dtype, decode_bytes, guess_line, noise_outcome, verdict
+from .shared import _shape_dtype, decode_bytes, guess_line, noise_band_text, noise_outcome, verdict
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def serving_text(serving: ServingResult, machine: MachineLoad | None = None) -> 
     outcome = noise_outcome(serving.speedup)
     verdict_text = verdict(outcome, "one padded batch serves more tokens per second than one request at a time",
                            "one padded batch served fewer tokens per second than one request at a time", machine,
-                           f"one run of each: a ratio within {SINGLE_RUN_NOISE:.0%} of 1 is one run's noise")
+                           f"one run of each: a ratio {noise_band_text()} is one run's noise")
     return verdict_text + " " + (
         f"One padded batch gives **{serving.speedup:.2f}×** the throughput of one request at a time here "
         f"({serving.tokens_per_s('sequential'):.1f} → {serving.tokens_per_s('batched'):.1f} output tokens/s), "

@@ -45,10 +45,24 @@ def guess_line(what: str, guess: float | None, predicted: float, measured: float
             f"(measured ÷ predicted = {human(measured / predicted, 3)}).")
 
 
+def noise_band() -> tuple[float, float]:
+    """The ratios, as the page prints them (two decimals), at and beyond which a ratio of two throughputs
+    is more than one run's noise: (0.91, 1.10) for ``SINGLE_RUN_NOISE`` = 10%, the same distance either way."""
+    return round(1 / (1 + SINGLE_RUN_NOISE), 2), round(1 + SINGLE_RUN_NOISE, 2)
+
+
+def noise_band_text() -> str:
+    """'between 0.91× and 1.10×': the ratios that are one run's noise, in the words the verdicts use."""
+    low, high = noise_band()
+    return f"between {low:.2f}× and {high:.2f}×"
+
+
 def noise_outcome(ratio: float) -> str:
-    """SUPPORTED when a ratio of throughputs (the lesson's side over the other) is at least one run's noise
-    (``SINGLE_RUN_NOISE``) above 1, CONTRADICTED when its inverse is, else INCONCLUSIVE. The band is the
-    same both ways (0.9 is as far from 1 as 1/0.9), judged at the two decimals the page prints."""
-    if round(max(ratio, 1 / ratio), 2) < round(1 + SINGLE_RUN_NOISE, 2):
+    """SUPPORTED when a ratio of throughputs (the lesson's side over the other), rounded to the two decimals
+    the page prints, is at or above the noise band's top (:func:`noise_band`), CONTRADICTED at or below its
+    bottom, else INCONCLUSIVE: one run's noise."""
+    low, high = noise_band()
+    shown = round(ratio, 2)
+    if low < shown < high:
         return INCONCLUSIVE
-    return SUPPORTED if ratio > 1 else CONTRADICTED
+    return SUPPORTED if shown >= high else CONTRADICTED

@@ -236,12 +236,11 @@ def batch_derivation(result: BatchResult, chat_tokens_per_pass: float | None = N
 
 
 def chat_case_note(proposer: str, k: int) -> str:
-    """What the page adds once section 3 has run with this section's ``proposer`` and ``k`` (markdown): its
-    measured chat case in the shift paragraph."""
-    return (f"*Press **{PARTS['workloads']}** in section 3 and the shift paragraph above adds the tokens per pass "
-            f"of the proposer and k measured here ({proposer}, k = {k}) on open-ended chat, with the roofline's "
-            "projection at that number. Section 3 measures that pair by default; if you changed it here, add it "
-            "to the pairs (`_configs`) in section 3's cell.*")
+    """What the page adds once section 3 has measured this section's ``proposer`` and ``k`` on open-ended chat
+    (markdown): their measured chat case in the shift paragraph."""
+    return (f"*Section 3 has not measured ({proposer}, k = {k}) on open-ended chat yet: press "
+            f"**{PARTS['workloads']}** with that pair among its proposers and k, and the shift paragraph above adds "
+            "its tokens per pass there, with the roofline's projection at that number.*")
 
 
 def batch_paragraphs(result: BatchResult, chat_tokens_per_pass: float | None = None) -> dict[str, str]:

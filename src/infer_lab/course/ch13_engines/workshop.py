@@ -210,10 +210,10 @@ def workshop_text(runs: tuple[ReportedRun, ...] = WORKSHOP_RUNS) -> str:
 
 WORKSHOP_COLUMNS = [
     Column("config", "configuration (talk 1 and the course brief)", "text"),
-    Column("output_tokens_per_s", "output tokens/s", missing="— (said in words only)"),
+    Column("output_tokens_per_s", "output tokens/s", "int", missing="— (said in words only)"),
     Column("vs_baseline", "× the HF baseline", "ratio", digits=2, missing="—"),
-    Column("ttft_ms", "TTFT (ms)", missing="— (not given)"),
-    Column("itl_ms", "ITL (ms)", missing="— (not given)"),
+    Column("ttft_ms", "TTFT (ms)", "int", missing="— (not given)"),
+    Column("itl_ms", "ITL (ms)", "int", missing="— (not given)"),
     Column("requests_in_flight", "requests in flight", "int", missing="— (not given)"),
     Column("said", "what the speaker said", "text"),
     Column("source", "source of each number", "text"),

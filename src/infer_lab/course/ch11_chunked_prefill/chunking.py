@@ -1,19 +1,4 @@
-"""Chapter 11, "Chunked prefill": a long prompt arrives while other requests decode.
-
-Without chunking, the step that admits the long prompt runs its whole prefill, and every
-decoding request waits for that step: a spike in their inter-token latency (ITL). With chunked
-prefill, each step has a token budget; the long prefill is split into chunks spread over
-several steps, each mixed with the running decodes. The decoders see many slightly slower
-steps instead of one very slow one; the long request usually pays with a later first token (TTFT),
-each extra step having a fixed cost (the words say whether a run shows it beyond the noise).
-
-The experiment is the notebook's own code: ``serve`` in ``infer_lab/notebooks/11_chunked_prefill.py``
-builds ``EngineConfig(chunked_prefill=..., max_num_batched_tokens=...)``, serves the workload of
-:func:`infer_lab.bench.long_prompt.long_prompt_among_decoders` and keeps the engine's step
-records. This module sizes it, predicts, draws and describes what it returns, and runs the
-same function for the tour, the tests and the Jupyter edition (:func:`run_chunking`, through
-:mod:`infer_lab.course.notebook_code`). Every time is a measured engine step.
-"""
+"""Section 1 of chapter 11: a long prompt among running decodes, without and with chunking (the notebook's ``serve``)."""
 
 from __future__ import annotations
 
@@ -21,54 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
-from ..bench.baselines import Workload
-from ..bench.long_prompt import long_prompt_among_decoders
-from ..engine.scheduler import Scheduler, split_budget
-from ..figures import finish
-from ..progress import progress
-from ..timing import CONTRADICTED, SUPPORTED, MachineLoad, compare_spreads, summarize
-from ..units import count
-from .chapter import NO_MODEL, ChapterResult, check_machine, choose_size, finding, run_parts
-from .library_code import code_block
-from .notebook_code import notebook_function
-from .saved import SavedView
-from .tables import Column, people_table
-
-NUMBER = "11"
-SLUG = "chunked_prefill"
-TITLE = "11 · Chunked prefill: a long prompt among running decodes"
-NEEDS_MODEL = True
-PARTS = {"chunking": "Run with and without chunking"}
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The scenario: who decodes, how long the late prompt is, and the per-step token budget."""
-
-    size: str
-    long_prompt: int  # tokens of the prompt that arrives late
-    decoders: int  # requests already decoding when it arrives
-    decode_tokens: int  # tokens each decoder generates
-    chunk_tokens: int  # token budget of one step with chunked prefill
-    arrive_at_step: int  # engine step at which the long prompt arrives
-    decoder_prompt: int = 16  # prompt tokens of each decoder
-    long_output: int = 4  # tokens the long request generates
-
-
-def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
-    """``quick``: a 1,024-token prompt among 3 decoders (seconds on 2 cores; long enough that its prefill
-    step stands well above a decode step's noise); ``full``: more decoders and steps, and a 7B-sized
-    scenario on a GPU."""
-    size = choose_size(device, size)
-    on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
-    if size == "quick":
-        return Sizes(size, long_prompt=1024, decoders=3, decode_tokens=16, chunk_tokens=128, arrive_at_step=4)
-    if on_gpu:
-        return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, chunk_tokens=512, arrive_at_step=8)
-    return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, chunk_tokens=64, arrive_at_step=8)
-
+from ...bench.baselines import Workload
+from ...bench.long_prompt import long_prompt_among_decoders
+from ...engine.scheduler import Scheduler, split_budget
+from ...figures import finish
+from ...progress import progress
+from ...timing import CONTRADICTED, SUPPORTED, MachineLoad, compare_spreads, summarize
+from ..chapter import check_machine, finding
+from ..library_code import code_block
+from ..notebook_code import notebook_function
+from ..tables import Column, people_table
+from .scenario import NUMBER, Sizes
 
 # ---------------------------------------------------------------------------------------------
 # Typed results
@@ -146,14 +94,6 @@ class ChunkingResult:
         return [s for s in self.steps if s.chunking == chunking]
 
 
-@dataclass
-class Result(ChapterResult):
-    """Chapter 11's measurement; ``None`` when not run."""
-
-    model: str = ""
-    chunking: ChunkingResult | None = None
-    threads: int = field(default_factory=torch.get_num_threads)
-
 
 # ---------------------------------------------------------------------------------------------
 # The experiment (the notebook's `serve`), its prediction and the scheduler's code
@@ -221,12 +161,6 @@ def schedule_code() -> str:
     (``split_budget``, which stage 4 of the build track has you write), the library's real code
     (docstrings left out: the words around it on the page say the same), as a markdown code block."""
     return code_block(split_budget, Scheduler.schedule)
-
-
-def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's experiment (``parts`` picks from :data:`PARTS`), the notebook's own code."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {"chunking": lambda: run_chunking(lm, sizes)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,161 +243,6 @@ def ttft_text(whole_ttft_s: float, chunked_ttft_s: float, noise_s: float) -> str
             "of each extra step, is too small to tell.")
 
 
-# ---------------------------------------------------------------------------------------------
-# Coding agents: one huge prompt among decoding users, on a catalog GPU (analytic)
-
-AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
-AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
-AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
-AGENT_BUDGETS = tuple(2**i for i in range(4, 12))  # token budgets searched for one that meets the target: 16..2,048
-
-
-def budgets_words(budgets: Sequence[int]) -> str:
-    """The budgets tried, for people: "powers of two from 16 to 2,048", or the list when they are not."""
-    ordered = sorted(budgets)
-    if len(ordered) > 2 and ordered[0] > 0 and ordered[0] & (ordered[0] - 1) == 0 and \
-            all(b * 2 == c for b, c in zip(ordered, ordered[1:], strict=False)):
-        return f"powers of two from {ordered[0]:,} to {ordered[-1]:,}"
-    return ", ".join(f"{b:,}" for b in ordered)
-
-
-@dataclass(frozen=True)
-class AgentPromptRow:
-    """One long prompt arriving among ``decoders`` users on ``n_gpus`` x ``gpu`` (roofline bounds, seconds)."""
-
-    gpu: str
-    n_gpus: int
-    prompt_tokens: int
-    prefill_s: float  # the whole prompt in one go: every decoder's stall without chunking
-    decode_step_s: float  # the decoders' step without the prompt
-    steps_missed: float  # prefill_s / decode_step_s
-    chunked_step_s: float  # a decode step with one chunk of the prompt in it, on average over the chunks
-    chunk_tokens: int
-
-    @property
-    def chunks(self) -> int:
-        """How many steps the chunked prefill takes: the prompt over the budget, rounded up."""
-        return -(-self.prompt_tokens // self.chunk_tokens)
-
-    @property
-    def chunked_prefill_s(self) -> float:
-        """The prompt's prefill spread over its chunks (seconds): every chunked step, decodes included."""
-        return self.chunks * self.chunked_step_s
-
-    def at_budget(self, chunk_tokens: int) -> AgentPromptRow:
-        """The same prompt, GPUs and decoders chunked at ``chunk_tokens`` per step (same model: the step
-        without the prompt plus the chunk's share of the whole prefill)."""
-        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * chunk_tokens / self.prompt_tokens,
-                       chunk_tokens=chunk_tokens)
-
-
-def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
-                           budgets: Sequence[int] = AGENT_BUDGETS) -> AgentPromptRow | None:
-    """The largest token budget of ``budgets`` whose chunked step meets ``tpot_slo_s`` (seconds per token)
-    for ``row``'s prompt, as a row at that budget; ``None`` when even the smallest does not."""
-    fitting = [row.at_budget(b) for b in budgets if row.at_budget(b).chunked_step_s <= tpot_slo_s]
-    return max(fitting, key=lambda r: r.chunk_tokens, default=None)
-
-
-def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
-                      decoders: int = AGENT_DECODERS, decoder_context: int = AGENT_DECODER_CONTEXT,
-                      chunk: int = AGENT_CHUNK) -> list[AgentPromptRow]:
-    """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
-    chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
-    the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
-    from ..analysis import memory, roofline
-    from ..catalog import get_gpu
-
-    spec = get_gpu(gpu)
-    rows = []
-    for prompt in prompts:
-        if prompt > memory.context_limit(model):
-            raise ValueError(f"{model} reads at most {memory.context_limit(model):,} positions, not {prompt:,}")
-        need = memory.kv_bytes(model, prompt) + memory.kv_bytes(model, decoder_context, decoders)
-        n = next((k for k in (1, 2, 4, 8) if memory.fit(model, spec.memory_bytes, prompt, n_gpus=k).kv_budget_bytes
-                  >= need), None)
-        if n is None:
-            continue
-        roof = roofline.gpu_roof(gpu, n_gpus=n)
-        prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
-        step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
-        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step, step, chunk).at_budget(chunk))
-    return rows
-
-
-def serving_tpot_slo_s() -> float:
-    """The per-token latency target (seconds) the course serves to: chapter 15's TPOT objective."""
-    from .ch15_cluster import SERVING_SLO
-
-    return SERVING_SLO.tpot_ms / 1e3
-
-
-def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
-                          budgets: Sequence[int] = AGENT_BUDGETS) -> str:
-    """What chunking does for the decoders in ``rows``, judged against a per-token target ``tpot_slo_s``
-    (seconds): it bounds their worst gap at one chunked step. When that step misses the target at the rows'
-    budget, the largest of ``budgets`` that meets it (and the longer prefill it costs) is named, or the
-    lack of one; disaggregation is the way to keep decoders at their normal step without that trade."""
-    over = [r for r in rows if r.chunked_step_s > tpot_slo_s]
-    slo = f"{tpot_slo_s * 1e3:,.0f} ms"
-    budget = " and ".join(dict.fromkeys(f"{r.chunk_tokens:,}" for r in rows))
-    if not over:
-        return (f"At a {budget}-token budget every chunked step stays under a {slo} per-token target on average "
-                "(the one chapter 15 serves to): here chunking is enough to keep the decoders interactive while "
-                "the prompt is prefilled (the last chunks, which attend to the most positions, take longest).")
-    worst = max(over, key=lambda r: r.chunked_step_s)
-    words = (f"At a {budget}-token budget, chunking bounds the decoders' worst gap at one chunked step instead of the "
-             f"whole prefill, but that step misses the target: with the {worst.prompt_tokens:,}-token prompt each "
-             f"of their steps takes about {worst.chunked_step_s * 1e3:,.0f} ms on average (the last chunks, which "
-             f"attend to the most positions, take longer), over a {slo} per-token target (chapter 15's), for the "
-             f"{worst.chunked_prefill_s:,.1f} s the chunked prefill lasts, against {worst.decode_step_s * 1e3:.1f} ms "
-             f"without the prompt ({len(over)} of {len(rows)} prompts here miss that target at this budget).")
-    for r in over:
-        fit = largest_budget_meeting(r, tpot_slo_s, budgets)
-        if fit is None:
-            words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {min(budgets):,} tokens meets "
-                      "it: its share of the prefill alone is too slow.")
-        else:
-            words += (f" A smaller budget meets it for the {r.prompt_tokens:,}-token prompt: at {fit.chunk_tokens:,} "
-                      f"tokens per step, the largest of the budgets tried ({budgets_words(budgets)}) that meets it, "
-                      "its steps take "
-                      f"{fit.chunked_step_s * 1e3:,.1f} ms on average, and its prefill takes "
-                      f"{fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s in one go.")
-    return words + (" Moving such prompts to their own prefill pool (disaggregation, chapter 15) keeps the decoders "
-                    "at their normal step without that trade.")
-
-
-def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS,
-                      tpot_slo_s: float | None = None) -> str:
-    """Coding agents' prompts in words, every number from ``rows``; chunking judged against ``tpot_slo_s``
-    (seconds per token, default chapter 15's TPOT objective)."""
-    if not rows:
-        return "No configuration of up to 8 of these GPUs holds such a prompt beside its users."
-    parts = []
-    for r in rows:
-        parts.append(
-            f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
-            f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
-            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
-            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
-            f"instead while the prompt lasts")
-    slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
-    return ("**Coding agents.** An agent that puts a repository into its prompt sends "
-            f"{min(AGENT_PROMPTS):,} to {max(AGENT_PROMPTS):,} tokens ({AGENT_MODEL}, which reads that many "
-            "positions; roofline bounds with dense attention, so real engines take longer and sparse-attention "
-            "models less): " + "; ".join(parts) + ". "
-            + chunking_verdict_text(rows, slo))
-
-
-def summary(result: Result) -> str:
-    """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.chunking:
-        lines.append(chunking_text(result.chunking))
-    lines.append(agent_prompt_text(agent_prompt_rows()))
-    return "\n\n".join(lines)
-
-
 RUN_COLUMNS = [
     Column("label", "prefill", "text"), Column("steps", "engine steps", "int"),
     Column("max_step_tokens", "largest step (tokens)", "int"),
@@ -487,16 +266,9 @@ def steps_table(c: ChunkingResult):
     return people_table(c.steps, STEP_COLUMNS)
 
 
-def tables(result: Result) -> dict[str, Any]:
-    if not result.chunking:
-        return {}
-    return {"Decoders' ITL and the long request's TTFT": runs_table(result.chunking),
-            "Every engine step": steps_table(result.chunking)}
-
-
 def chunking_figure(c: ChunkingResult, source: str):
     """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
-    from ..figures import subplots
+    from ...figures import subplots
 
     fig, (left, right) = subplots(1, 2, figsize=(12, 3.8))
     for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
@@ -518,27 +290,3 @@ def chunking_figure(c: ChunkingResult, source: str):
                  fontsize=10)
     finish(fig)
     return fig
-
-
-def figures(result: Result) -> dict[str, Any]:
-    return {"chunking": chunking_figure(result.chunking, result.model)} if result.chunking else {}
-
-
-# ---------------------------------------------------------------------------------------------
-# Saved GPU results
-
-
-def saved() -> SavedView | None:
-    """No GPU run of this chapter is saved yet: ``None`` (see :func:`gpu_note`)."""
-    return None
-
-
-def gpu_note() -> str:
-    """What this chapter measures on a GPU, for a machine without one (markdown)."""
-    full = sizes("cuda", "full")
-    return (
-        "**No saved GPU run of this chapter exists yet**: the numbers above are from this machine. "
-        f"On a GPU the full scenario is a {full.long_prompt:,}-token prompt arriving among {full.decoders} "
-        f"decoding requests, with a {full.chunk_tokens}-token budget per step: press the button there to see "
-        "the spike and its chunks at a real model's scale."
-    )

@@ -1,0 +1,148 @@
+"""Section 2 of chapter 11: coding agents, one huge prompt among decoding users on a catalog GPU (analytic)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
+AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
+AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
+AGENT_BUDGETS = tuple(2**i for i in range(4, 12))  # token budgets searched for one that meets the target: 16..2,048
+
+
+def budgets_words(budgets: Sequence[int]) -> str:
+    """The budgets tried, for people: "powers of two from 16 to 2,048", or the list when they are not."""
+    ordered = sorted(budgets)
+    if len(ordered) > 2 and ordered[0] > 0 and ordered[0] & (ordered[0] - 1) == 0 and \
+            all(b * 2 == c for b, c in zip(ordered, ordered[1:], strict=False)):
+        return f"powers of two from {ordered[0]:,} to {ordered[-1]:,}"
+    return ", ".join(f"{b:,}" for b in ordered)
+
+
+@dataclass(frozen=True)
+class AgentPromptRow:
+    """One long prompt arriving among ``decoders`` users on ``n_gpus`` x ``gpu`` (roofline bounds, seconds)."""
+
+    gpu: str
+    n_gpus: int
+    prompt_tokens: int
+    prefill_s: float  # the whole prompt in one go: every decoder's stall without chunking
+    decode_step_s: float  # the decoders' step without the prompt
+    steps_missed: float  # prefill_s / decode_step_s
+    chunked_step_s: float  # a decode step with one chunk of the prompt in it, on average over the chunks
+    chunk_tokens: int
+
+    @property
+    def chunks(self) -> int:
+        """How many steps the chunked prefill takes: the prompt over the budget, rounded up."""
+        return -(-self.prompt_tokens // self.chunk_tokens)
+
+    @property
+    def chunked_prefill_s(self) -> float:
+        """The prompt's prefill spread over its chunks (seconds): every chunked step, decodes included."""
+        return self.chunks * self.chunked_step_s
+
+    def at_budget(self, chunk_tokens: int) -> AgentPromptRow:
+        """The same prompt, GPUs and decoders chunked at ``chunk_tokens`` per step (same model: the step
+        without the prompt plus the chunk's share of the whole prefill)."""
+        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * chunk_tokens / self.prompt_tokens,
+                       chunk_tokens=chunk_tokens)
+
+
+def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
+                           budgets: Sequence[int] = AGENT_BUDGETS) -> AgentPromptRow | None:
+    """The largest token budget of ``budgets`` whose chunked step meets ``tpot_slo_s`` (seconds per token)
+    for ``row``'s prompt, as a row at that budget; ``None`` when even the smallest does not."""
+    fitting = [row.at_budget(b) for b in budgets if row.at_budget(b).chunked_step_s <= tpot_slo_s]
+    return max(fitting, key=lambda r: r.chunk_tokens, default=None)
+
+
+def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
+                      decoders: int = AGENT_DECODERS, decoder_context: int = AGENT_DECODER_CONTEXT,
+                      chunk: int = AGENT_CHUNK) -> list[AgentPromptRow]:
+    """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
+    chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
+    the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
+    from ...analysis import memory, roofline
+    from ...catalog import get_gpu
+
+    spec = get_gpu(gpu)
+    rows = []
+    for prompt in prompts:
+        if prompt > memory.context_limit(model):
+            raise ValueError(f"{model} reads at most {memory.context_limit(model):,} positions, not {prompt:,}")
+        need = memory.kv_bytes(model, prompt) + memory.kv_bytes(model, decoder_context, decoders)
+        n = next((k for k in (1, 2, 4, 8) if memory.fit(model, spec.memory_bytes, prompt, n_gpus=k).kv_budget_bytes
+                  >= need), None)
+        if n is None:
+            continue
+        roof = roofline.gpu_roof(gpu, n_gpus=n)
+        prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
+        step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
+        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step, step, chunk).at_budget(chunk))
+    return rows
+
+
+def serving_tpot_slo_s() -> float:
+    """The per-token latency target (seconds) the course serves to: chapter 15's TPOT objective."""
+    from ..ch15_cluster import SERVING_SLO
+
+    return SERVING_SLO.tpot_ms / 1e3
+
+
+def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
+                          budgets: Sequence[int] = AGENT_BUDGETS) -> str:
+    """What chunking does for the decoders in ``rows``, judged against a per-token target ``tpot_slo_s``
+    (seconds): it bounds their worst gap at one chunked step. When that step misses the target at the rows'
+    budget, the largest of ``budgets`` that meets it (and the longer prefill it costs) is named, or the
+    lack of one; disaggregation is the way to keep decoders at their normal step without that trade."""
+    over = [r for r in rows if r.chunked_step_s > tpot_slo_s]
+    slo = f"{tpot_slo_s * 1e3:,.0f} ms"
+    budget = " and ".join(dict.fromkeys(f"{r.chunk_tokens:,}" for r in rows))
+    if not over:
+        return (f"At a {budget}-token budget every chunked step stays under a {slo} per-token target on average "
+                "(the one chapter 15 serves to): here chunking is enough to keep the decoders interactive while "
+                "the prompt is prefilled (the last chunks, which attend to the most positions, take longest).")
+    worst = max(over, key=lambda r: r.chunked_step_s)
+    words = (f"At a {budget}-token budget, chunking bounds the decoders' worst gap at one chunked step instead of the "
+             f"whole prefill, but that step misses the target: with the {worst.prompt_tokens:,}-token prompt each "
+             f"of their steps takes about {worst.chunked_step_s * 1e3:,.0f} ms on average (the last chunks, which "
+             f"attend to the most positions, take longer), over a {slo} per-token target (chapter 15's), for the "
+             f"{worst.chunked_prefill_s:,.1f} s the chunked prefill lasts, against {worst.decode_step_s * 1e3:.1f} ms "
+             f"without the prompt ({len(over)} of {len(rows)} prompts here miss that target at this budget). "
+             f"Budgets tried for it: {budgets_words(budgets)} tokens.")
+    for r in over:
+        fit = largest_budget_meeting(r, tpot_slo_s, budgets)
+        if fit is None:
+            words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {min(budgets):,} tokens meets "
+                      "it: its share of the prefill alone is too slow.")
+        else:
+            words += (f" For the {r.prompt_tokens:,}-token prompt the largest that meets it is {fit.chunk_tokens:,} "
+                      f"tokens per step: the decoders' steps then take {fit.chunked_step_s * 1e3:,.1f} ms on average, "
+                      f"and the prompt's prefill takes {fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s "
+                      "in one go.")
+    return words + (" Moving such prompts to their own prefill pool (disaggregation, chapter 15) keeps the decoders "
+                    "at their normal step without that trade.")
+
+
+def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS,
+                      tpot_slo_s: float | None = None) -> str:
+    """Coding agents' prompts in words, every number from ``rows``; chunking judged against ``tpot_slo_s``
+    (seconds per token, default chapter 15's TPOT objective)."""
+    if not rows:
+        return "No configuration of up to 8 of these GPUs holds such a prompt beside its users."
+    parts = []
+    for r in rows:
+        parts.append(
+            f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
+            f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
+            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
+            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
+            f"instead while the prompt lasts")
+    slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
+    return ("**Coding agents.** An agent that puts a repository into its prompt sends "
+            f"{min(AGENT_PROMPTS):,} to {max(AGENT_PROMPTS):,} tokens ({AGENT_MODEL}, which reads that many "
+            "positions; roofline bounds with dense attention, so real engines take longer and sparse-attention "
+            "models less): " + "; ".join(parts) + ". "
+            + chunking_verdict_text(rows, slo))
