@@ -432,6 +432,10 @@ def md_source(arg: ast.expr, known: set[str], labels: dict[str, str] | None = No
     controls: set[str] = set()  # controls whose default a computed placeholder reads
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
         return "markdown", escape_dollars(jupyter_text(textwrap.dedent(arg.value).strip("\n")))
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.left, ast.Constant) \
+            and isinstance(arg.left.value, str) and free_names(arg.right) <= known:  # "## Heading\n\n" + text
+        joined = ast.JoinedStr([ast.Constant(arg.left.value), ast.FormattedValue(arg.right, -1, None)])
+        return md_source(joined, known, labels, guesses, defaults)
     if isinstance(arg, ast.Call) and free_names(arg) <= known:  # text a chapter function returns (library code)
         return "code", f"jupyter.md({ast.unparse(arg)})"
     if not isinstance(arg, ast.JoinedStr):
@@ -594,7 +598,11 @@ def build(chapter) -> Built:
     for i, cell in enumerate(cells[1:], start=1):
         show_experiments(cell.lineno)
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
-        for call in calls(cell) if hidden(cell) else ():
+        for call in sorted(calls(cell), key=lambda c: (c.lineno, c.col_offset)) if hidden(cell) else ():
+            if dotted(call.func) == "mo.accordion" and call.args and isinstance(call.args[0], ast.Dict):
+                for title in call.args[0].keys:  # the accordion's titles, each above what it opens to
+                    if isinstance(title, ast.Constant) and isinstance(title.value, str):
+                        out.markdown(f"**{title.value}**")
             if dotted(call.func) == "mo.md" and call.args:
                 emitted: set[str] = set()  # the cell's setup lines already shown, by an earlier paragraph
                 for kind, text in prose_cells(md_source(call.args[0], known | local, labels, guesses, defaults)):
@@ -626,6 +634,9 @@ def build(chapter) -> Built:
                                       source_text, labels)
             chapter_calls = {n.split(".", 1)[1] for n in names if n.startswith(f"{alias}.")}
             if shown_cell and not chapter_calls <= explorer_names:  # an explorer above already shows these
+                heading, shown_cell = literal_first(shown_cell)
+                if heading:
+                    out.markdown(heading)
                 out.code(shown_cell)
                 out.displays.append(shown_cell)
     for key, label in chapter.PARTS.items():
@@ -636,6 +647,20 @@ def build(chapter) -> Built:
     for name in explorers:
         out.code(f"jupyter.{name}()")
     return out
+
+
+def literal_first(code: str) -> tuple[str, str]:
+    """``jupyter.md("## A heading\\n\\n" + text)`` as its literal (a markdown cell, in the outline) and the
+    code that computes the rest; any other code as ``("", code)``."""
+    body = ast.parse(code).body
+    if len(body) != 1 or not isinstance(body[0], ast.Expr) or not isinstance(body[0].value, ast.Call):
+        return "", code
+    call = body[0].value
+    arg = call.args[0] if dotted(call.func) == "jupyter.md" and len(call.args) == 1 else None
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.left, ast.Constant) \
+            and isinstance(arg.left.value, str):
+        return escape_dollars(arg.left.value.strip()), f"jupyter.md({ast.unparse(arg.right)})"
+    return "", code
 
 
 def only_shows_text(code: str) -> bool:

@@ -291,3 +291,23 @@ def test_marimo_only_text_leaves_the_space_between_words():
     assert builder.jupyter_text("(k·c + v). <!-- marimo -->Move the slider. <!-- /marimo -->The rest") == \
         "(k·c + v). The rest"
     assert builder.jupyter_text("Last line.\n\n<!-- marimo -->Press it.<!-- /marimo -->") == "Last line."
+
+
+def test_a_literal_heading_before_computed_text_is_markdown():
+    """"## Heading" + computed text: the heading is a markdown cell (in the outline), the text is computed."""
+    import ast
+
+    assert builder.literal_first('jupyter.md("## vLLM and SGLang\\n\\n" + ch13.engines_text())') == (
+        "## vLLM and SGLang", "jupyter.md(ch13.engines_text())")
+    assert builder.literal_first("jupyter.md(ch13.engines_text())") == ("", "jupyter.md(ch13.engines_text())")
+    cells = builder.prose_cells(builder.md_source(ast.parse('"## On a GPU\\n\\n" + ch.note()', mode="eval").body, {"ch"}))
+    assert cells[0] == ("markdown", "## On a GPU") and cells[1][0] == "code" and "{ch.note()}" in cells[1][1]
+
+
+def test_an_accordion_title_stays_above_what_it_opens_to():
+    """Chapter 12's sampling rule sits in an accordion on the marimo page: the Jupyter edition keeps its title,
+    right above the rule's code, before the guess and the button."""
+    sources = [(c["cell_type"], _source(c)) for c in _cells(JUPYTER / "12_speculative_decoding.ipynb")]
+    title = sources.index(("markdown", "**The sampling rule, verify_sampling (for temperature > 0)**"))
+    assert "acceptance_code('sampling')" in sources[title + 1][1]
+    assert "button_time(ch12, 'passes')" in sources[title + 2][1]

@@ -102,7 +102,7 @@ def _(ch07, mo, nb):
 
     **Predict first:** the flash path never holds a row's full softmax; it sees the keys one tile
     at a time. Can it still match SDPA to fp32 rounding, and does that survive a sequence longer
-    than one 64-token tile? Change `tokens` in the cell after `against_sdpa` and see.
+    than one 64-token tile?<!-- marimo --> Change `tokens` in the cell after `against_sdpa` and see.<!-- /marimo -->
 
     The tile step the flash path repeats, the library's real code (`online_softmax_tile` in
     `src/infer_lab/attention/flash.py`): when a larger score appears, everything summed so far is
