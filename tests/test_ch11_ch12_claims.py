@@ -209,7 +209,7 @@ def test_section_4_shows_section_3s_chat_case_once_it_has_run():
     before = ch12.batch_details(batch, ch12.chat_tokens_per_pass(None, batch))  # section 3 not run yet
     reasoning = before["The roofline's reasoning, and speculation as a shift of the frontier"]
     note = ch12.chat_case_note("ngram", 4)  # the proposer and k of _batch_result
-    assert note in reasoning and ch12.PARTS["workloads"] in note and "(ngram, k = 4)" in note
+    assert note in reasoning and ch12.PARTS["workloads"] in note and "ngram at k = 4" in note
     assert "with nothing kept, 1 token per pass" in reasoning[0]
     chat = ch12.chat_tokens_per_pass(_workloads("ngram", 4, 1.02), batch)
     assert chat == 1.02

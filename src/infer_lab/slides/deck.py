@@ -479,8 +479,9 @@ def saved_slides(mod: ModuleType, ctx: BuildContext) -> list[Slide]:
 # (``run_steps``, ``run_granularity``) through the engine on a stand-in model: random weights, a tiny
 # Llama shape built here in a moment, nothing downloaded. No time from that run is shown.
 
-# Its vocabulary is the embedded model's (SmolLM2, 49,152 ids): the workloads draw their prompt ids from the
-# vocabulary, so with the same size the stand-in serves the page's own prompts and its counts are the page's.
+# Its vocabulary is the embedded model's (SmolLM2, 49,152 ids): the workloads draw their seeded prompt ids from
+# the vocabulary, so the stand-in serves the page's own seeded ids (the replies it quotes are its own, of the same
+# lengths) and its counts are the page's.
 STAND_IN_CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                    "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 49152,
                    "max_position_embeddings": 4096, "tie_word_embeddings": True}

@@ -167,13 +167,13 @@ def itl_verdict(claim: str, outcomes: list[str], machine: MachineLoad) -> str:
                 f"{again} If they still disagree, whether a bigger batch pays depends on the context at these sizes, "
                 "and the numbers say where.")
     if wins:  # wins and ties
-        return (f"**Shown at {wins} of {contexts} on this run:** there {claim}; at the other {ties} the bigger batch "
-                f"was {band}, smaller than this machine's timing noise at these sizes. {machine.text()}{again}")
+        return (f"**Shown at {wins} of {contexts} on this run:** there {claim}; at the other {count(ties, 'context')} "
+                f"the difference was {band}. {machine.text()}{again}")
     if machine.busy:  # losses and ties, on a busy machine: the load may explain the losses
         return (f"**Inconclusive on this run:** the bigger batch lost at {losses} of {contexts} and was {band} at "
-                f"the other {ties}, on a busy machine, so it cannot show that {claim}. {machine.text()}{again}")
+                f"the other {count(ties, 'context')}, on a busy machine, so it cannot show that {claim}. {machine.text()}{again}")
     return (f"**This run measured the opposite at {losses} of {contexts}:** there the bigger batch yielded fewer "
-            f"tokens per second in total; at the other {ties} it was {band}. {machine.text()} One run can be an "
+            f"tokens per second in total; at the other {count(ties, 'context')} it was {band}. {machine.text()} One run can be an "
             "accident: press the button again. If it holds, it is this machine's result at these sizes, and the "
             "numbers say by how much.")
 

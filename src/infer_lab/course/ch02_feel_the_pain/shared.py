@@ -52,9 +52,10 @@ def noise_band() -> tuple[float, float]:
 
 
 def noise_band_text() -> str:
-    """'between 0.91× and 1.10×': the ratios that are one run's noise, in the words the verdicts use."""
+    """'above 0.91× and below 1.10×': the ratios that are one run's noise (the ends are past it), in the words
+    the verdicts use."""
     low, high = noise_band()
-    return f"between {low:.2f}× and {high:.2f}×"
+    return f"above {low:.2f}× and below {high:.2f}×"
 
 
 def noise_outcome(ratio: float) -> str:

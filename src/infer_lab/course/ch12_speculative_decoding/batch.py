@@ -238,9 +238,9 @@ def batch_derivation(result: BatchResult, chat_tokens_per_pass: float | None = N
 def chat_case_note(proposer: str, k: int) -> str:
     """What the page adds once section 3 has measured this section's ``proposer`` and ``k`` on open-ended chat
     (markdown): their measured chat case in the shift paragraph."""
-    return (f"*Section 3 has not measured ({proposer}, k = {k}) on open-ended chat yet: press "
-            f"**{PARTS['workloads']}** with that pair among its proposers and k, and the shift paragraph above adds "
-            "its tokens per pass there, with the roofline's projection at that number.*")
+    return (f"*Section 3 has not measured {proposer} at k = {k} on open-ended chat yet: with that pair in "
+            f"`_configs` in its cell (it is there by default), press **{PARTS['workloads']}**, and the shift paragraph "
+            "above adds its tokens per pass there, with the roofline's projection at that number.*")
 
 
 def batch_paragraphs(result: BatchResult, chat_tokens_per_pass: float | None = None) -> dict[str, str]:
