@@ -116,18 +116,18 @@ def main() -> int:
             r = run_engine_benchmark(
                 lm,
                 requests=1,
-                concurrency=1,
+                max_num_seqs=1,
                 prompt_len=16 if small else 512,
                 output_len=8 if small else 256,
                 decode_path=path,
                 fuse_projections=fuse,
                 compile_layers=compiled,
             )
-            r["itl_tokens_per_s"] = 1e3 / r["itl_ms"]["p50"]
-            rows.append(r)
+            itl_p50 = r.run.itl_ms.p50
+            rows.append({**r.as_json(), "itl_tokens_per_s": 1e3 / itl_p50})
             print(
                 f"  batch 1 {path:12s} fused={fuse} compiled={compiled}: ITL p50 "
-                f"{r['itl_ms']['p50']:.2f} ms = {r['itl_tokens_per_s']:.1f} tok/s",
+                f"{itl_p50:.2f} ms = {1e3 / itl_p50:.1f} tok/s",
                 flush=True,
             )
         roofline = ceilings.bandwidth_Bps / lm.weight_bytes
@@ -141,7 +141,7 @@ def main() -> int:
 
         n, prompt, output = (16, 16, 8) if small else (256, 512, 128)
         r = run_engine_benchmark(
-            lm, requests=n, concurrency=n, prompt_len=prompt, output_len=output, decode_path="auto"
+            lm, requests=n, max_num_seqs=n, prompt_len=prompt, output_len=output, decode_path="auto"
         )
         shape, dtype = shape_of(lm), dtype_name(lm)
         bounds = [throughput_bound(shape, measured_roof(ceilings), n, prompt, output, dtype)]
@@ -154,14 +154,14 @@ def main() -> int:
             except Exception as exc:  # a GPU missing from the catalog has no datasheet roof
                 print(f"  no datasheet roof: {exc}", flush=True)
         print(
-            f"  {n} x {prompt}/{output}: {r['output_tokens_per_s']:.0f} output tok/s (target 10,000); "
+            f"  {n} x {prompt}/{output}: {r.output_tokens_per_s:.0f} output tok/s (target 10,000); "
             + "; ".join(f"bound on {b['roof']}: {b['output_tokens_per_s']:.0f}" for b in bounds),
             flush=True,
         )
         measured_bound = bounds[0]["output_tokens_per_s"]
-        print(f"  {r['output_tokens_per_s'] / measured_bound:.0%} of the bound on the measured ceilings "
+        print(f"  {r.output_tokens_per_s / measured_bound:.0%} of the bound on the measured ceilings "
               "(target >= 70%)", flush=True)
-        return {"result": r, "target_fraction_of_bound": 0.70, "roofline_bounds": bounds}
+        return {"result": r.as_json(), "target_fraction_of_bound": 0.70, "roofline_bounds": bounds}
 
     def hf() -> dict:
         from infer_lab.course import chapter
@@ -184,15 +184,15 @@ def main() -> int:
         lens = [8 if small else 256]
         rows = []
         for proposer in (None, "ngram", "ngram", None):  # interleaved: plain, spec, spec, plain
-            config = engine_config(1, len(prompt) + lens[0] + 8, decode_path="auto")
+            config = engine_config(len(prompt) + lens[0] + 8, decode_path="auto", max_num_seqs=1)
             if proposer:
                 import dataclasses as dc
 
                 config = dc.replace(config, speculative=proposer, num_speculative_tokens=4)
             warm_up_engine(lm, config)
-            r, outs = timed_engine_run(lm, config, [prompt], lens)
-            r.update(proposer=proposer, target_passes=outs[0].target_passes,
-                     accepted=outs[0].accepted_tokens, proposed=outs[0].proposed_tokens, tokens=outs[0].token_ids)
+            run, outs = timed_engine_run(lm, config, [prompt], lens)
+            r = {**run.as_json(), "proposer": proposer, "target_passes": outs[0].target_passes,
+                 "accepted": outs[0].accepted_tokens, "proposed": outs[0].proposed_tokens, "tokens": outs[0].token_ids}
             rows.append(r)
             print(f"  {proposer or 'plain':6s}: {r['output_tokens_per_s']:.1f} tok/s, "
                   f"{len(outs[0].token_ids) / outs[0].target_passes:.2f} tokens per pass", flush=True)
@@ -207,10 +207,10 @@ def main() -> int:
         n, prompt, output = (4, 16, 8) if small else (64, 512, 128)
         rows = []
         for kv_dtype in (None, "int8", "fp8"):
-            r = run_engine_benchmark(lm, requests=n, concurrency=n, prompt_len=prompt, output_len=output,
+            r = run_engine_benchmark(lm, requests=n, max_num_seqs=n, prompt_len=prompt, output_len=output,
                                      decode_path="batched", kv_dtype=kv_dtype)
-            rows.append({"kv_dtype": kv_dtype or "bf16", "result": r})
-            print(f"  KV {kv_dtype or 'model dtype':11s}: {r['output_tokens_per_s']:.0f} tok/s", flush=True)
+            rows.append({"kv_dtype": kv_dtype or "bf16", "result": r.as_json()})
+            print(f"  KV {kv_dtype or 'model dtype':11s}: {r.output_tokens_per_s:.0f} tok/s", flush=True)
         return {"rows": rows}
 
     def sweep() -> dict:

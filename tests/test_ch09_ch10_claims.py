@@ -11,8 +11,8 @@ from infer_lab.course import ch09_batching as ch09
 from infer_lab.course import ch10_prefix_caching as ch10
 
 
-def _point(concurrency: int, total: float, per_user: float) -> ch09.SweepPoint:
-    return ch09.SweepPoint(concurrency, 2 * concurrency, total, per_user, 10.0, 10.0, 20.0)
+def _point(max_num_seqs: int, total: float, per_user: float) -> ch09.SweepPoint:
+    return ch09.SweepPoint(max_num_seqs, 2 * max_num_seqs, total, per_user, 10.0, 10.0, 20.0)
 
 
 FRONTIER = [_point(1, 10, 10), _point(2, 18, 9), _point(4, 30, 7.5), _point(8, 40, 5)]
@@ -27,9 +27,9 @@ def test_a_clean_sweep_is_one_frontier_of_trades():
 
 def test_a_point_beaten_on_both_axes_is_named_off_the_frontier():
     bent = [FRONTIER[0], FRONTIER[1], _point(4, 17, 7.5), FRONTIER[3]]  # 4 is slower than 2 on both axes
-    assert [(p.concurrency, q.concurrency) for p, q in ch09.dominated_points(bent)] == [(4, 2)]
+    assert [(p.max_num_seqs, q.max_num_seqs) for p, q in ch09.dominated_points(bent)] == [(4, 2)]
     text = ch09.sweep_text(bent)
-    assert "Not every step up in concurrency traded" in text and "Off the frontier: concurrency 4" in text
+    assert "Not every step up in concurrency traded" in text and "Off the frontier: 4 at once (2 at once was at least" in text
     assert "At each of the" not in text
 
 

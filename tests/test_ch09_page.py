@@ -48,10 +48,10 @@ def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, 
     (_, args), = experiment_calls(monkeypatch, _part("steps"), ch09.run_steps, embedded, sizes, 3, stop_at="serve")
     assert args["max_num_seqs"] == 3  # the slots asked for, not the default
     (name, args), = experiment_calls(monkeypatch, _part("batching"), ch09.run_batching, embedded, sizes, stop_at="contenders")
-    assert name == "contenders" and args["concurrency"] == sizes.concurrency
+    assert name == "contenders" and args["max_num_seqs"] == sizes.max_num_seqs
     assert (args["prompts"], args["output_lens"]) == ch09.batching_requests(embedded, sizes)
     (_, args), = experiment_calls(monkeypatch, _part("batching"), ch09.run_batching, embedded, sizes, 2, stop_at="contenders")
-    assert args["concurrency"] == 2
+    assert args["max_num_seqs"] == 2
     assert not hasattr(ch09, "measure_batching")  # the old wrapper is gone
 
 
@@ -167,10 +167,10 @@ def test_every_contender_serves_the_same_tokens_as_the_engine(tour_runs):
 
 
 def test_the_quick_sweep_draws_a_curve_not_a_segment(tour_runs):
-    """The frontier section measures more than two concurrencies even at quick size (a CPU's run)."""
+    """The frontier section measures more than two levels of max_num_seqs even at quick size (a CPU's run)."""
     sweep = tour_runs.part("ch09_batching", "sweep")
     quick = ch09.sizes("cpu", "quick")
-    assert [p.concurrency for p in sweep] == list(quick.sweep_concurrencies) and len(sweep) >= 3
+    assert [p.max_num_seqs for p in sweep] == list(quick.sweep_max_num_seqs) and len(sweep) >= 3
     text = ch09.sweep_text(sweep)
-    first, *_, last = quick.sweep_concurrencies
-    assert "not yet a curve" not in text and f"From concurrency {first} to {last}," in text
+    first, *_, last = quick.sweep_max_num_seqs
+    assert "not yet a curve" not in text and f"From {first} to {last} requests at once," in text

@@ -59,11 +59,13 @@ def test_a_budget_below_one_reservation_is_explained_not_raised():
 
 
 def _engine_run(tokens_per_s: float, idle: float, outputs: list[list[int]]):
-    """An engine run as ``timed_engine_run`` returns it: (summary, outputs)."""
-    pct = {"p50": 10.0, "p90": 20.0, "p99": 30.0, "mean": 12.0}
-    summary = {"output_tokens_per_s": tokens_per_s, "requests_per_s": 1.0, "mean_idle_slots": idle, "steps": 12,
-               "ttft_ms": pct, "itl_ms": pct}
-    return summary, [SimpleNamespace(token_ids=o) for o in outputs]
+    """An engine run as ``timed_engine_run`` returns it: (run, outputs), with the fields a row reads."""
+    from infer_lab.timing import Stats
+
+    pct = Stats(n=3, mean=12.0, std=1.0, min=5.0, p50=10.0, p90=20.0, p99=30.0, max=31.0)
+    run = SimpleNamespace(output_tokens_per_s=tokens_per_s, requests_per_s=1.0, mean_idle_slots=idle, steps=12,
+                          ttft_ms=pct, itl_ms=pct)
+    return run, [SimpleNamespace(token_ids=o) for o in outputs]
 
 
 def test_every_contenders_run_becomes_a_row_checked_against_the_engine():
@@ -111,7 +113,7 @@ def test_the_contenders_workload_shows_static_batching_idle_at_quick_size(embedd
     sizes = ch09.sizes("cpu", "quick")
     prompts, lens = ch09.batching_requests(embedded, sizes)
     serve = notebook_function("09", "serve")
-    runs = {p: serve(embedded, prompts, lens, p, max_num_seqs=sizes.concurrency) for p in ("static", "continuous")}
+    runs = {p: serve(embedded, prompts, lens, p, max_num_seqs=sizes.max_num_seqs) for p in ("static", "continuous")}
     assert len(runs["static"]) >= 1.3 * len(runs["continuous"])
     assert ch09.idle_slot_steps(runs["static"]) > ch09.idle_slot_steps(runs["continuous"])
 

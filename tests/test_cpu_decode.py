@@ -79,13 +79,14 @@ def test_the_bench_also_times_the_same_engine_without_the_compile(embedded):
     from infer_lab.bench.engine import compare_with_hf
 
     # mixed: no roofline bound to measure (that is timed elsewhere), only the contenders
-    result = compare_with_hf(embedded, "mixed", requests=2, concurrency=1, prompt_len=8, output_len=4,
+    result = compare_with_hf(embedded, "mixed", requests=2, max_num_seqs=1, prompt_len=8, output_len=4,
                              rounds=1, contenders=("hf-sequential",), compiled_decode=True)
-    assert result["decode_path"]["compiled_decode"] is True
-    assert set(result["tokens_per_s_by_round"]) == {"engine", "hf-sequential", "engine-uncompiled"}
-    assert result["identical_to_engine_uncompiled"] and result["identical_to_hf_sequential"]
-    assert result["speedup_vs_engine_uncompiled"] == pytest.approx(
-        result["output_tokens_per_s"] / result["baseline_engine_uncompiled_tokens_per_s"])
+    assert result.run.decode_path.compiled_decode is True
+    assert [c.name for c in result.contenders] == ["hf-sequential", "engine-uncompiled"]
+    assert all(c.identical_to_engine for c in result.contenders)
+    uncompiled = result.contender("engine-uncompiled")
+    assert result.speedup_vs("engine-uncompiled") == pytest.approx(
+        result.output_tokens_per_s / uncompiled.tokens_per_s_by_round[0])
 
 
 def test_transformers_compiled_contender_runs_static_and_leaves_the_model_as_it_was(embedded, monkeypatch):

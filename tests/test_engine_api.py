@@ -248,7 +248,7 @@ def test_bench_engine_cli_json_has_the_documented_fields(capsys):
             "engine",
             "--requests",
             "3",
-            "--concurrency",
+            "--max-num-seqs",
             "2",
             "--prompt-len",
             "8",
@@ -265,22 +265,17 @@ def test_bench_engine_cli_json_has_the_documented_fields(capsys):
     )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
-    for key in (
-        "output_tokens_per_s",
-        "requests_per_s",
-        "kv_blocks_total",
-        "kv_blocks_peak_used",
-        "prefix_hit_rate",
-    ):
-        assert key in result
-    assert set(result["ttft_ms"]) >= {"p50", "p90", "p99"} and set(result["itl_ms"]) >= {
-        "p50",
-        "p90",
-        "p99",
-    }
-    assert result["output_tokens"] == 9
-    assert result["prefix_hit_rate"] > 0  # the third request reuses the shared prompt
-    assert 0 < result["kv_blocks_peak_used"] <= result["kv_blocks_total"]
+    run = result["run"]
+    assert result["output_tokens_per_s"] == pytest.approx(run["output_tokens"] / run["elapsed_s"])
+    assert run["requests_per_s"] == pytest.approx(3 / run["elapsed_s"])
+    for key in ("ttft_ms", "itl_ms"):  # timing.Stats, in ms
+        assert run[key]["p50"] <= run[key]["p90"] <= run[key]["p99"] <= run[key]["max"]
+    assert run["ttft_ms"]["n"] == 3 and run["itl_ms"]["n"] == 3 * 2  # one gap per token after the first
+    assert run["output_tokens"] == 9
+    assert run["prefix_hit_rate"] > 0  # the third request reuses the shared prompt
+    assert 0 < run["kv"]["blocks_peak_used"] <= run["kv"]["blocks_total"] and run["kv"]["block_size"] == 4
+    # The configuration is the engine's own, by its own field names.
+    assert result["config"]["max_num_seqs"] == 2 and result["config"]["prefix_cache"] == "hash"
 
 
 def test_bench_engine_rejects_bad_sizes():
@@ -346,3 +341,24 @@ def test_decode_threads_runs_decode_steps_on_fewer_threads_and_keeps_the_tokens(
 
     with pytest.raises(ValueError, match="decode_threads"):
         EngineConfig(decode_threads=0).validate()
+
+
+def test_the_bench_speaks_the_engines_field_names_and_returns_one_typed_result(embedded):
+    """One name per knob: the benchmark takes EngineConfig's own fields and refuses any other name
+    (``concurrency`` was the bench's old word for ``max_num_seqs``) with the list of real ones."""
+    from infer_lab.bench.engine import engine_config, run_engine_benchmark
+    from infer_lab.timing import Stats
+
+    with pytest.raises(ValueError, match="not an EngineConfig field: concurrency.*max_num_seqs"):
+        engine_config(64, concurrency=2)
+    config = engine_config(64, "per-sequence", max_num_seqs=2, chunked_prefill=True, max_num_batched_tokens=8)
+    assert (config.max_num_seqs, config.chunked_prefill, config.max_num_batched_tokens) == (2, True, 8)
+    assert config.batched_decode is False and config.max_model_len == 64
+    result = run_engine_benchmark(embedded, requests=3, prompt_len=12, output_len=3, warmup=False,
+                                  max_num_seqs=2, chunked_prefill=True, max_num_batched_tokens=8)
+    assert result.config.max_num_seqs == 2 and result.config.max_num_batched_tokens == 8
+    run = result.run
+    assert isinstance(run.ttft_ms, Stats) and isinstance(run.itl_ms, Stats) and run.itl_ms.n == 3 * 2
+    assert max(run.step_samples.prefill_tokens) <= 8  # the budget reached the scheduler
+    assert run.output_tokens == 9 and result.output_tokens_per_s == run.output_tokens_per_s
+    assert run.kv is not None and run.kv.blocks_peak_used <= run.kv.blocks_total

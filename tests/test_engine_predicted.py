@@ -79,7 +79,7 @@ def test_throughput_bound_by_hand_for_mistral_7b():
         throughput_bound("mistral-7b", roof, 1, 1, 0)
 
 
-def test_throughput_bound_takes_the_concurrency():
+def test_throughput_bound_takes_the_max_num_seqs():
     from infer_lab.analysis.roofline import Roof
     from infer_lab.bench.engine import roofline_bounds
     from infer_lab.bench.predicted import throughput_bound
@@ -88,21 +88,21 @@ def test_throughput_bound_takes_the_concurrency():
     one_pass_s = (7_248_023_552 - 32768 * 4096) * 2 / 1e12  # bf16 weights streamed once
     # Three 1-token prompts, 2 outputs each, one at a time: three waves of two weight-bound
     # passes, so 6 passes for 6 tokens, the batch-1 rate.
-    serial = throughput_bound("mistral-7b", roof, 3, 1, 2, concurrency=1)
-    assert serial["waves"] == 3 and serial["concurrency"] == 1
+    serial = throughput_bound("mistral-7b", roof, 3, 1, 2, max_num_seqs=1)
+    assert serial["waves"] == 3 and serial["max_num_seqs"] == 1
     assert serial["total_s"] == pytest.approx(6 * one_pass_s, rel=0.01)
     assert serial["output_tokens_per_s"] == pytest.approx(1 / one_pass_s, rel=0.01)
     # Two at a time: a wave of 2 and a wave of 1, two passes each (a pass of 2 rows still
     # streams the weights once): 4 passes for 6 tokens.
-    pairs = throughput_bound("mistral-7b", roof, 3, 1, 2, concurrency=2)
-    assert pairs["waves"] == 2 and pairs["concurrency"] == 2
+    pairs = throughput_bound("mistral-7b", roof, 3, 1, 2, max_num_seqs=2)
+    assert pairs["waves"] == 2 and pairs["max_num_seqs"] == 2
     assert pairs["total_s"] == pytest.approx(4 * one_pass_s, rel=0.01)
     # Concurrency >= requests is the old one-batch bound, and the default.
     everyone = throughput_bound("mistral-7b", roof, 3, 1, 2)
-    assert everyone == throughput_bound("mistral-7b", roof, 3, 1, 2, concurrency=8)
+    assert everyone == throughput_bound("mistral-7b", roof, 3, 1, 2, max_num_seqs=8)
     assert everyone["waves"] == 1 and everyone["total_s"] == pytest.approx(2 * one_pass_s, rel=0.01)
-    with pytest.raises(ValueError, match="concurrency"):
-        throughput_bound("mistral-7b", roof, 3, 1, 2, concurrency=0)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        throughput_bound("mistral-7b", roof, 3, 1, 2, max_num_seqs=0)
     # The bench reports the bound of the run next to the batch-1 and batch-N bounds.
     bounds = roofline_bounds("mistral-7b", roof, 3, 1, 1, 2, "bf16")
     assert bounds["roofline_bound"] == serial

@@ -135,20 +135,20 @@ def test_bench_engine_reports_the_ledger_and_saves_the_run(capsys, tmp_path):
     from infer_lab.cli import main
 
     out = tmp_path / "engine.json"
-    args = ["bench", "engine", "--requests", "3", "--concurrency", "2", "--prompt-len", "8", "--output-len", "4",
+    args = ["bench", "engine", "--requests", "3", "--max-num-seqs", "2", "--prompt-len", "8", "--output-len", "4",
             "--save", str(out)]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "GB/step" in printed and "of copy" in printed
     result = json.loads(out.read_text())
-    ledger_ = result["ledger"]
-    steps_per_s = result["decode_tokens_per_s"] / result["mean_decode_batch"]
+    ledger_, decode = result["ledger"], result["run"]["decode"]
+    steps_per_s = result["decode_tokens_per_s"] / decode["mean_batch"]
     assert ledger_["GBps"] == pytest.approx(steps_per_s * ledger_["bytes_per_step"] / 1e9)
     assert ledger_["fraction_of_copy"] == pytest.approx(ledger_["GBps"] / result["copy_bandwidth"]["GBps"])
-    assert ledger_["bytes_per_step"] == result["decode_step_bytes"] > streamed_weight_bytes("smollm2-135m")
+    assert ledger_["bytes_per_step"] == decode["step_bytes"] > streamed_weight_bytes("smollm2-135m")
     # The raw samples, the machine and the command, not only the summaries.
-    steps = result["samples"]["steps"]
-    assert len(steps["duration_s"]) == result["steps"] and len(result["samples"]["ttft_s"]) == 3
+    steps = result["run"]["step_samples"]
+    assert len(steps["duration_s"]) == result["run"]["steps"] and len(result["run"]["ttft_samples_s"]) == 3
     assert sum(d for d, p in zip(steps["decode_tokens"], steps["prefill_tokens"], strict=True) if p == 0) > 0
     env = result["environment"]
     assert env["cpu"]["model"] and isinstance(env["cpu"]["flags"], list) and env["torch_threads"] >= 1

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
 
+from ..analysis.compare import dtype_name, shape_of
+from ..analysis.roofline import measured_roof
 from ..engine import Engine, EngineConfig, RequestOutput, SamplingParams
-from ..harness import env_metadata, summarize
-from .ledger import (
-    copy_bandwidth,
-    decode_step_bytes,
-    engine_weight_bytes,
-    kv_dtype_of,
-    ledger_row,
-    mean_decode_context,
+from ..hardware import measure_ceilings
+from ..harness import env_metadata
+from .engine_run import (
+    Contender,
+    DecodeSteps,
+    EngineBenchmark,
+    EngineRun,
+    decode_steps,
+    summarize_run,
 )
+from .ledger import copy_bandwidth, decode_step_bytes, engine_weight_bytes, kv_dtype_of, ledger_row
 
 DECODE_PATHS = {
     "auto": {},
@@ -41,14 +45,6 @@ def decode_path_config(path: str) -> dict[str, Any]:
     return dict(DECODE_PATHS[path])
 
 
-def percentiles_ms(samples_s: list[float]) -> dict[str, float] | None:
-    """p50/p90/p99/mean of seconds, in milliseconds; None when there are no samples."""
-    if not samples_s:
-        return None
-    s = summarize(samples_s)
-    return {"p50": s.p50 * 1e3, "p90": s.p90 * 1e3, "p99": s.p99 * 1e3, "mean": s.mean * 1e3}
-
-
 def workload(
     lm: Any, requests: int, prompt_len: int, shared_prefix_len: int = 0, seed: int = 0
 ) -> list[list[int]]:
@@ -63,104 +59,35 @@ def workload(
     return ids.tolist()
 
 
-def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float) -> dict[str, Any]:
-    """The tidy result of a finished engine run (the JSON of ``infer-lab bench engine``)."""
-    n_out = sum(len(o.token_ids) for o in outputs)
-    ttft = [o.ttft_s for o in outputs if o.ttft_s is not None]
-    itl = [x for o in outputs for x in o.itl_s]
-    log = engine.step_log
-    kv = engine.kv
-    pool = kv if hasattr(kv, "num_used_blocks") else None  # paged KV
-    pc = engine.prefix_cache
-    decode = [r for r in log if r.prefill_tokens == 0 and r.decode_tokens > 0 and not r.failed]
-    decode_s, decode_tokens = sum(r.duration_s for r in decode), sum(r.decode_tokens for r in decode)
-    lens = ([len(o.prompt_ids) for o in outputs], [len(o.token_ids) for o in outputs])
-    return {
-        "output_tokens": n_out,
-        "elapsed_s": elapsed_s,
-        "output_tokens_per_s": n_out / elapsed_s,
-        "requests_per_s": len(outputs) / elapsed_s,
-        "ttft_ms": percentiles_ms(ttft),
-        "itl_ms": percentiles_ms(itl),
-        "steps": len(log),
-        "mean_batch_size": sum(r.num_seqs for r in log) / max(len(log), 1),
-        "mean_idle_slots": sum(r.idle_slots for r in log) / max(len(log), 1),
-        "kv_blocks_total": pool.num_blocks if pool else None,
-        "kv_blocks_peak_used": kv.peak_blocks_used if pool else None,
-        "kv_block_size": engine.config.block_size if pool else None,
-        "prefix_hit_rate": pc.stats.hit_rate if pc else 0.0,
-        "prefix_hit_tokens": pc.stats.hit_tokens if pc else 0,
-        "num_preemptions": engine.scheduler.num_preemptions,
-        "failed_requests": sum(1 for o in outputs if o.finish_reason == "error"),
-        "decode_steps": len(decode),
-        "decode_tokens_per_s": decode_tokens / decode_s if decode_s else None,
-        "mean_decode_batch": decode_tokens / len(decode) if decode else None,
-        "mean_decode_context": mean_decode_context(*lens) if decode else None,
-        "samples": {"ttft_s": ttft, "e2e_s": [o.e2e_s for o in outputs], "steps": {
-            "duration_s": [r.duration_s for r in log], "num_seqs": [r.num_seqs for r in log],
-            "prefill_tokens": [r.prefill_tokens for r in log], "decode_tokens": [r.decode_tokens for r in log]}},
-    }
-
-
-def engine_step_bytes(lm: Any, engine: Engine, run: dict[str, Any]) -> int | None:
-    """Bytes (:func:`~.ledger.decode_step_bytes`) of a mean pure decode step of a :func:`summarize_run`
-    result, at its mean batch and context, with the engine's weights and KV format; None without
-    decode steps or without a KV cache (``nocache`` recomputes instead of reading K/V)."""
-    if run["decode_tokens_per_s"] is None or engine.config.kv_mode == "nocache":
+def engine_step_bytes(lm: Any, engine: Engine, decode: DecodeSteps) -> int | None:
+    """Bytes (:func:`~.ledger.decode_step_bytes`) of a mean pure decode step, at its mean batch and
+    context, with the engine's weights and KV format; None without a KV cache (``nocache``
+    recomputes instead of reading K/V)."""
+    if engine.config.kv_mode == "nocache":
         return None
-    return decode_step_bytes(lm, run["mean_decode_batch"], run["mean_decode_context"],
+    return decode_step_bytes(lm, decode.mean_batch, decode.mean_context,
                              weight_bytes=engine_weight_bytes(lm, engine.model),
                              kv_dtype=kv_dtype_of(engine.model.dtype, engine.config.kv_dtype))
 
 
-def engine_ledger(lm: Any, run: dict[str, Any]) -> dict[str, Any] | None:
-    """:func:`~.ledger.ledger_row` of a :func:`timed_engine_run` result at its decode tokens/s (None
-    where it has no ``decode_step_bytes``); measures the copy bandwidth on first use."""
-    if run["decode_step_bytes"] is None:
+def engine_ledger(lm: Any, decode: DecodeSteps | None, tokens_per_s: float | None = None) -> dict[str, Any] | None:
+    """:func:`~.ledger.ledger_row` of a run's decode steps at ``tokens_per_s`` (default: theirs); None
+    without decode steps or their bytes. Measures the copy bandwidth on first use."""
+    if decode is None or decode.step_bytes is None:
         return None
-    return ledger_row(run["decode_tokens_per_s"], run["mean_decode_batch"], run["decode_step_bytes"],
+    return ledger_row(tokens_per_s or decode.tokens_per_s, decode.mean_batch, decode.step_bytes,
                       copy_bandwidth(lm.device))
 
 
-def engine_config(
-    max_num_seqs: int = 16,
-    max_model_len: int = 2048,
-    policy: str = "continuous",
-    prefix_cache: str = "none",
-    chunk_tokens: int | None = None,
-    kv_mode: str = "paged",
-    block_size: int = 16,
-    num_blocks: int | None = None,
-    decode_path: str = "auto",
-    fuse_projections: bool = True,
-    compile_layers: bool = False,
-    kv_dtype: str | None = None,
-    prepack_weights: bool | None = None,
-    weight_quant: str | None = None,
-    engine_dtype: str | None = None,
-    compiled_decode: bool = False,
-) -> EngineConfig:
-    """The :class:`EngineConfig` a benchmark's switches name (``prepack_weights`` None: the engine decides)."""
-    extra = {"kv_dtype": kv_dtype} if kv_dtype is not None else {}
-    return EngineConfig(
-        kv_mode=kv_mode,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        policy=policy,
-        max_num_seqs=max_num_seqs,
-        chunked_prefill=chunk_tokens is not None,
-        max_num_batched_tokens=chunk_tokens or 512,
-        prefix_cache=prefix_cache,
-        max_model_len=max_model_len,
-        fuse_projections=fuse_projections,
-        compile_layers=compile_layers,
-        prepack_weights=prepack_weights,
-        weight_quant=weight_quant,
-        dtype=engine_dtype,
-        compiled_decode=compiled_decode,
-        **decode_path_config(decode_path),
-        **extra,
-    )
+def engine_config(max_model_len: int, decode_path: str = "auto", **switches: Any) -> EngineConfig:
+    """The :class:`EngineConfig` of a benchmark: ``switches`` are its own fields, by their own names
+    (``max_num_seqs``, ``chunked_prefill``, ``max_num_batched_tokens``, ``dtype``...), and
+    ``decode_path`` names a preset of its decode switches (:data:`DECODE_PATHS`)."""
+    known = {f.name for f in fields(EngineConfig)}
+    unknown = sorted(set(switches) - known)
+    if unknown:
+        raise ValueError(f"not an EngineConfig field: {', '.join(unknown)} (fields: {', '.join(sorted(known))})")
+    return EngineConfig(max_model_len=max_model_len, **{**switches, **decode_path_config(decode_path)})
 
 
 def warm_up_engine(lm: Any, config: EngineConfig, seed: int = 1) -> None:
@@ -172,9 +99,12 @@ def warm_up_engine(lm: Any, config: EngineConfig, seed: int = 1) -> None:
 
 
 def timed_engine_run(
-    lm: Any, config: EngineConfig, prompts: list[list[int]], output_lens: list[int]
-) -> tuple[dict[str, Any], list[RequestOutput]]:
-    """Every request at t = 0 through a fresh engine (EOS ignored); its summary and outputs."""
+    lm: Any, config: EngineConfig, prompts: list[list[int]], output_lens: list[int],
+    requested_path: str = "auto",
+) -> tuple[EngineRun, list[RequestOutput]]:
+    """Every request at t = 0 through a fresh engine (EOS ignored); its typed result and outputs.
+
+    CUDA graphs are captured before the clock starts, as a server does at start-up."""
     engine = Engine.from_loaded(lm, config)
     runner = engine.decode_runner
     capture_s = runner.capture_all() if runner is not None and runner.use_cuda_graphs else None
@@ -182,151 +112,117 @@ def timed_engine_run(
     t0 = time.perf_counter()
     outputs = engine.generate(prompts, params)
     elapsed = time.perf_counter() - t0
-    result = summarize_run(engine, outputs, elapsed)
-    result["decode_step_bytes"] = engine_step_bytes(lm, engine, result)
-    result["decode_path"] = {
-        "batched_decode": config.batched_decode,
-        "static_decode": runner is not None,
-        "cuda_graphs": bool(runner and runner.use_cuda_graphs),
-        "fused_projections": config.fuse_projections,
-        "prepacked_weights": engine.prepacked_weights,
-        "gemm_plan": engine.gemm_plan.as_dict(),
-        "compiled": config.compile_layers,
-        "compiled_decode": config.compiled_decode,
-        "compiled_decode_setup_s": engine.compile_s,  # this engine's; the compile itself ran in the warm-up
-        "static_steps": runner.steps if runner else 0,
-        "graphs_captured": len(runner.graphs) if runner else 0,
-    }
-    if capture_s is not None:
-        result["graph_capture_s"] = capture_s
-    return result, outputs
+    decode = decode_steps(engine, outputs)
+    if decode is not None:
+        decode = replace(decode, step_bytes=engine_step_bytes(lm, engine, decode))
+    run = summarize_run(engine, outputs, elapsed, decode=decode, requested_path=requested_path,
+                        graph_capture_s=capture_s)
+    return run, outputs
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 def run_engine_benchmark(
     lm: Any,
     requests: int = 16,
-    concurrency: int = 16,
     prompt_len: int = 64,
     output_len: int = 32,
-    policy: str = "continuous",
-    prefix_cache: str = "none",
-    chunk_tokens: int | None = None,
-    kv_mode: str = "paged",
-    block_size: int = 16,
-    num_blocks: int | None = None,
+    *,
     shared_prefix_len: int = 0,
     output_lens: list[int] | None = None,
     seed: int = 0,
     warmup: bool = True,
-    decode_path: str = "auto",
-    fuse_projections: bool = True,
-    compile_layers: bool = False,
-    kv_dtype: str | None = None,
     workload_kind: str = "uniform",
-    prepack_weights: bool | None = None,
-    weight_quant: str | None = None,
-    engine_dtype: str | None = None,
-    compiled_decode: bool = False,
-) -> dict[str, Any]:
+    decode_path: str = "auto",
+    **switches: Any,
+) -> EngineBenchmark:
     """Run ``requests`` random-prompt requests (EOS ignored) through a fresh engine; all arrive at t=0.
 
     Args:
-        concurrency: batch slots (``max_num_seqs``).
         prompt_len, output_len: tokens per request (``output_lens`` overrides per request).
-        mode: ``"continuous"`` or ``"static"`` batching.
-        prefix_cache: ``"none"``, ``"hash"`` or ``"radix"``.
-        chunk_tokens: per-step token budget with chunked prefill (None: no chunking).
-        decode_path: ``auto``, ``per-sequence``, ``batched``, ``static`` or ``cuda-graphs``
-            (see :data:`DECODE_PATHS`).
-        fuse_projections: one GEMM for q|k|v and one for gate|up (off: five GEMMs).
-        compile_layers: torch.compile both halves of every layer (compiled during the warm-up).
-        kv_dtype: the KV cache's storage (``None``: the model's dtype; ``int8``, ``fp8``).
-        prepack_weights: GEMMs on oneDNN-prepacked weights (``None``: on a CPU when possible).
-        compiled_decode: one-token steps through :mod:`~infer_lab.engine.cpu.cpu_decode` (CPU).
         workload_kind: ``uniform`` or ``mixed`` (seeded prompt and output lengths; see
             :func:`~infer_lab.bench.baselines.make_workload`).
-    Returns:
-        :func:`summarize_run` fields plus ``config``; ``graph_capture_s`` when CUDA graphs are
-        captured (before the clock starts, as a server does at start-up).
+        decode_path: ``auto``, ``per-sequence``, ``batched``, ``static`` or ``cuda-graphs``
+            (see :data:`DECODE_PATHS`).
+        switches: :class:`~infer_lab.engine.EngineConfig` fields by their own names, e.g.
+            ``max_num_seqs`` (batch slots, default 16), ``policy``, ``prefix_cache``,
+            ``chunked_prefill`` with ``max_num_batched_tokens``, ``kv_mode``, ``kv_dtype``,
+            ``block_size``, ``fuse_projections``, ``prepack_weights``, ``compile_layers``,
+            ``compiled_decode``, ``weight_quant``, ``dtype``. ``max_model_len`` is the longest
+            request's.
     """
     from .baselines import make_workload
 
-    for name, value in (
-        ("requests", requests),
-        ("concurrency", concurrency),
-        ("prompt_len", prompt_len),
-        ("output_len", output_len),
-    ):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    _check_counts(requests=requests, prompt_len=prompt_len, output_len=output_len,
+                  max_num_seqs=switches.get("max_num_seqs", 1))
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed, shared_prefix_len)
     lens = output_lens or wl.output_lens
     if len(lens) != requests:
         raise ValueError("output_lens needs one entry per request")
-    longest = max(len(p) for p in wl.prompts)
-    config = engine_config(concurrency, longest + max(lens) + 1, policy, prefix_cache, chunk_tokens,
-                           kv_mode, block_size, num_blocks, decode_path, fuse_projections,
-                           compile_layers, kv_dtype, prepack_weights, weight_quant, engine_dtype,
-                           compiled_decode)
+    config = engine_config(max(len(p) for p in wl.prompts) + max(lens) + 1, decode_path, **switches)
     if warmup:
         warm_up_engine(lm, config, seed + 1)
-    result, _ = timed_engine_run(lm, config, wl.prompts, lens)
-    result["decode_path"]["requested"] = decode_path
-    result["ledger"] = engine_ledger(lm, result)
-    result["config"] = {
-        "requests": requests,
-        "concurrency": concurrency,
-        "prompt_len": prompt_len,
-        "output_len": output_len,
-        "workload": wl.describe(),
-        "policy": policy,
-        "prefix_cache": prefix_cache,
-        "chunk_tokens": chunk_tokens,
-        "kv_mode": kv_mode,
-        "kv_dtype": config.kv_dtype if hasattr(config, "kv_dtype") else None,
-        "weight_quant": weight_quant,
-        "engine_dtype": engine_dtype,
-        "compiled_decode": compiled_decode,
-        "block_size": block_size,
-        "shared_prefix_len": shared_prefix_len,
-    }
-    return result
+    run, _ = timed_engine_run(lm, config, wl.prompts, lens, decode_path)
+    return EngineBenchmark(
+        run=run, config=config,
+        workload={"kind": wl.describe(), "requests": requests, "prompt_len": prompt_len, "output_len": output_len,
+                  "shared_prefix_len": shared_prefix_len, "seed": seed},
+        output_tokens_per_s=run.output_tokens_per_s,
+        decode_tokens_per_s=run.decode.tokens_per_s if run.decode else None,
+        ledger=engine_ledger(lm, run.decode), engine_tokens_per_s_by_round=[run.output_tokens_per_s])
 
 
 UNCOMPILED = "engine-uncompiled"  # the engine's own contender when compiled_decode is on
+
+CONTENDER_LABELS = {  # each contender's name for people
+    "hf-sequential": "HF generate, one at a time",
+    "hf-padded": "HF padded batch",
+    "hf-continuous": "HF continuous batching",
+    "hf-padded-prepacked": "HF padded batch, prepacked GEMMs (not an HF feature)",
+    "hf-compiled": "HF generate, static cache + torch.compile, one at a time",
+    UNCOMPILED: "our engine without --compiled-decode",
+}
+
+
 
 
 def compare_with_hf(
     lm: Any,
     workload_kind: str = "uniform",
     requests: int = 16,
-    concurrency: int = 16,
     prompt_len: int = 128,
     output_len: int = 64,
     rounds: int = 3,
     seed: int = 0,
     contenders: tuple[str, ...] | None = None,
-    **engine_switches: Any,
-) -> dict[str, Any]:
+    decode_path: str = "auto",
+    **switches: Any,
+) -> EngineBenchmark:
     """The engine against HF sequential, HF padded batch and HF continuous batching, interleaved.
 
     Every contender runs the same requests (same prompts, same output lengths, EOS ignored,
-    greedy). Each contender is warmed up once, then ``rounds`` rounds run every contender in
-    turn (the order rotates), so a slow patch of the machine hits all of them. Reported
-    throughput is the median over rounds; ``identical_to_*`` says whether the engine's tokens
-    equal that contender's, request by request. With ``compiled_decode`` in ``engine_switches``
-    the same engine without it is one more contender (``engine-uncompiled``), and for one user
-    on the uniform workload so is transformers compiled (``hf-compiled``: compiled against compiled).
+    greedy) with the engine's ``max_num_seqs`` as its batch. Each contender is warmed up once,
+    then ``rounds`` rounds run every contender in turn (the order rotates), so a slow patch of
+    the machine hits all of them. Reported throughput is the median over rounds; each
+    :class:`Contender` says whether the engine's tokens equal its own, request by request. With
+    ``compiled_decode`` in ``switches`` the same engine without it is one more contender
+    (``engine-uncompiled``), and for one user on the uniform workload so is transformers
+    compiled (``hf-compiled``: compiled against compiled). ``switches`` are
+    :class:`~infer_lab.engine.EngineConfig` fields, as in :func:`run_engine_benchmark`.
     """
     from .baselines import default_contenders, make_workload, run_contender
 
-    names = ("engine", *(contenders or default_contenders(lm)))
-    one_user_compiled = engine_switches.get("compiled_decode") and concurrency == 1 and workload_kind == "uniform"
-    if contenders is None and one_user_compiled:
-        names += ("hf-compiled",)
+    _check_counts(requests=requests, prompt_len=prompt_len, output_len=output_len, rounds=rounds)
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
-    longest = max(len(p) for p in wl.prompts)
-    config = engine_config(concurrency, longest + max(wl.output_lens) + 1, **engine_switches)
+    config = engine_config(max(len(p) for p in wl.prompts) + max(wl.output_lens) + 1, decode_path, **switches)
+    slots = config.max_num_seqs
+    names = ("engine", *(contenders or default_contenders(lm)))
+    if contenders is None and config.compiled_decode and slots == 1 and workload_kind == "uniform":
+        names += ("hf-compiled",)
     # With compiled_decode the same engine without it runs too, interleaved: what the compile buys.
     uncompiled = replace(config, compiled_decode=False) if config.compiled_decode else None
     if uncompiled is not None:
@@ -336,91 +232,73 @@ def compare_with_hf(
     warm_up_engine(lm, config, seed + 1)
     for name in names[1:]:
         if name == "hf-compiled":  # compiles its graphs for the workload's own shapes, off the clock
-            run_contender(name, lm, replace(wl, prompts=wl.prompts[:1], output_lens=wl.output_lens[:1]),
-                          concurrency)
+            run_contender(name, lm, replace(wl, prompts=wl.prompts[:1], output_lens=wl.output_lens[:1]), slots)
         elif name != UNCOMPILED:
-            run_contender(name, lm, small, concurrency)
+            run_contender(name, lm, small, slots)
     tokens_per_s: dict[str, list[float]] = {n: [] for n in names}
     engine_decode: list[float] = []  # the engine's decode tokens/s per round (the ledger's speed)
     outputs: dict[str, list[list[int]]] = {}
-    engine_result: dict[str, Any] = {}
+    engine_run: EngineRun | None = None
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            if name == "engine":
-                engine_result, outs = timed_engine_run(lm, config, wl.prompts, wl.output_lens)
-                tokens_per_s[name].append(engine_result["output_tokens_per_s"])
-                engine_decode.append(engine_result["decode_tokens_per_s"])
-                outputs[name] = [o.token_ids for o in outs]
-            elif name == UNCOMPILED:
-                other, outs = timed_engine_run(lm, uncompiled, wl.prompts, wl.output_lens)
-                tokens_per_s[name].append(other["output_tokens_per_s"])
+            if name in ("engine", UNCOMPILED):
+                run, outs = timed_engine_run(lm, config if name == "engine" else uncompiled, wl.prompts,
+                                             wl.output_lens, decode_path)
+                tokens_per_s[name].append(run.output_tokens_per_s)
+                if name == "engine":
+                    engine_run = run
+                    if run.decode is not None:
+                        engine_decode.append(run.decode.tokens_per_s)
                 outputs[name] = [o.token_ids for o in outs]
             else:
-                run = run_contender(name, lm, wl, concurrency)
-                tokens_per_s[name].append(run.tokens_per_s)
-                outputs[name] = run.outputs
-    median = {n: statistics.median(v) for n, v in tokens_per_s.items()}
-    result = dict(engine_result)
-    result["output_tokens_per_s"] = median["engine"]
-    result["rounds"] = rounds
-    result["tokens_per_s_by_round"] = tokens_per_s
-    if result["decode_tokens_per_s"] is not None:  # the ledger at the median, as the tok/s beside it
-        result["decode_tokens_per_s_by_round"] = engine_decode
-        result["decode_tokens_per_s"] = statistics.median(engine_decode)
-    result["ledger"] = engine_ledger(lm, result)
-    result["workload"] = wl.describe()
-    result["threads"] = torch.get_num_threads()
+                contender_run = run_contender(name, lm, wl, slots)
+                tokens_per_s[name].append(contender_run.tokens_per_s)
+                outputs[name] = contender_run.outputs
+    assert engine_run is not None  # rounds >= 1
+    decode_median = statistics.median(engine_decode) if engine_decode else None
+    roofline = None
     if workload_kind == "uniform":  # the bound assumes equal lengths: say how close the engine got
-        from ..analysis.compare import dtype_name, shape_of
-        from ..analysis.roofline import measured_roof
-        from ..hardware import measure_ceilings
-
         roof = measured_roof(measure_ceilings(lm.device, quick=False))
-        bounds = roofline_bounds(shape_of(lm), roof, requests, concurrency, prompt_len, output_len,
-                                 dtype_name(lm))
-        result.update(bounds)
-        result["fraction_of_roofline_bound"] = (
-            median["engine"] / bounds["roofline_bound"]["output_tokens_per_s"])
-    for name in names[1:]:
-        key = name.replace("-", "_")
-        result[f"baseline_{key}_tokens_per_s"] = median[name]
-        result[f"speedup_vs_{key}"] = median["engine"] / median[name]
-        result[f"identical_to_{key}"] = outputs["engine"] == outputs[name]
-    return result
+        roofline = roofline_bounds(shape_of(lm), roof, requests, slots, prompt_len, output_len, dtype_name(lm))
+    return EngineBenchmark(
+        run=engine_run, config=config,
+        workload={"kind": wl.describe(), "requests": requests, "prompt_len": prompt_len, "output_len": output_len,
+                  "shared_prefix_len": 0, "seed": seed},
+        output_tokens_per_s=statistics.median(tokens_per_s["engine"]), decode_tokens_per_s=decode_median,
+        ledger=engine_ledger(lm, engine_run.decode, decode_median),  # the ledger at the median, as the tok/s beside it
+        rounds=rounds, engine_tokens_per_s_by_round=tokens_per_s["engine"],
+        contenders=[Contender(n, tokens_per_s[n], outputs["engine"] == outputs[n]) for n in names[1:]],
+        roofline=roofline)
 
 
-def roofline_bounds(shape: Any, roof: Any, requests: int, concurrency: int, prompt_len: int,
+def roofline_bounds(shape: Any, roof: Any, requests: int, max_num_seqs: int, prompt_len: int,
                     output_len: int, dtype: str) -> dict[str, dict[str, Any]]:
     """Three throughput bounds (:func:`~.predicted.throughput_bound`) for a uniform workload.
 
-    ``roofline_bound``: the workload actually run, ``concurrency`` requests at a time;
+    ``roofline_bound``: the workload actually run, ``max_num_seqs`` requests at a time;
     ``roofline_bound_batch_1``: one request at a time; ``roofline_bound_batch_n``: all
     ``requests`` in one batch. A fraction of the first one is what the engine reached.
     """
     from .predicted import throughput_bound
 
     def bound(c: int) -> dict[str, Any]:
-        return throughput_bound(shape, roof, requests, prompt_len, output_len, dtype, concurrency=c)
+        return throughput_bound(shape, roof, requests, prompt_len, output_len, dtype, max_num_seqs=c)
 
-    run = bound(concurrency)
-    one = run if concurrency == 1 else bound(1)
-    everyone = run if concurrency >= requests else bound(requests)
+    run = bound(max_num_seqs)
+    one = run if max_num_seqs == 1 else bound(1)
+    everyone = run if max_num_seqs >= requests else bound(requests)
     return {"roofline_bound": run, "roofline_bound_batch_1": one, "roofline_bound_batch_n": everyone}
 
 
-def benchmark_with_metadata(lm: Any, compare_hf: bool = False, **kwargs: Any) -> dict[str, Any]:
-    """:func:`run_engine_benchmark`, or with ``compare_hf`` :func:`compare_with_hf`; plus the environment."""
+def benchmark_with_metadata(lm: Any, compare_hf: bool = False, rounds: int = 3, **kwargs: Any) -> EngineBenchmark:
+    """:func:`run_engine_benchmark`, or with ``compare_hf`` :func:`compare_with_hf` over ``rounds``;
+    plus the threads, the copy bandwidth (when there is a ledger) and the environment."""
     if compare_hf:
-        keys = ("workload_kind", "requests", "concurrency", "prompt_len", "output_len", "rounds", "seed")
-        args = {k: kwargs.pop(k) for k in keys if k in kwargs}
-        for unused in ("shared_prefix_len", "output_lens", "warmup"):
-            kwargs.pop(unused, None)
-        result = compare_with_hf(lm, **args, **kwargs)
+        unused = sorted({"shared_prefix_len", "output_lens", "warmup"} & set(kwargs))
+        if unused:
+            raise ValueError(f"--compare-hf runs its own workloads: {', '.join(unused)} not supported")
+        result = compare_with_hf(lm, rounds=rounds, **kwargs)
     else:
-        kwargs.pop("rounds", None)
         result = run_engine_benchmark(lm, **kwargs)
-    result["threads"] = torch.get_num_threads()
-    if result.get("ledger") is not None:
-        result["copy_bandwidth"] = copy_bandwidth(lm.device).as_dict()
-    result["environment"] = env_metadata(lm)
-    return result
+    return replace(result, threads=torch.get_num_threads(), environment=env_metadata(lm),
+                   copy_bandwidth=copy_bandwidth(lm.device).as_dict() if result.ledger is not None else None)

@@ -132,31 +132,31 @@ def throughput_bound(
     prompt_len: int,
     output_len: int,
     dtype: str = "bf16",
-    concurrency: int | None = None,
+    max_num_seqs: int | None = None,
 ) -> dict[str, Any]:
     """The most output tokens/s any engine could reach on ``roof`` for one uniform workload.
 
     ``requests`` prompts of ``prompt_len`` tokens arrive together and each generates
-    ``output_len`` tokens, at most ``concurrency`` of them at a time (default: all of them).
-    They run in waves of ``min(concurrency, left)`` requests: one prefill of the wave's prompts
+    ``output_len`` tokens, at most ``max_num_seqs`` of them at a time (the engine's batch slots) (default: all of them).
+    They run in waves of ``min(max_num_seqs, left)`` requests: one prefill of the wave's prompts
     (its last position gives the first token), then ``output_len - 1`` decode steps of the whole
-    wave, each at its growing context. With ``concurrency=1`` that is one user at a time, the
-    batch-1 bound; with ``concurrency >= requests``, one batch of all. Every op runs exactly at
+    wave, each at its growing context. With ``max_num_seqs=1`` that is one user at a time, the
+    batch-1 bound; with ``max_num_seqs >= requests``, one batch of all. Every op runs exactly at
     the roof (no launch gaps, perfect kernels), so a measured run can only be slower.
 
     Returns seconds for ``prefill_s``, ``decode_s``, ``total_s`` (all waves together),
-    ``output_tokens_per_s``, and ``concurrency`` and ``waves``.
+    ``output_tokens_per_s``, and ``max_num_seqs`` and ``waves``.
     """
-    concurrency = requests if concurrency is None else concurrency
+    max_num_seqs = requests if max_num_seqs is None else max_num_seqs
     for name, value in (
         ("requests", requests),
         ("prompt_len", prompt_len),
         ("output_len", output_len),
-        ("concurrency", concurrency),
+        ("max_num_seqs", max_num_seqs),
     ):
         require_positive(name, value)
     kw = {"weight_dtype": dtype, "kv_dtype": dtype, "act_dtype": dtype, "logits": "last"}
-    waves = [min(concurrency, requests - start) for start in range(0, requests, concurrency)]
+    waves = [min(max_num_seqs, requests - start) for start in range(0, requests, max_num_seqs)]
     prefill_s = prefill_flops = decode_s = 0.0
     for batch in sorted(set(waves)):  # equal waves cost the same: predict each size once
         count = waves.count(batch)
@@ -170,7 +170,7 @@ def throughput_bound(
     total = prefill_s + decode_s
     return {
         "requests": requests,
-        "concurrency": min(concurrency, requests),
+        "max_num_seqs": min(max_num_seqs, requests),
         "waves": len(waves),
         "prompt_len": prompt_len,
         "output_len": output_len,

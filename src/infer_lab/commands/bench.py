@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
+from ..units import human
 from ._args import add_model_arguments
+
+if TYPE_CHECKING:
+    from ..bench.engine_run import EngineBenchmark
 
 NAME = "bench"
 ORDER = 60
@@ -27,13 +34,13 @@ Every optimization is a switch, so its effect can be measured:
   infer-lab bench engine --kv-dtype int8                                 int8 KV blocks (per-token scales)
   infer-lab bench engine --policy static                                 static batching (slots idle until all finish)
   infer-lab bench engine --prefix-cache radix --shared-prefix 48         a shared system prompt
-  infer-lab bench engine --chunk-tokens 64 --prompt-len 512              chunked prefill, 64 tokens per step
+  infer-lab bench engine --chunked-prefill --max-num-batched-tokens 64 --prompt-len 512   chunked prefill, 64 tokens per step
   infer-lab bench engine --decode-path per-sequence                      attention one sequence at a time
 
 The H200 targets of chapter 09 (Mistral-7B shape, random bf16 weights, built on the GPU):
 
-  infer-lab bench engine --model mistral-7b --weights random --requests 256 --concurrency 256 --prompt-len 512 --output-len 128
-  infer-lab bench engine --model mistral-7b --weights random --requests 1 --concurrency 1 --prompt-len 512 --output-len 256 --compile
+  infer-lab bench engine --model mistral-7b --weights random --requests 256 --max-num-seqs 256 --prompt-len 512 --output-len 128
+  infer-lab bench engine --model mistral-7b --weights random --requests 1 --max-num-seqs 1 --prompt-len 512 --output-len 256 --compile
 
 Decode paths (--decode-path), slowest first: per-sequence (one attention call per request),
 batched (one call for all decoding requests), static (fixed padded shapes, preallocated
@@ -43,7 +50,7 @@ small ops (norms, RoPE, SiLU) to the static and cuda-graphs paths.
 
 --compare-hf times three transformers contenders on exactly the engine's requests, interleaved
 with the engine over --rounds rounds after a warm-up: HF sequential (generate, one request at a
-time), HF padded batch (generate on left-padded groups of --concurrency) and HF continuous
+time), HF padded batch (generate on left-padded groups of --max-num-seqs) and HF continuous
 batching (transformers' own manager). It reports each one's tok/s (median over rounds), the
 engine's ratio to each, and whether the outputs were token-identical (the contenders are timed end to
 end, prefill included, so the ledger is the engine's alone). The strongest of the
@@ -58,7 +65,7 @@ the copy fits in half the free memory); off is F.linear, as transformers does.
 (GEMV) per weight matrix, and the GEMM kernels read the weights well below the memory's speed.
 This runs those steps through torch.compile'd layers whose GEMVs are fused multiply-and-sum
 loops, with the norms and RoPE fused around them (engine/cpu/cpu_decode.py). Measure one user with
---concurrency 1 --requests 4 --prompt-len 128 --output-len 128: with --compare-hf that also times
+--max-num-seqs 1 --requests 4 --prompt-len 128 --output-len 128: with --compare-hf that also times
 the engine without it and transformers' own compiled path (static KV cache + torch.compile'd
 forward, compiled in the warm-up: a minute or more on 2 cores), compiled against compiled.
 
@@ -139,10 +146,9 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
     p.add_argument("--requests", type=int, default=16, help="number of requests (default 16)")
     p.add_argument(
-        "--concurrency",
-        type=int,
-        default=16,
-        help="batch slots: requests running at once (default 16)",
+        "--max-num-seqs", "--concurrency", dest="max_num_seqs", type=int, default=16,
+        help="batch slots: requests running at once (EngineConfig.max_num_seqs; default 16; "
+             "--concurrency is its old name)",
     )
     p.add_argument(
         "--prompt-len", type=int, default=64, help="prompt tokens per request (default 64)"
@@ -155,7 +161,8 @@ def add_arguments(p) -> None:
         help="batching policy (EngineConfig.policy; --mode is its old name)"
     )
     p.add_argument(
-        "--kv", choices=["paged", "contiguous", "nocache"], default="paged", help="KV cache layout"
+        "--kv-mode", "--kv", dest="kv_mode", choices=["paged", "contiguous", "nocache"], default="paged",
+        help="KV cache layout (EngineConfig.kv_mode; --kv is its old name)"
     )
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (paged)")
     p.add_argument("--prefix-cache", choices=["none", "hash", "radix"], default="none")
@@ -163,7 +170,12 @@ def add_arguments(p) -> None:
         "--shared-prefix", type=int, default=0, help="leading prompt tokens shared by all requests"
     )
     p.add_argument(
-        "--chunk-tokens", type=int, default=None, help="chunked prefill: token budget per step"
+        "--chunked-prefill", action="store_true",
+        help="split prompts so a step holds at most --max-num-batched-tokens tokens (EngineConfig.chunked_prefill)"
+    )
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, default=512,
+        help="with --chunked-prefill: token budget of one step (EngineConfig.max_num_batched_tokens; default 512)"
     )
     p.add_argument(
         "--decode-path",
@@ -172,20 +184,20 @@ def add_arguments(p) -> None:
         help="how decode steps run (default auto: cuda-graphs on a GPU, batched on a CPU)",
     )
     p.add_argument(
-        "--fuse",
+        "--fuse-projections", "--fuse", dest="fuse_projections",
         choices=["on", "off"],
         default="on",
         help="one GEMM for q|k|v and one for gate|up (default on; off runs five GEMMs)",
     )
     p.add_argument(
-        "--prepack",
+        "--prepack-weights", "--prepack", dest="prepack_weights",
         choices=["auto", "on", "off"],
         default="auto",
         help="GEMMs on weights reordered once for oneDNN (default auto: on a CPU; 2-3x faster small-batch "
              "GEMMs, one more copy of the weights; see `bench gemm`)",
     )
     p.add_argument(
-        "--compile",
+        "--compile-layers", "--compile", dest="compile_layers",
         action="store_true",
         help="torch.compile both halves of every layer (fuses norms, RoPE, SiLU; compiles in the warm-up)",
     )
@@ -217,7 +229,8 @@ def add_arguments(p) -> None:
     p.add_argument("--weight-quant", choices=["none", "int8", "int4"], default="none",
                    help="engine: GEMM weights quantized for PyTorch's fused CPU kernels (default none)")
     p.add_argument("--engine-dtype", choices=["model", "fp32", "bf16"], default="model",
-                   help="engine: compute dtype (default: the model's; bf16 copies the weights once)")
+                   help="engine: compute dtype (EngineConfig.dtype; default: the model's; bf16 copies the weights "
+                        "once; --dtype is the loaded model's)")
     quant = p.add_argument_group("bench quant")
     quant.add_argument("--methods", default="int8,int4",
                        help="quant: comma-separated methods (int8, int4, int4-gN; bf16: the engine's bf16 dtype)")
@@ -481,105 +494,90 @@ def _copy_words(copy: dict) -> str:
     return words
 
 
-def _engine_ledger_line(result: dict, kv_mode: str) -> str:
+def _engine_ledger_line(result: EngineBenchmark) -> str:
     """The engine's ledger for people: its pure decode steps' speed, bytes per step and bandwidth."""
-    from ..bench.ledger import format_ledger
-    from ..units import human
+    from ..bench.ledger import format_ledger  # defers torch
 
-    if result["ledger"] is None:
-        return "decode ledger: none (" + ("no KV cache to read)" if kv_mode == "nocache" else "no pure decode step)")
-    return (f"decode steps only (mean batch {human(result['mean_decode_batch'])}, mean context "
-            f"{human(result['mean_decode_context'])} tokens): "
-            f"{format_ledger(result['decode_tokens_per_s'], result['ledger'])} ({_copy_words(result['copy_bandwidth'])})")
+    decode = result.run.decode
+    if result.ledger is None or decode is None:
+        return "decode ledger: none (" + ("no KV cache to read)" if result.config.kv_mode == "nocache"
+                                          else "no pure decode step)")
+    return (f"decode steps only (mean batch {human(decode.mean_batch)}, mean context "
+            f"{human(decode.mean_context)} tokens): "
+            f"{format_ledger(result.decode_tokens_per_s, result.ledger)} ({_copy_words(result.copy_bandwidth)})")
+
+
+def engine_switches(args) -> dict:
+    """The :class:`~infer_lab.engine.EngineConfig` fields the command line sets, by their own names."""
+    if args.max_num_batched_tokens < 1:
+        raise ValueError(f"--max-num-batched-tokens must be >= 1, got {args.max_num_batched_tokens}")
+    return {
+        "max_num_seqs": args.max_num_seqs, "policy": args.policy, "prefix_cache": args.prefix_cache,
+        "chunked_prefill": args.chunked_prefill, "max_num_batched_tokens": args.max_num_batched_tokens,
+        "kv_mode": args.kv_mode, "block_size": args.block_size,
+        "fuse_projections": args.fuse_projections == "on", "compile_layers": args.compile_layers,
+        "compiled_decode": args.compiled_decode,
+        "prepack_weights": {"auto": None, "on": True, "off": False}[args.prepack_weights],
+        "kv_dtype": None if args.kv_dtype == "auto" else args.kv_dtype,
+        "weight_quant": None if args.weight_quant == "none" else args.weight_quant,
+        "dtype": None if args.engine_dtype == "model" else args.engine_dtype,
+    }
 
 
 def run_engine(args) -> int:
-    import sys
-
-    from ..bench.engine import benchmark_with_metadata
+    from ..bench.engine import CONTENDER_LABELS, benchmark_with_metadata  # defers torch
     from ..models import load_model
 
-    if args.chunk_tokens is not None and args.chunk_tokens < 1:
-        raise ValueError(f"--chunk-tokens must be >= 1, got {args.chunk_tokens}")
+    switches = engine_switches(args)
     _set_threads(args.threads)
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     lm = load_model(args.model, weights=args.weights, device=args.device, dtype=args.dtype)
     print(
-        f"[bench] {lm.describe()}: {args.requests} requests, concurrency {args.concurrency}, "
-        f"prompt {args.prompt_len}, output {args.output_len}, {args.policy}, kv {args.kv}, "
+        f"[bench] {lm.describe()}: {args.requests} requests, max_num_seqs {args.max_num_seqs}, "
+        f"prompt {args.prompt_len}, output {args.output_len}, {args.policy}, kv {args.kv_mode}, "
         f"decode path {args.decode_path}",
         file=sys.stderr,
     )
+    extra = {} if args.compare_hf else {"shared_prefix_len": args.shared_prefix}
     result = benchmark_with_metadata(
-        lm,
-        compare_hf=args.compare_hf,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        prompt_len=args.prompt_len,
-        output_len=args.output_len,
-        policy=args.policy,
-        prefix_cache=args.prefix_cache,
-        chunk_tokens=args.chunk_tokens,
-        kv_mode=args.kv,
-        block_size=args.block_size,
-        shared_prefix_len=args.shared_prefix,
-        decode_path=args.decode_path,
-        fuse_projections=args.fuse == "on",
-        compile_layers=args.compile,
-        compiled_decode=args.compiled_decode,
-        prepack_weights={"auto": None, "on": True, "off": False}[args.prepack],
-        kv_dtype=None if args.kv_dtype == "auto" else args.kv_dtype,
-        weight_quant=None if args.weight_quant == "none" else args.weight_quant,
-        engine_dtype=None if args.engine_dtype == "model" else args.engine_dtype,
-        workload_kind=args.workload,
-        rounds=args.rounds,
-    )
-    if _save_or_print_json(args, result, "engine"):
+        lm, compare_hf=args.compare_hf, rounds=args.rounds, requests=args.requests, prompt_len=args.prompt_len,
+        output_len=args.output_len, decode_path=args.decode_path, workload_kind=args.workload, **extra, **switches)
+    if _save_or_print_json(args, result.as_json(), "engine"):
         return 0
-    ttft, itl = result["ttft_ms"], result["itl_ms"]
+    run = result.run
+    ttft, itl = run.ttft_ms, run.itl_ms
     print(
-        f"output {result['output_tokens_per_s']:.1f} tok/s, {result['requests_per_s']:.2f} req/s; "
-        f"TTFT p50 {ttft['p50']:.1f} ms p99 {ttft['p99']:.1f} ms; "
-        + (
-            f"ITL p50 {itl['p50']:.1f} ms p99 {itl['p99']:.1f} ms"
-            if itl
-            else "no ITL (1 token each)"
-        )
+        f"output {result.output_tokens_per_s:.1f} tok/s, {run.requests_per_s:.2f} req/s; "
+        f"TTFT p50 {ttft.p50:.1f} ms p99 {ttft.p99:.1f} ms; "
+        + (f"ITL p50 {itl.p50:.1f} ms p99 {itl.p99:.1f} ms" if itl else "no ITL (1 token each)")
     )
-    print(_engine_ledger_line(result, args.kv))
-    if result.get("kv_blocks_total"):
-        print(
-            f"KV blocks: peak {result['kv_blocks_peak_used']} of {result['kv_blocks_total']}; "
-            f"prefix hit rate {result['prefix_hit_rate']:.1%}; preemptions {result['num_preemptions']}"
-        )
-    path = result["decode_path"]
+    print(_engine_ledger_line(result))
+    if run.kv is not None:
+        print(f"KV blocks: peak {run.kv.blocks_peak_used} of {run.kv.blocks_total}; "
+              f"prefix hit rate {run.prefix_hit_rate:.1%}; preemptions {run.num_preemptions}")
+    path = run.decode_path
     print(
-        f"decode: batched attention {path['batched_decode']}, static {path['static_decode']}, "
-        f"CUDA graphs {path['cuda_graphs']} ({path['graphs_captured']} captured"
-        + (f" in {result['graph_capture_s']:.1f} s" if "graph_capture_s" in result else "")
-        + f"), fused projections {path['fused_projections']}, prepacked weights "
-        f"{path['prepacked_weights']}, compiled {path['compiled']}"
+        f"decode: batched attention {path.batched_decode}, static {path.static_decode}, "
+        f"CUDA graphs {path.cuda_graphs} ({path.graphs_captured} captured"
+        + (f" in {run.graph_capture_s:.1f} s" if run.graph_capture_s is not None else "")
+        + f"), fused projections {path.fused_projections}, prepacked weights "
+        f"{path.prepacked_weights}, compiled {path.compiled}"
     )
-    print(f"GEMM path: {path['gemm_plan']['summary']} ({path['gemm_plan']['source']})")
-    if path.get("compiled_decode"):
+    print(f"GEMM path: {path.gemm_plan['summary']} ({path.gemm_plan['source']})")
+    if path.compiled_decode:
         print("one-token steps: compiled GEMVs (engine/cpu/cpu_decode.py; compiled in the warm-up, "
               "before the clock started)")
-    for key, label in (("hf_sequential", "HF generate, one at a time"), ("hf_padded", "HF padded batch"),
-                       ("hf_continuous", "HF continuous batching"),
-                       ("hf_padded_prepacked", "HF padded batch, prepacked GEMMs (not an HF feature)"),
-                       ("hf_compiled", "HF generate, static cache + torch.compile, one at a time"),
-                       ("engine_uncompiled", "our engine without --compiled-decode")):
-        if f"baseline_{key}_tokens_per_s" in result:
-            same = "token-identical" if result[f"identical_to_{key}"] else "outputs DIFFER"
-            print(f"{label}: {result[f'baseline_{key}_tokens_per_s']:.1f} tok/s -> engine is "
-                  f"{result[f'speedup_vs_{key}']:.2f}x ({same})")
-    if "fraction_of_roofline_bound" in result:
-        b = result["roofline_bound"]
+    for c in result.contenders:
+        same = "token-identical" if c.identical_to_engine else "outputs DIFFER"
+        print(f"{CONTENDER_LABELS.get(c.name, c.name)}: {c.tokens_per_s:.1f} tok/s -> engine is "
+              f"{result.speedup_vs(c.name):.2f}x ({same})")
+    if result.roofline is not None:
+        b, one, everyone = (result.roofline[k] for k in
+                            ("roofline_bound", "roofline_bound_batch_1", "roofline_bound_batch_n"))
         print(f"roofline bound on this machine's measured ceilings ({b['roof']}), {b['requests']} requests "
-              f"at concurrency {b['concurrency']}: {b['output_tokens_per_s']:.1f} tok/s -> engine at "
-              f"{result['fraction_of_roofline_bound']:.0%} (bound one at a time: "
-              f"{result['roofline_bound_batch_1']['output_tokens_per_s']:.1f} tok/s; all in one batch: "
-              f"{result['roofline_bound_batch_n']['output_tokens_per_s']:.1f} tok/s)")
-    print(f"[{result['environment']['hardware']}, {result['threads']} torch threads]")
+              f"at max_num_seqs {b['max_num_seqs']}: {b['output_tokens_per_s']:.1f} tok/s -> engine at "
+              f"{result.fraction_of_roofline_bound:.0%} (bound one at a time: "
+              f"{one['output_tokens_per_s']:.1f} tok/s; all in one batch: {everyone['output_tokens_per_s']:.1f} tok/s)")
+    print(f"[{result.environment['hardware']}, {result.threads} torch threads]")
     return 0

@@ -144,7 +144,7 @@ def _(ch09, mo, nb, sizes):
     On a CPU one HF row borrows the engine's prepacked GEMM weights, so the engine's lead splits
     into what the GEMM backend buys and what scheduling buys.
 
-    **Predict first:** with {sizes.concurrency} slots and outputs of
+    **Predict first:** with {sizes.max_num_seqs} slots and outputs of
     {min(ch09.batching_workload(sizes).output_lens)} to {max(ch09.batching_workload(sizes).output_lens)}
     tokens, which contender is fastest, and how far ahead of HF one request at a time (the unfair
     comparison) and of HF padded batch?
@@ -156,19 +156,20 @@ def _(ch09, mo, nb, sizes):
 
 
 @app.function
-def contenders(lm, prompts, output_lens, concurrency):
+def contenders(lm, prompts, output_lens, max_num_seqs):
     """Each contender serves the same requests (all at t = 0, EOS ignored) after its own warm-up, one
     timed run each: the transformers baselines, then the engine with static and continuous batching."""
     requests = baselines.Workload("varied outputs", prompts, output_lens)
     warm = baselines.Workload("warm-up", [p[:8] for p in prompts[:2]], [2, 2])
     runs = {}
     for kind in baselines.default_contenders(lm):  # one at a time, padded, HF's continuous (+ prepacked on a CPU)
-        baselines.run_contender(kind, lm, warm, concurrency)
-        runs[kind] = baselines.run_contender(kind, lm, requests, concurrency)  # whole-run tokens/s, tokens
+        baselines.run_contender(kind, lm, warm, max_num_seqs)
+        runs[kind] = baselines.run_contender(kind, lm, requests, max_num_seqs)  # whole-run tokens/s, tokens
     for policy in ("static", "continuous"):  # the same engine: only the scheduler's policy differs
-        config = engine_config(concurrency, max(map(len, prompts)) + max(output_lens) + 1, policy=policy)
+        config = engine_config(max(map(len, prompts)) + max(output_lens) + 1, max_num_seqs=max_num_seqs,
+                               policy=policy)
         warm_up_engine(lm, config)
-        runs[policy] = timed_engine_run(lm, config, prompts, output_lens)  # (summary, outputs)
+        runs[policy] = timed_engine_run(lm, config, prompts, output_lens)  # (EngineRun, outputs)
     return runs
 
 
@@ -176,9 +177,9 @@ def contenders(lm, prompts, output_lens, concurrency):
 def _(batching_button, ch09, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(batching_button), nb.placeholder(batching_button))
     _prompts, _output_lens = ch09.batching_requests(lm, sizes)  # the same requests for every contender
-    concurrency = sizes.concurrency  # batch slots for every contender: change it, then press the button again
-    batching = ch09.batching_result(contenders(lm, _prompts, _output_lens, concurrency),
-                                    ch09.batching_workload(sizes, concurrency))
+    max_num_seqs = sizes.max_num_seqs  # batch slots for every contender: change it, then press the button again
+    batching = ch09.batching_result(contenders(lm, _prompts, _output_lens, max_num_seqs),
+                                    ch09.batching_workload(sizes, max_num_seqs))
     mo.vstack([
         ch09.batching_figure(batching, lm.describe()),
         mo.md(ch09.batching_text(batching)),
@@ -194,7 +195,7 @@ def _(ch09, mo, nb, sizes):
     ## 3 · The Pareto frontier: per-user speed vs total throughput
 
     The experiment is `concurrency_sweep` below: continuous batching at
-    {", ".join(map(str, sizes.sweep_concurrencies))} concurrent requests, one point each. A serving
+    {", ".join(map(str, sizes.sweep_max_num_seqs))} requests at once (the engine's `max_num_seqs`), one point each. A serving
     configuration is a point: how fast each user gets tokens, and how many the machine serves in
     total. The points that no other point beats on both axes make the frontier; the hardware, the
     model and the engine set where it lies.
@@ -208,18 +209,18 @@ def _(ch09, mo, nb, sizes):
 
 
 @app.function
-def concurrency_sweep(lm, concurrencies, waves, prompt_len, output_len):
-    """Continuous batching at each concurrency (concurrency x waves requests, EOS ignored), after a
-    warm-up; one benchmark summary per concurrency: tokens/s, TTFT and ITL percentiles."""
-    return {c: run_engine_benchmark(lm, requests=c * waves, concurrency=c, prompt_len=prompt_len,
-                                    output_len=output_len, policy="continuous")
-            for c in concurrencies}
+def concurrency_sweep(lm, levels, waves, prompt_len, output_len):
+    """Continuous batching at each level of max_num_seqs (requests at once; max_num_seqs x waves
+    requests, EOS ignored), after a warm-up; one benchmark per level: tokens/s, TTFT and ITL."""
+    return {n: run_engine_benchmark(lm, requests=n * waves, prompt_len=prompt_len, output_len=output_len,
+                                    max_num_seqs=n, policy="continuous")
+            for n in levels}
 
 
 @app.cell
 def _(ch09, lm, mo, nb, sizes, sweep_button):
     mo.stop(not nb.pressed(sweep_button), nb.placeholder(sweep_button))
-    _runs = concurrency_sweep(lm, sizes.sweep_concurrencies, sizes.sweep_waves,
+    _runs = concurrency_sweep(lm, sizes.sweep_max_num_seqs, sizes.sweep_waves,
                               prompt_len=sizes.prompt_len, output_len=sizes.sweep_output_len)
     sweep = ch09.sweep_points(_runs, sizes.sweep_waves)
     mo.vstack([
@@ -304,7 +305,7 @@ def decode_paths(lm, variants, batch, prompt_len, output_len):
     """The same decode run through each (path, fused projections, torch.compile) variant, after a
     warm-up; one engine benchmark summary (ITL percentiles, tokens/s) per variant."""
     return {(path, fused, compiled): run_engine_benchmark(
-                lm, requests=batch, concurrency=batch, prompt_len=prompt_len, output_len=output_len,
+                lm, requests=batch, max_num_seqs=batch, prompt_len=prompt_len, output_len=output_len,
                 decode_path=path, fuse_projections=fused, compile_layers=compiled)
             for path, fused, compiled in variants}
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...bench import baselines
 from ...bench.engine import workload
+from ...bench.engine_run import EngineRun
 from ...figures import finish
 from ...timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..chapter import SINGLE_RUN_NOISE, check_machine, finding
@@ -28,7 +29,7 @@ class BatchingWorkload:
     """The requests every contender serves: the same prompts and output lengths, all at t = 0."""
 
     requests: int
-    concurrency: int  # batch slots a contender may use
+    max_num_seqs: int  # batch slots a contender may use
     prompt_len: int
     output_lens: tuple[int, ...]
     seed: int
@@ -43,11 +44,11 @@ class BatchingWorkload:
         return baselines.Workload("varied outputs", prompts, list(self.output_lens))
 
 
-def batching_workload(sizes: Sizes, concurrency: int | None = None) -> BatchingWorkload:
+def batching_workload(sizes: Sizes, max_num_seqs: int | None = None) -> BatchingWorkload:
     """Output lengths skewed like real answers (:func:`skewed_output_lens`, up to ``max_output``, seeded);
-    ``concurrency`` batch slots (default ``sizes.concurrency``)."""
+    ``max_num_seqs`` batch slots (default ``sizes.max_num_seqs``)."""
     lens = tuple(skewed_output_lens(sizes.requests, sizes.max_output, sizes.seed))
-    return BatchingWorkload(sizes.requests, concurrency or sizes.concurrency, sizes.prompt_len, lens, sizes.seed)
+    return BatchingWorkload(sizes.requests, max_num_seqs or sizes.max_num_seqs, sizes.prompt_len, lens, sizes.seed)
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,13 @@ class ContenderRow:
     identical: bool | None = None  # its tokens equal the continuous engine's, request by request
 
     @classmethod
-    def from_benchmark(cls, name: str, r: dict[str, Any], outputs: Any = None) -> ContenderRow:
-        """A row from an engine run's summary (:func:`~infer_lab.bench.engine.summarize_run`)."""
-        pct = {f"{key}_{q}": (r[key][q] if r[key] else None) for key in ("ttft_ms", "itl_ms")
-               for q in ("p50", "p90", "p99")}
+    def from_run(cls, name: str, run: EngineRun, outputs: Any = None) -> ContenderRow:
+        """A row from an engine run (:class:`~infer_lab.bench.engine_run.EngineRun`)."""
+        pct = {f"{key}_{q}": (getattr(stats, q) if stats else None)
+               for key, stats in (("ttft_ms", run.ttft_ms), ("itl_ms", run.itl_ms)) for q in ("p50", "p90", "p99")}
         tokens = tuple(tuple(o.token_ids) for o in outputs) if outputs is not None else None
-        return cls(name, r["output_tokens_per_s"], r["requests_per_s"], mean_idle_slots=r["mean_idle_slots"],
-                   steps=r["steps"], outputs=tokens, **pct)
+        return cls(name, run.output_tokens_per_s, run.requests_per_s, mean_idle_slots=run.mean_idle_slots,
+                   steps=run.steps, outputs=tokens, **pct)
 
 
 # The contenders of part 2, in the order the table and the figure show them: the strongest fair
@@ -122,13 +123,13 @@ def batching_requests(lm: Any, sizes: Sizes) -> tuple[list[list[int]], list[int]
 
 def contender_row(key: str, run: Any) -> ContenderRow:
     """One contender's run as a row: an HF :class:`~infer_lab.bench.baselines.ContenderRun` (whole-run
-    throughput) or an engine run's ``(summary, outputs)`` (:func:`~infer_lab.bench.engine.timed_engine_run`)."""
+    throughput) or an engine run's ``(run, outputs)`` (:func:`~infer_lab.bench.engine.timed_engine_run`)."""
     name = CONTENDERS[key][0] if key in CONTENDERS else key
     if isinstance(run, baselines.ContenderRun):
         return ContenderRow(name, run.tokens_per_s, len(run.outputs) / run.elapsed_s,
                             outputs=tuple(tuple(o) for o in run.outputs))
-    summary, outputs = run
-    return ContenderRow.from_benchmark(name, summary, outputs)
+    engine_run, outputs = run
+    return ContenderRow.from_run(name, engine_run, outputs)
 
 
 def batching_result(runs: dict[str, Any], workload: BatchingWorkload) -> BatchingResult:
@@ -142,12 +143,12 @@ def batching_result(runs: dict[str, Any], workload: BatchingWorkload) -> Batchin
     return BatchingResult(workload, rows)
 
 
-def run_batching(lm: Any, sizes: Sizes, concurrency: int | None = None) -> BatchingResult:
+def run_batching(lm: Any, sizes: Sizes, max_num_seqs: int | None = None) -> BatchingResult:
     """Run the notebook's own experiment (``contenders`` of ``infer_lab/notebooks/09_batching.py``)."""
     contenders = notebook_function(NUMBER, "contenders")
-    workload = batching_workload(sizes, concurrency)
+    workload = batching_workload(sizes, max_num_seqs)
     prompts, output_lens = batching_requests(lm, sizes)
-    return batching_result(contenders(lm, prompts, output_lens, workload.concurrency), workload)
+    return batching_result(contenders(lm, prompts, output_lens, workload.max_num_seqs), workload)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ def run_batching(lm: Any, sizes: Sizes, concurrency: int | None = None) -> Batch
 def workload_text(w: BatchingWorkload) -> str:
     return (f"{w.requests} requests of {w.prompt_len} prompt tokens, {min(w.output_lens)} to {max(w.output_lens)} "
             f"output tokens each ({w.output_tokens:,} in all, EOS ignored), all arriving at t = 0, "
-            f"{w.concurrency} batch slots")
+            f"{w.max_num_seqs} batch slots")
 
 
 def contenders_text(keys: Sequence[str] | None = None) -> str:

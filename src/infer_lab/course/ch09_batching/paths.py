@@ -12,6 +12,7 @@ from .scenario import NUMBER
 from .shared import _wrap
 
 if TYPE_CHECKING:
+    from ...bench.engine_run import EngineBenchmark
     from .scenario import Sizes
 
 
@@ -43,10 +44,10 @@ def decode_path_variants(cuda: bool, compile_layers: bool = False) -> list[tuple
     return variants
 
 
-def path_rows(runs: dict[tuple[str, bool, bool], dict[str, Any]], batch: int) -> list[PathRow]:
-    """The rows of the notebook's ``decode_paths``: one engine benchmark summary per (path, fused, compiled)."""
-    return [PathRow(path, fused, compiled, batch, r["itl_ms"]["p50"], 1e3 / r["itl_ms"]["p50"],
-                    r["output_tokens_per_s"], r["decode_path"]["graphs_captured"])
+def path_rows(runs: dict[tuple[str, bool, bool], EngineBenchmark], batch: int) -> list[PathRow]:
+    """The rows of the notebook's ``decode_paths``: one engine benchmark per (path, fused, compiled)."""
+    return [PathRow(path, fused, compiled, batch, r.run.itl_ms.p50, 1e3 / r.run.itl_ms.p50,
+                    r.output_tokens_per_s, r.run.decode_path.graphs_captured)
             for (path, fused, compiled), r in runs.items()]
 
 

@@ -28,11 +28,11 @@ class Sizes:
 
     size: str
     requests: int  # the contenders' workload
-    concurrency: int  # batch slots
+    max_num_seqs: int  # batch slots (the engine's max_num_seqs) of every contender
     prompt_len: int
     max_output: int  # the longest output (tokens): one in four answers this long, the rest 2 .. max_output // 4
-    sweep_concurrencies: tuple[int, ...]
-    sweep_waves: int  # each sweep point serves concurrency × waves requests
+    sweep_max_num_seqs: tuple[int, ...]  # the frontier's points: requests at once
+    sweep_waves: int  # each sweep point serves max_num_seqs × waves requests
     sweep_output_len: int
     predicted_batches: tuple[int, ...]
     predicted_steps: int
@@ -51,21 +51,21 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
     if on_gpu:
         if size == "quick":
-            return Sizes(size, requests=64, concurrency=16, prompt_len=128, max_output=128,
-                         sweep_concurrencies=(1, 4, 16, 64), sweep_waves=2, sweep_output_len=64,
+            return Sizes(size, requests=64, max_num_seqs=16, prompt_len=128, max_output=128,
+                         sweep_max_num_seqs=(1, 4, 16, 64), sweep_waves=2, sweep_output_len=64,
                          predicted_batches=(1, 4, 16, 64), predicted_steps=8,
                          paths_batch=1, paths_prompt_len=128, paths_output_len=32)
-        return Sizes(size, requests=256, concurrency=64, prompt_len=512, max_output=256,
-                     sweep_concurrencies=(1, 2, 4, 8, 16, 32, 64, 128, 256), sweep_waves=2, sweep_output_len=128,
+        return Sizes(size, requests=256, max_num_seqs=64, prompt_len=512, max_output=256,
+                     sweep_max_num_seqs=(1, 2, 4, 8, 16, 32, 64, 128, 256), sweep_waves=2, sweep_output_len=128,
                      predicted_batches=GPU_BATCHES, predicted_steps=16,
                      paths_batch=1, paths_prompt_len=128, paths_output_len=64)
     if size == "quick":
-        return Sizes(size, requests=8, concurrency=4, prompt_len=16, max_output=16,
-                     sweep_concurrencies=(1, 2, 4, 8), sweep_waves=2, sweep_output_len=8,
+        return Sizes(size, requests=8, max_num_seqs=4, prompt_len=16, max_output=16,
+                     sweep_max_num_seqs=(1, 2, 4, 8), sweep_waves=2, sweep_output_len=8,
                      predicted_batches=(1, 4, 16), predicted_steps=3,
                      paths_batch=1, paths_prompt_len=16, paths_output_len=6)
-    return Sizes(size, requests=32, concurrency=8, prompt_len=16, max_output=64,
-                 sweep_concurrencies=(1, 2, 4, 8, 16), sweep_waves=2, sweep_output_len=32,
+    return Sizes(size, requests=32, max_num_seqs=8, prompt_len=16, max_output=64,
+                 sweep_max_num_seqs=(1, 2, 4, 8, 16), sweep_waves=2, sweep_output_len=32,
                  predicted_batches=CPU_BATCHES, predicted_steps=8,
                  paths_batch=1, paths_prompt_len=128, paths_output_len=64,
                  steps_requests=32, steps_max_output=48)

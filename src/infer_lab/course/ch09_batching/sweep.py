@@ -14,14 +14,16 @@ from .scenario import NUMBER
 from .shared import _wrap
 
 if TYPE_CHECKING:
+    from ...bench.engine_run import EngineBenchmark
     from .scenario import Sizes
 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One concurrency level of continuous batching: total vs per-user speed (tokens/s), times in ms."""
+    """One level of continuous batching (``max_num_seqs`` requests at once): total vs per-user speed
+    (tokens/s), times in ms."""
 
-    concurrency: int
+    max_num_seqs: int
     requests: int
     output_tokens_per_s: float
     tokens_per_s_per_user: float  # 1 / mean ITL
@@ -30,17 +32,18 @@ class SweepPoint:
     itl_ms_p99: float
 
 
-def sweep_points(runs: dict[int, dict[str, Any]], waves: int) -> list[SweepPoint]:
-    """The sweep's points from the notebook's ``concurrency_sweep``: one engine benchmark summary
-    (:func:`~infer_lab.bench.engine.run_engine_benchmark`) per concurrency, of concurrency × ``waves`` requests."""
-    return [SweepPoint(c, c * waves, r["output_tokens_per_s"], 1e3 / r["itl_ms"]["mean"], r["ttft_ms"]["p50"],
-                       r["itl_ms"]["p50"], r["itl_ms"]["p99"]) for c, r in runs.items()]
+def sweep_points(runs: dict[int, EngineBenchmark], waves: int) -> list[SweepPoint]:
+    """The sweep's points from the notebook's ``concurrency_sweep``: one engine benchmark
+    (:func:`~infer_lab.bench.engine.run_engine_benchmark`) per ``max_num_seqs``, of ``max_num_seqs`` × ``waves``
+    requests."""
+    return [SweepPoint(n, n * waves, r.output_tokens_per_s, 1e3 / r.run.itl_ms.mean, r.run.ttft_ms.p50,
+                       r.run.itl_ms.p50, r.run.itl_ms.p99) for n, r in runs.items()]
 
 
 def run_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
     """Run the notebook's own experiment (``concurrency_sweep`` of ``infer_lab/notebooks/09_batching.py``)."""
     sweep = notebook_function(NUMBER, "concurrency_sweep")
-    runs = sweep(lm, sizes.sweep_concurrencies, sizes.sweep_waves, sizes.prompt_len, sizes.sweep_output_len)
+    runs = sweep(lm, sizes.sweep_max_num_seqs, sizes.sweep_waves, sizes.prompt_len, sizes.sweep_output_len)
     return sweep_points(runs, sizes.sweep_waves)
 
 
@@ -61,7 +64,7 @@ def sweep_text(sweep: list[SweepPoint]) -> str:
     """What the sweep shows: the ends, whether each step traded per-user speed for total throughput,
     and which points are off the frontier (every number and word from ``sweep``)."""
     lo, hi = sweep[0], sweep[-1]
-    text = (f"From concurrency {lo.concurrency} to {hi.concurrency}, total throughput went from "
+    text = (f"From {lo.max_num_seqs} to {hi.max_num_seqs} requests at once, total throughput went from "
             f"{lo.output_tokens_per_s:.1f} to **{hi.output_tokens_per_s:.1f} tokens/s** "
             f"({hi.output_tokens_per_s / lo.output_tokens_per_s:.1f}×), while each user's speed went from "
             f"{lo.tokens_per_s_per_user:.1f} to {hi.tokens_per_s_per_user:.1f} tokens/s.")
@@ -79,13 +82,13 @@ def sweep_text(sweep: list[SweepPoint]) -> str:
     off = dominated_points(sweep)
     if off:
         trade += " Off the frontier: " + "; ".join(
-            f"concurrency {p.concurrency} (concurrency {q.concurrency} was at least as fast for each user and in total)"
+            f"{p.max_num_seqs} at once ({q.max_num_seqs} at once was at least as fast for each user and in total)"
             for p, q in off) + "."
     return f"{text} {trade}"
 
 
 SWEEP_COLUMNS = [
-    Column("concurrency", "concurrency", "int"), Column("requests", "requests", "int"),
+    Column("max_num_seqs", "requests at once (max_num_seqs)", "int"), Column("requests", "requests", "int"),
     Column("tokens_per_s_per_user", "tokens/s per user"), Column("output_tokens_per_s", "tokens/s total"),
     Column("ttft_ms_p50", "TTFT p50 (ms)"), Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
 ]
@@ -112,7 +115,7 @@ def sweep_figure(sweep: list[SweepPoint], source: str):
     xs, ys = [p.tokens_per_s_per_user for p in sweep], [p.output_tokens_per_s for p in sweep]
     ax.plot(xs, ys, "o-")
     for p in sweep:
-        ax.annotate(f" {p.concurrency}", (p.tokens_per_s_per_user, p.output_tokens_per_s), fontsize=9)
+        ax.annotate(f" {p.max_num_seqs}", (p.tokens_per_s_per_user, p.output_tokens_per_s), fontsize=9)
     _log_if_wide(ax, "x", xs)
     _log_if_wide(ax, "y", ys)
     ax.set(xlabel="tokens/s per user (1 / mean ITL)", ylabel="total output tokens/s")
