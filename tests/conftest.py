@@ -57,14 +57,16 @@ def reference(embedded, prompts) -> list[list[int]]:
 # The chapters as the tour runs them (quick sizes), once per test session: tests/test_chapters.py
 # checks every run, and the page tests (tests/test_chNN_page.py) read their parts' results from the
 # same runs instead of running the same experiments again.
-TOUR_TEST = "test_chapter_runs_on_the_cpu_at_quick_sizes"
+# The tests that read every chapter's run (test_chapters.py, test_page_output.py): the chapters any of them
+# selected run together, in one pool, on first use.
+TOUR_TESTS = ("test_chapter_runs_on_the_cpu_at_quick_sizes", "test_every_page_output_is_written_for_people")
 LONGEST_FIRST = ("ch12", "ch09", "ch02", "ch14", "ch13", "ch10", "ch06", "ch15")  # so two workers end together
 
 
 class TourRuns:
-    """Chapter name -> its :class:`infer_lab.tour.ChapterRun`, run on first use.
+    """Chapter name -> its :class:`infer_lab.course.tour.ChapterRun`, run on first use.
 
-    The first use runs every chapter that test_chapters.py selected (and the one asked for) in two
+    The first use runs every chapter that :data:`TOUR_TESTS` selected (and the one asked for) in two
     worker processes of one torch thread each (on CI's 2 cores that is faster than one process of
     two threads); a chapter asked for later runs alone.
     """
@@ -91,7 +93,7 @@ class TourRuns:
     def __getitem__(self, name: str):
         if name not in self.runs:
             selected = {item.callspec.params["name"] for item in self.session.items
-                        if getattr(item, "originalname", "") == TOUR_TEST}
+                        if getattr(item, "originalname", "") in TOUR_TESTS}
             self._run(sorted((selected if not self.runs else set()) | {name}))
         return self.runs[name]
 

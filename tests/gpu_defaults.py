@@ -1,6 +1,6 @@
 """The GPU learner's defaults, shrunk to run on a 2-core CPU (used by tests/test_gpu_defaults.py).
 
-On a CUDA device the notebooks pick ``mistral-7b`` with random weights (:func:`infer_lab.nb.model_choice`):
+On a CUDA device the notebooks pick ``mistral-7b`` with random weights (:func:`infer_lab.course.nb.model_choice`):
 a vocabulary of 32,768 that is not SmolLM2's, so there is no tokenizer, and bf16 weights. This
 module writes that model family's config with the same vocabulary, layer count and head ratio
 but a tiny width, so that every chapter can be taken through the same path on a CPU.
@@ -44,7 +44,7 @@ def run_tour_half(config: str, only: list[str], out_dir: str, check_exercises: l
     torch.set_num_threads(1)
     import infer_lab.models as models
     from infer_lab.course import exercises
-    from infer_lab.tour import TourContext, run_tour
+    from infer_lab.course.tour import TourContext, run_tour
 
     ctx = TourContext(out_dir=Path(out_dir), quick=True, model=config, weights="random", device="cpu")
     ctx._lm = models.load_model(config, weights="random", device="cpu", dtype=GPU_DTYPE)

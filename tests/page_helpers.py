@@ -1,9 +1,13 @@
 """What the notebook-page tests share.
 
-* :func:`edited_notebook` / :func:`cell_line`: a notebook with one line of a cell changed, as a learner
-  would. The learner's experiment is a visible cell with its knobs written in it (``users = (1, 8)``);
-  a test that proves "change the number, the result follows" writes the notebook with that one line
-  changed and imports it through marimo's own API (``app`` cells become ``module.<cell>.run(...)``).
+* :func:`edited_notebook`: a notebook with one knob of a cell changed, as a learner would. The
+  learner's experiment is a visible cell with its knobs written in it (``users = sizes.users``); a
+  test that proves "change the number, the result follows" writes the notebook with that knob's
+  value changed (``edited_notebook("02", tmp_path, users=(1, 8))``) and imports it through marimo's
+  own API (``app`` cells become ``module.<cell>.run(...)``). The knob is found by its name in the
+  cell's syntax tree, so a reworded comment or a reformatted line changes nothing.
+* :func:`cell_call`: what a cell hands its experiment, as shipped or once a learner changed its knob;
+  :func:`chapter_call`: what the chapter's runner hands it (one home for their numbers: the two agree).
 * :func:`experiment_calls`: which of the page's ``@app.function`` experiments a chapter's runner
   calls, with what arguments (recorded, not read from source).
 * :func:`shows_the_real_code`: a page that shows library code shows the real function, docstring left out.
@@ -24,18 +28,40 @@ import pytest
 from infer_lab.course.notebook_code import notebook_function, notebook_path
 
 
-def edited_notebook(number: str, tmp_path: Path, old: str, new: str) -> ModuleType:
-    """Notebook ``number`` with the one line ``old`` replaced by ``new``, imported as a module.
+def edited_notebook(number: str, tmp_path: Path, **knobs: object) -> ModuleType:
+    """Notebook ``number`` with each knob's value changed, imported as a module (no knobs: as shipped).
 
-    ``old`` must occur exactly once, so the edit is the learner's change and nothing else.
+    A knob is an assignment ``name = value`` in one of the page's ``@app.cell`` cells (``k = 4``,
+    ``slots = sizes.steps_slots``): the learner's change is its value, written here as ``repr(value)``,
+    and nothing else (the comment after it and the line's layout stay as they are). Each knob must be
+    assigned in exactly one cell, so the edit cannot land on another cell's variable.
     """
-    source = notebook_path(number).read_text()
-    if source.count(old) != 1:
-        raise AssertionError(f"notebook {number} should hold {old!r} exactly once, holds it {source.count(old)} times")
+    path = notebook_path(number)
+    lines = path.read_text().splitlines(keepends=True)
+    cells = [node for node in ast.parse("".join(lines), str(path)).body if isinstance(node, ast.FunctionDef)
+             and any(_is_app_cell(d) for d in node.decorator_list)]
+    edits = []
+    for knob, value in knobs.items():
+        found = [(cell.name, stmt.value) for cell in cells for stmt in cell.body if isinstance(stmt, ast.Assign)
+                 and [getattr(t, "id", None) for t in stmt.targets] == [knob]]
+        if len(found) != 1:
+            raise AssertionError(f"notebook {number}: the knob {knob!r} should be set in one cell, "
+                                 f"is set in {[name for name, _ in found]}")
+        edits.append((found[0][1], repr(value)))
+    for node, text in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):  # bottom up
+        first, last = (lines[node.lineno - 1].encode(), lines[node.end_lineno - 1].encode())  # offsets are UTF-8 bytes
+        joined = first[:node.col_offset].decode() + text + last[node.end_col_offset:].decode()
+        lines[node.lineno - 1:node.end_lineno] = [joined]
     name = f"infer_lab_notebook_{number}_edited"
-    path = tmp_path / f"{name}.py"
-    path.write_text(source.replace(old, new))
-    return imported_notebook(path, name)
+    edited = tmp_path / f"{name}.py"
+    edited.write_text("".join(lines))
+    return imported_notebook(edited, name)
+
+
+def _is_app_cell(decorator: ast.expr) -> bool:
+    """``@app.cell`` or ``@app.cell(...)``."""
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(node, ast.Attribute) and node.attr == "cell" and getattr(node.value, "id", None) == "app"
 
 
 def imported_notebook(path: Path, name: str) -> ModuleType:
@@ -52,16 +78,27 @@ def imported_notebook(path: Path, name: str) -> ModuleType:
     return module
 
 
-def cell_line(number: str, starts_with: str) -> str:
-    """The one line of notebook ``number`` that starts with ``starts_with`` (the knob's line, whatever its value)."""
-    lines = [x for x in notebook_path(number).read_text().splitlines() if x.startswith(starts_with)]
-    if len(lines) != 1:
-        raise AssertionError(f"notebook {number} should have one line starting {starts_with!r}, has {len(lines)}")
-    return lines[0]
-
-
 class Stop(Exception):
     """Raised by a stubbed experiment: the runner reached it, there is nothing more to run."""
+
+
+def cell_call(number: str, tmp_path: Path, experiment: str, refs: dict, defining: str, **knobs: object) -> dict:
+    """What the page's cell that defines ``defining`` hands its ``@app.function`` ``experiment``: the
+    notebook as shipped, or with ``knobs`` changed as a learner would (:func:`edited_notebook`). The
+    cell runs through marimo with ``refs`` and a stand-in experiment that records the call (by
+    parameter name) and stops the cell there; of ``refs``, the cell gets those it reads."""
+    page = edited_notebook(number, tmp_path, **knobs)
+    cell = next(data.cell for data in page.app._cell_manager.cell_data()
+                if data.cell is not None and defining in data.cell.defs)
+    signature, calls = inspect.signature(notebook_function(number, experiment)), []
+
+    def record(*args, **kwargs):
+        calls.append(dict(signature.bind(*args, **kwargs).arguments))
+        raise Stop
+
+    with pytest.raises(Stop):
+        cell.run(**{name: value for name, value in refs.items() if name in cell.refs}, **{experiment: record})
+    return calls[0]
 
 
 def experiment_calls(monkeypatch, module, run, *args, stop_at: str | None = None) -> list[tuple[str, dict]]:
@@ -85,6 +122,18 @@ def experiment_calls(monkeypatch, module, run, *args, stop_at: str | None = None
     with pytest.raises(Stop):
         run(*args)
     return calls
+
+
+def chapter_call(monkeypatch, runner, *args, experiment: str) -> dict:
+    """What the chapter's ``runner(*args)`` hands the page's ``experiment``, by parameter name (the
+    experiments before it run for real; see :func:`experiment_calls`)."""
+    calls = experiment_calls(monkeypatch, importlib.import_module(runner.__module__), runner, *args, stop_at=experiment)
+    return calls[-1][1]
+
+
+def without_args(call: dict, *names: str) -> dict:
+    """``call`` without the arguments ``names`` (a model each side wraps in its own copy)."""
+    return {name: value for name, value in call.items() if name not in names}
 
 
 def without_docstring(function) -> str:

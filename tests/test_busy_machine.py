@@ -286,7 +286,7 @@ def test_env_names_the_thread_policy():
 
 
 def test_a_promised_button_time_stretches_with_the_load_it_sees(busy):
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     assert nb.busy_stretch(QUIET) == "" and nb.busy_stretch(None) == ""
     text = nb.busy_stretch(busy)

@@ -4,21 +4,13 @@ functions (its hello answer is checked in tests/test_course_ch00_to_04.py)."""
 
 from __future__ import annotations
 
-import inspect
 from types import SimpleNamespace
 
-from page_helpers import cell_line, experiment_calls
+import pytest
+from page_helpers import cell_call, experiment_calls
 
 from infer_lab.course import ch00_setup as ch00
-from infer_lab.course.notebook_code import notebook_function, notebook_path
-
-
-def test_the_experiments_are_short_functions_of_the_notebook_file():
-    for name in ("ceilings_here", "ask"):
-        function = notebook_function("00", name)
-        assert function.__code__.co_filename == str(notebook_path("00"))
-        assert len(inspect.getsourcelines(function)[0]) <= 15, name
-    assert cell_line("00", "    question = ") and cell_line("00", "    quick = ")  # the learner's knobs, one line each
+from infer_lab.course.notebook_code import notebook_function
 
 
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
@@ -55,3 +47,21 @@ def test_the_experiments_return_what_the_harness_measured(monkeypatch):
     random_weights = SimpleNamespace(tokenizer=None, random_ids=lambda batch, n: [list(range(n))] * batch)
     assert ask(random_weights, "What?", 4) == (None, rec)
     assert seen["generate"] == (random_weights, [list(range(16))], 4)  # no tokenizer: 16 random ids
+
+
+def test_the_cells_knobs_reach_the_experiments(tmp_path):
+    """A learner's question and ``quick`` setting, changed in their cells, are what ``ask`` and
+    ``ceilings_here`` get (the cells run through marimo, each experiment stood in for)."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    sizes, lm = ch00.sizes("cpu", "quick"), SimpleNamespace(name="stub-lm")
+    page = SimpleNamespace(pressed=lambda _button: True, placeholder=lambda _button: None,
+                           load_model_or_explain=lambda *_args: lm, model_choice=lambda: ("smollm2-135m", "pretrained"))
+    pressed = SimpleNamespace(value=True)
+    asked = cell_call("00", tmp_path, "ask", dict(ch00=ch00, hello_button=pressed, mo=mo, nb=page, sizes=sizes),
+                      "question", question="Why is the sky blue?")
+    assert asked == {"lm": lm, "question": "Why is the sky blue?", "max_tokens": sizes.hello_max_tokens}
+    measured = cell_call("00", tmp_path, "ceilings_here", dict(ceilings_button=pressed, ch00=ch00, mo=mo, nb=page,
+                         sizes=sizes, device=SimpleNamespace(kind="cpu")), "quick", quick=not sizes.quick_ceilings)
+    assert measured == {"device": "cpu", "quick": not sizes.quick_ceilings}

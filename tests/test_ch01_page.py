@@ -5,30 +5,19 @@ config, and the bandwidth sweep returns a curve of sane numbers."""
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
 import torch
-from page_helpers import edited_notebook, experiment_calls
+from page_helpers import cell_call, chapter_call, edited_notebook, experiment_calls
 
 from infer_lab.analysis.flops import COMPONENTS, flops_by_component
 from infer_lab.bench.bandwidth import KIB, bandwidth_sweep, cache_levels, working_sets
 from infer_lab.course import ch01_foundations as ch01
-from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.course.notebook_code import notebook_function
 
-CELL_NUMBER = "    new_tokens = 6  # tokens to write"
-PROMPT = "The capital of France is"
 TINY = dict(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4, intermediate_size=16,
             num_hidden_layers=2, vocab_size=10)
-
-
-def test_the_experiments_are_short_functions_of_the_notebook_file():
-    for name in ("generate_step_by_step", "self_attention", "engine_greedy", "flop_shares", "bandwidth_curve",
-                 "decode_prediction", "decode_measured"):
-        fn = notebook_function("01", name)
-        assert fn.__code__.co_filename == str(notebook_path("01"))
-        assert len(inspect.getsourcelines(fn)[0]) <= 17, name
 
 
 def _part(name: str):
@@ -132,10 +121,11 @@ def test_changing_the_tokens_in_the_cell_changes_the_passes(embedded, tmp_path, 
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
-    cell = edited_notebook("01", tmp_path, CELL_NUMBER, CELL_NUMBER.replace("= 6", "= 3")).the_loop
-    _, defs = cell.run(ch01=ch01, lm=embedded, mo=mo, nb=nb, loop_button=SimpleNamespace(value=True))
+    cell = edited_notebook("01", tmp_path, new_tokens=3).the_loop
+    _, defs = cell.run(ch01=ch01, lm=embedded, mo=mo, nb=nb, loop_button=SimpleNamespace(value=True),
+                       sizes=ch01.sizes("cpu", "quick"))
     edited = defs["loop"]
     assert len(edited.steps) == 3 < len(loop.steps)  # one pass per token: fewer tokens, fewer passes
     assert edited.tokens == loop.tokens[:3] and edited.same_as_engine  # greedy: the same first tokens
@@ -167,3 +157,20 @@ def test_the_flop_comparison_picks_the_other_model():
     assert [getattr(m, "name", m) for m in ch01.flops_models(fake("mistral-7b"))] == ["mistral-7b", "smollm2-135m"]
     assert [getattr(m, "name", m) for m in ch01.flops_models(fake("smollm2-135m"))] == ["smollm2-135m", "mistral-7b"]
     assert ch01.flops_models(None) == ["smollm2-135m", "mistral-7b"]  # no model: the deck's analytic build
+
+
+@pytest.mark.parametrize(("runner", "experiment", "defining"), [
+    ("run_loop", "generate_step_by_step", "loop"), ("run_flops", "flop_shares", "shares")])
+def test_each_cell_as_shipped_makes_the_chapters_call(monkeypatch, embedded, tmp_path, runner, experiment, defining):
+    """The page's cells and the chapter's runners read the prompt, the tokens and the context from one
+    home (the chapter's sizes): each cell as shipped hands its experiment what the tour hands it."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    sizes, pressed = ch01.sizes("cpu", "quick"), SimpleNamespace(value=True)
+    page = cell_call("01", tmp_path, experiment, dict(ch01=ch01, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                      loop_button=pressed, flops_button=pressed,
+                                                      flops_guess=SimpleNamespace(value=50)), defining)
+    assert page == chapter_call(monkeypatch, getattr(ch01, runner), embedded, sizes, experiment=experiment)

@@ -5,7 +5,6 @@ the batch in the check's cell changes the KV bytes the way the equation says."""
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -14,15 +13,7 @@ from page_helpers import edited_notebook, experiment_calls, shows_the_real_code
 from infer_lab.analysis import memory
 from infer_lab.analysis.compare import dtype_name, shape_of
 from infer_lab.course import ch03_memory_equation as ch03
-from infer_lab.course.notebook_code import notebook_function, notebook_path
-
-BATCH_LINE = "    batch = _s.check_batch  # sequences generated together (2): try 4"
-
-
-def test_the_check_is_a_short_function_of_the_notebook_file():
-    function = notebook_function("03", "bytes_predicted_vs_counted")
-    assert function.__code__.co_filename == str(notebook_path("03"))
-    assert len(inspect.getsourcelines(function)[0]) <= 15
+from infer_lab.course.notebook_code import notebook_function
 
 
 def test_the_chapter_runs_the_notebooks_check_with_its_sizes(monkeypatch):
@@ -66,13 +57,13 @@ def test_doubling_the_batch_in_the_cell_doubles_the_kv_and_not_the_weights(embed
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     page = SimpleNamespace(pressed=lambda _b: True, placeholder=nb.placeholder, table=nb.table,
                            load_model_or_explain=lambda *_a: embedded, model_choice=lambda: ("smollm2-135m", "pretrained"))
     results = {}
     for batch in (2, 4):
-        cell = edited_notebook("03", tmp_path, BATCH_LINE, f"    batch = {batch}  #").check_cell
+        cell = edited_notebook("03", tmp_path, batch=batch).check_cell
         _, defs = cell.run(ch03=ch03, check_button=SimpleNamespace(value=True), mo=mo, nb=page,
                            size_picker=SimpleNamespace(value="quick"))
         results[batch] = defs["check"]

@@ -5,23 +5,14 @@ the chapter module only shows them, and the page shows the roofline's real code.
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
-from page_helpers import Stop, cell_line, experiment_calls, shows_the_real_code
+from page_helpers import Stop, cell_call, experiment_calls, shows_the_real_code
 
 from infer_lab.analysis.roofline import Roof, gpu_roof, predict
 from infer_lab.course import ch04_prefill_decode_roofline as ch04
-from infer_lab.course.notebook_code import notebook_function, notebook_path
-
-
-def test_the_experiments_are_short_functions_of_the_notebook_file():
-    for name in ("datasheet_prediction", "roofline_vs_harness"):
-        function = notebook_function("04", name)
-        assert function.__code__.co_filename == str(notebook_path("04"))
-        assert len(inspect.getsourcelines(function)[0]) <= 15, name
-    assert cell_line("04", "    batches = ")  # the learner's knob, one line of the visible cell
+from infer_lab.course.notebook_code import notebook_function
 
 
 def _part(name: str):
@@ -90,3 +81,21 @@ def test_a_real_decode_step_sits_next_to_its_prediction(tour_runs):
     assert [r.batch for r in decode] == [1, 2] and all(r.measured > 0 and r.predicted > 0 for r in decode)
     text = ch04.decode_ratio_text(result)
     assert text.count("measured ÷ predicted") == 2 and result.roof.source == "measured"
+
+
+def test_the_batches_in_the_cell_are_what_the_comparison_decodes(tmp_path):
+    """A learner's decode batches, changed in the comparison cell, reach ``roofline_vs_harness`` with the
+    rest of the chapter's sizes."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    lm = SimpleNamespace(name="stub-lm", device="cpu")
+    page = SimpleNamespace(pressed=lambda _button: True, placeholder=lambda _button: None,
+                           load_model_or_explain=lambda *_args: lm, model_choice=lambda: ("smollm2-135m", "pretrained"))
+    args = cell_call("04", tmp_path, "roofline_vs_harness", dict(ch04=ch04, compare_button=SimpleNamespace(value=True),
+                     mo=mo, nb=page, save_switch=SimpleNamespace(value=False),
+                     size_picker=SimpleNamespace(value="quick")), "batches", batches=(1, 8))
+    sizes = ch04.sizes("cpu", "quick")
+    assert args["lm"] is lm and args["batches"] == (1, 8)
+    assert (args["prompt_lengths"], args["contexts"], args["new_tokens"]) == (sizes.prompt_lengths, sizes.contexts,
+                                                                           sizes.new_tokens)

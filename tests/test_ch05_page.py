@@ -10,8 +10,6 @@ from infer_lab.analysis import memory
 from infer_lab.analysis.capacity import plan
 from infer_lab.course import ch05_capacity_planner as ch05
 
-CONTEXT_LINE = "    context = 4096  # tokens per user"
-
 
 def test_the_page_shows_fit():
     shows_the_real_code(ch05.fit_code(), memory.fit)
@@ -21,11 +19,11 @@ def test_quadrupling_the_context_in_the_cell_leaves_a_quarter_of_the_users(tmp_p
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     users = {}
     for context in (4096, 16384):
-        cell = edited_notebook("05", tmp_path, CONTEXT_LINE, f"    context = {context}  #").by_hand
+        cell = edited_notebook("05", tmp_path, context=context).by_hand
         _, defs = cell.run(ch05=ch05, mo=mo, nb=nb)
         one = defs["one"]
         assert one.context == context  # the cell's plan is the library's planner at the learner's context

@@ -5,14 +5,19 @@ formats cell (the group size) changes the result the way the chapter says it doe
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
-from page_helpers import cell_line, edited_notebook, experiment_calls, shows_the_real_code
+from page_helpers import (
+    cell_call,
+    chapter_call,
+    edited_notebook,
+    experiment_calls,
+    shows_the_real_code,
+)
 
 from infer_lab.course import ch06_quantization as ch06
-from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.course.notebook_code import notebook_function
 from infer_lab.quant.formats import quantize_q4_1
 
 EXPERIMENTS = {"layer_errors": "run_formats", "quantize_and_compare": "run_compare",
@@ -23,19 +28,6 @@ def _part(name: str):
     """The chapter package's module for one part (``formats``, ``compare``, ...): where it looks up the
     notebook's experiment."""
     return importlib.import_module(f"{ch06.__name__}.{name}")
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
-    fn = notebook_function("06", name)
-    assert fn.__code__.co_filename == str(notebook_path("06"))
-    assert len(inspect.getsourcelines(fn)[0]) <= 15
-
-
-def test_the_formats_cell_starts_at_the_chapters_group_size():
-    """The tour's formats row ``int4-g<FORMAT_GROUP>`` is the shipped cell's group size."""
-    assert cell_line("06", "    group = ").split("#")[0].split("=")[1].strip() == str(ch06.FORMAT_GROUP)
-    assert f"int4-g{ch06.FORMAT_GROUP}" in ch06.sizes("cpu", "quick").format_methods
 
 
 def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch):
@@ -102,7 +94,7 @@ def quick_formats(tour_runs) -> ch06.FormatsResult:
 
 def test_fewer_bits_cost_error_and_the_shipped_format_is_exact(quick_formats):
     by = quick_formats.by_method()
-    q41, g32, g64, int8 = by["q4_1-g32"], by["int4-g32"], by["int4-g64"], by["int8"]
+    q41, g32, g64, int8 = by["q4_1-g32"], by["int4-g32"], by[f"int4-g{ch06.FORMAT_GROUP}"], by["int8"]
     assert q41.exact_layers == q41.layers >= 7  # the embedded weights came from Q4_1 at g32: bit for bit
     assert g64.bits_per_weight < g32.bits_per_weight < int8.bits_per_weight / 1.6  # scales cost bits
     assert g32.rel_error_mean < g64.rel_error_mean  # ... and buy accuracy
@@ -115,11 +107,10 @@ def test_a_bigger_group_in_the_cell_saves_bits_and_costs_error(embedded, tmp_pat
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
-    group = cell_line("06", "    group = ")
     bigger = 2 * ch06.FORMAT_GROUP
-    cell = edited_notebook("06", tmp_path, group, f"    group = {bigger}  #").formats_cell
+    cell = edited_notebook("06", tmp_path, group=bigger).formats_cell
     _, defs = cell.run(ch06=ch06, lm=embedded, mo=mo, nb=nb, sizes=ch06.sizes("cpu", "quick"),
                        formats_button=SimpleNamespace(value=True))
     big = defs["formats"].by_method()[f"int4-g{bigger}"]
@@ -129,10 +120,10 @@ def test_a_bigger_group_in_the_cell_saves_bits_and_costs_error(embedded, tmp_pat
 
 def test_outlier_features_dwarf_the_median(embedded):
     rows = ch06.run_outliers(embedded, ch06.sizes("cpu", "quick"))
-    assert len(rows) == 30 and all(r.layer.endswith("q_proj") for r in rows)
+    assert len(rows) == 30 and all(r.layer.endswith(ch06.OUTLIER_LAYER) for r in rows)  # one per block
     ratios = sorted(r.max_over_median for r in rows)
     assert ratios[-1] >= 20 and ratios[len(ratios) // 2] >= 8  # every block has a feature far above its median
-    assert "`q_proj` layers" in ch06.outliers_text(rows)
+    assert f"`{ch06.OUTLIER_LAYER}` layers" in ch06.outliers_text(rows)
 
 
 def test_an_int8_kv_cache_stores_under_a_third_of_the_fp32_bytes(embedded):
@@ -152,3 +143,21 @@ def test_int8_weights_keep_under_half_the_bytes(embedded):
     assert int8.weight_bytes < 0.45 * comparison.baseline.weight_bytes  # the embeddings stay fp32
     assert int8.top1_agreement >= 0.75
     assert "measured: " in ch06.compare_text(comparison, embedded=True, guess_pct=30)
+
+
+@pytest.mark.parametrize(("runner", "experiment", "defining"), [
+    ("run_formats", "layer_errors", "formats"), ("run_outliers", "outlier_features", "outliers"),
+    ("run_kv", "kv_cache_quality", "kv")])
+def test_each_cell_as_shipped_makes_the_chapters_call(monkeypatch, embedded, tmp_path, runner, experiment, defining):
+    """The page's cells and the chapter's runners read the group size, the prompt and layer, and the KV
+    formats from one home (the chapter): each cell as shipped hands its experiment what the tour hands it."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    sizes, pressed = ch06.sizes("cpu", "quick"), SimpleNamespace(value=True)
+    page = cell_call("06", tmp_path, experiment, dict(ch06=ch06, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                      formats_button=pressed, outliers_button=pressed,
+                                                      kv_button=pressed), defining)
+    assert page == chapter_call(monkeypatch, getattr(ch06, runner), embedded, sizes, experiment=experiment)

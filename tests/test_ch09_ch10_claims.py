@@ -12,7 +12,7 @@ from infer_lab.course import ch10_prefix_caching as ch10
 
 
 def _point(max_num_seqs: int, total: float, per_user: float) -> ch09.SweepPoint:
-    return ch09.SweepPoint(max_num_seqs, 2 * max_num_seqs, total, per_user, 10.0, 10.0, 20.0)
+    return ch09.SweepPoint(max_num_seqs, 2 * max_num_seqs, total, per_user, 10.0, 30.0, 10.0, 20.0)
 
 
 FRONTIER = [_point(1, 10, 10), _point(2, 18, 9), _point(4, 30, 7.5), _point(8, 40, 5)]
@@ -21,7 +21,7 @@ FRONTIER = [_point(1, 10, 10), _point(2, 18, 9), _point(4, 30, 7.5), _point(8, 4
 def test_a_clean_sweep_is_one_frontier_of_trades():
     text = ch09.sweep_text(FRONTIER)
     assert "from 10.0 to **40.0 tokens/s** (4.0×)" in text and "from 10.0 to 5.0 tokens/s" in text
-    assert "At each of the 3 steps up in concurrency, total throughput rose and each user's speed fell" in text
+    assert "At each of the 3 steps up in max_num_seqs, total throughput rose and each user's speed fell" in text
     assert ch09.dominated_points(FRONTIER) == [] and "Off the frontier" not in text
 
 
@@ -29,7 +29,7 @@ def test_a_point_beaten_on_both_axes_is_named_off_the_frontier():
     bent = [FRONTIER[0], FRONTIER[1], _point(4, 17, 7.5), FRONTIER[3]]  # 4 is slower than 2 on both axes
     assert [(p.max_num_seqs, q.max_num_seqs) for p, q in ch09.dominated_points(bent)] == [(4, 2)]
     text = ch09.sweep_text(bent)
-    assert "Not every step up in concurrency traded" in text and "Off the frontier: 4 at once (2 at once was at least" in text
+    assert "Not every step up in max_num_seqs traded" in text and "Off the frontier: 4 requests at once (2 at once was at least" in text
     assert "At each of the" not in text
 
 
@@ -110,3 +110,21 @@ def test_the_sglang_claim_is_talk_1s_better_not_faster():
     for said in (text, words):
         assert "talk 1" in said and "better" in said and "faster" not in said
     assert f"{lo:.0f}–{hi:.0f}×" in text and f"{lo:.0f}–{hi:.0f}×" in words
+
+
+def test_a_sweep_point_keeps_the_queued_requests_ttft_apart():
+    """2 slots, 4 requests at t = 0: two get a slot at once, two wait a whole wave. One median over the four
+    would be 2 s, a time no request saw; the point keeps 1 s and 3 s apart (and None without a queue)."""
+    from types import SimpleNamespace
+
+    from infer_lab.timing import summarize
+
+    def bench(ttfts_s):
+        itl = summarize([10.0, 12.0])
+        run = SimpleNamespace(ttft_samples_s=ttfts_s, itl_ms=itl)
+        return SimpleNamespace(output_tokens_per_s=50.0, run=run)
+
+    two_waves, = ch09.sweep_points({2: bench([1.0, 1.0, 3.0, 3.0])}, waves=2)
+    assert (two_waves.first_ttft_ms_p50, two_waves.queued_ttft_ms_p50) == (1000.0, 3000.0)
+    one_wave, = ch09.sweep_points({2: bench([1.0, 1.0])}, waves=1)
+    assert one_wave.queued_ttft_ms_p50 is None and one_wave.requests == 2

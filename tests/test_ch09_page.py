@@ -6,30 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
 from page_helpers import (
     RecordingEngine,
-    cell_line,
     edited_notebook,
     experiment_calls,
     shows_the_real_code,
 )
 
 from infer_lab.course import ch09_batching as ch09
-from infer_lab.course.notebook_code import load_functions, notebook_function, notebook_path
+from infer_lab.course.notebook_code import load_functions, notebook_function
 from infer_lab.engine.scheduler import Scheduler
-
-CELL_NUMBER = "    slots = sizes.steps_slots  # batch slots (max_num_seqs)"
-
-
-@pytest.mark.parametrize("name", ["serve", "contenders"])
-def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
-    function = notebook_function("09", name)
-    assert function.__code__.co_filename == str(notebook_path("09"))
-    assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
 
 
 def _part(name: str):
@@ -116,11 +105,10 @@ def test_changing_the_slots_in_the_cell_changes_the_result_as_the_chapter_says(e
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     sizes = ch09.sizes("cpu", "quick")
-    line = cell_line("09", CELL_NUMBER)
-    edited = edited_notebook("09", tmp_path, line, line.replace("sizes.steps_slots", str(sizes.steps_requests), 1))
+    edited = edited_notebook("09", tmp_path, slots=sizes.steps_requests)
     output, defs = edited.static_vs_continuous.run(ch09=ch09, lm=embedded, mo=mo, nb=nb, sizes=sizes,
                                                    steps_button=SimpleNamespace(value=True))
     steps = {policy: len(records) for policy, records in defs["runs"].items()}
@@ -142,12 +130,11 @@ def test_the_slots_have_one_home_that_the_cell_and_the_chapter_both_read(embedde
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     sizes = dataclasses.replace(ch09.sizes("cpu", "quick"), steps_slots=2, steps_requests=6, steps_max_output=8)
     chapter = ch09.run_steps(embedded, sizes)
-    line = cell_line("09", CELL_NUMBER)
-    page = edited_notebook("09", tmp_path, line, line)  # the notebook as it is
+    page = edited_notebook("09", tmp_path)  # the notebook as it is
     output, defs = page.static_vs_continuous.run(ch09=ch09, lm=embedded, mo=mo, nb=nb, sizes=sizes,
                                                  steps_button=SimpleNamespace(value=True))
     assert chapter.slots == 2 and "<strong>2 slots</strong>" in output.text

@@ -248,3 +248,12 @@ def test_token_identity_is_claimed_for_exact_arithmetic_and_explained_when_it_fa
 def test_the_budgets_tried_are_named_as_they_are():
     assert ch11.budgets_words(ch11.AGENT_BUDGETS) == "powers of two from 16 to 2,048"
     assert ch11.budgets_words((16, 48, 2048)) == "16, 48, 2,048"  # not powers of two: listed
+
+
+def test_chapter_12s_section_references_follow_its_parts(monkeypatch):
+    """Every "section N" the text names is the number of the part it means, from one dict (SECTIONS):
+    moving a part moves its number in the headings and in every reference."""
+    assert list(ch12.SECTIONS) == list(ch12.PARTS) and list(ch12.SECTIONS.values()) == list(range(1, 6))
+    assert ch12.chat_case_note("ngram", 4).startswith(f"*Section {ch12.SECTIONS['workloads']} has not measured")
+    monkeypatch.setitem(ch12.SECTIONS, "workloads", 7)  # the part moved: the text follows
+    assert ch12.chat_case_note("ngram", 4).startswith("*Section 7 has not measured ngram at k = 4")

@@ -5,14 +5,14 @@ the chapter says."""
 
 from __future__ import annotations
 
-import ast
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
 from page_helpers import (
     RecordingEngine,
+    cell_call,
+    chapter_call,
     edited_notebook,
     experiment_calls,
     shows_the_real_code,
@@ -20,19 +20,11 @@ from page_helpers import (
 )
 
 from infer_lab.course import ch12_speculative_decoding as ch12
-from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.course.notebook_code import notebook_function
 from infer_lab.engine.acceptance import verify_greedy, verify_sampling
 
-CELL_NUMBER = "    k = 4  # guesses per target pass (1..8)"
 EXPERIMENTS = {"count_passes": "run_passes", "proposers_by_k": "run_sweep", "speedup_by_batch": "run_batch",
                "size_mechanisms": "run_variants"}
-
-
-@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
-def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
-    function = notebook_function("12", name)
-    assert function.__code__.co_filename == str(notebook_path("12"))
-    assert len(inspect.getsourcelines(function)[0]) <= 15  # one short cell on the page
 
 
 def _part(name: str):
@@ -45,7 +37,8 @@ def test_the_chapter_runs_the_notebooks_experiments_with_its_sizes(monkeypatch, 
     sizes = ch12.sizes("cpu", "quick")
     passes = _part("passes")
     (name, args), = experiment_calls(monkeypatch, passes, ch12.run_passes, embedded, sizes, stop_at="count_passes")
-    assert name == "count_passes" and args["lm"] is embedded and (args["proposer"], args["k"]) == ("ngram", 4)
+    assert name == "count_passes" and args["lm"] is embedded
+    assert (args["proposer"], args["k"]) == (ch12.PASSES_PROPOSER, ch12.PASSES_K)
     assert args["prompt"] == ch12.grounded_prompt_ids(embedded, 1)[0]  # the copy task
     assert args["max_new_tokens"] == sizes.passes_new_tokens
     (_, args), = experiment_calls(monkeypatch, passes, ch12.run_passes, embedded, sizes, "ngram", 1,
@@ -84,27 +77,6 @@ def test_count_passes_runs_plain_then_the_proposer_with_k_guesses(monkeypatch):
     assert speculative.max_model_len >= 3 + 8  # room for the prompt and the new tokens
 
 
-def test_no_visible_cell_runs_an_experiment_through_the_chapter_module():
-    """The one structural check kept on purpose (it reads the notebook's syntax tree, not behaviour):
-    the page's visible cells call its own ``@app.function`` experiments, never ``ch12.run_*`` or
-    ``ch12.measure*``, and each experiment cell behind a run button stays short.
-
-    A behavioural version would run every visible cell through marimo with ``ch12.run_*`` stubbed to
-    raise; those cells run the chapter's real experiments (the engine on the model, several minutes
-    on a CPU) and most of them are anonymous (``_``), so marimo's API cannot run them one by one.
-    """
-    tree = ast.parse(notebook_path("12").read_text())
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(node) if isinstance(c, ast.Call)
-                 and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
-        assert not {c for c in calls if c.startswith(("ch12.measure", "ch12.run_"))}, node.name
-        visible = any(isinstance(d, ast.Attribute) and d.attr == "cell" for d in node.decorator_list)
-        if visible and "mo.stop" in calls:  # an experiment cell behind a run button
-            assert node.end_lineno - node.lineno <= 16, node.name
-
-
 def test_the_page_shows_the_engines_real_acceptance_rule():
     shown = ch12.acceptance_code()
     shows_the_real_code(shown, verify_greedy, verify_sampling)  # greedy's prefix rule, sampling's p/q rule
@@ -113,13 +85,13 @@ def test_the_page_shows_the_engines_real_acceptance_rule():
 
 @pytest.fixture(scope="module")
 def quick_passes(tour_runs) -> ch12.PassesResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's n-gram proposer at k = 4."""
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's proposer and k (the chapter's)."""
     return tour_runs.part("ch12_speculative_decoding", "passes")
 
 
 def test_ngram_guesses_save_most_target_passes_on_a_copy_task(quick_passes):
     p = quick_passes
-    assert (p.proposer, p.k) == ("ngram", 4)
+    assert (p.proposer, p.k) == (ch12.PASSES_PROPOSER, ch12.PASSES_K)  # what the cell and the tour both read
     assert p.identical and p.tokens == p.plain_tokens  # greedy: the same tokens, in fewer passes
     assert p.plain_passes == p.plain_tokens  # plain decoding: one target pass per token
     assert p.passes_saved >= 0.4  # at least 40% of the passes saved at quick size
@@ -136,9 +108,9 @@ def test_changing_k_in_the_cell_changes_the_count_as_the_chapter_says(embedded, 
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
-    cell = edited_notebook("12", tmp_path, CELL_NUMBER, CELL_NUMBER.replace("= 4", "= 1")).one_request  # k = 1
+    cell = edited_notebook("12", tmp_path, k=1).one_request
     _, defs = cell.run(ch12=ch12, lm=embedded, mo=mo, nb=nb, sizes=ch12.sizes("cpu", "quick"),
                        passes_button=SimpleNamespace(value=True), passes_guess=SimpleNamespace(value=2.0))
     one = defs["passes"]
@@ -181,3 +153,18 @@ def test_the_acceptance_rules_can_be_shown_one_at_a_time():
     assert without_docstring(verify_sampling) not in greedy and without_docstring(verify_greedy) not in sampling
     with pytest.raises(ValueError, match="rule must be one of"):
         ch12.acceptance_code("typical")
+
+
+def test_the_cell_as_shipped_makes_the_chapters_call(monkeypatch, embedded, tmp_path):
+    """The page's cell and the chapter's runner read the proposer and k from one home (the chapter's
+    scenario): the cell as shipped hands ``count_passes`` what the tour hands it."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    sizes = ch12.sizes("cpu", "quick")
+    page = cell_call("12", tmp_path, "count_passes", dict(ch12=ch12, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                           passes_button=SimpleNamespace(value=True),
+                                                           passes_guess=SimpleNamespace(value=2.0)), "passes")
+    assert page == chapter_call(monkeypatch, ch12.run_passes, embedded, sizes, experiment="count_passes")

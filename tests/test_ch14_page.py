@@ -4,27 +4,23 @@ processes, the chapter module only shows it, every decode step makes the all-red
 
 from __future__ import annotations
 
-import ast
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
-from page_helpers import edited_notebook, experiment_calls, shows_the_real_code
+from page_helpers import (
+    cell_call,
+    chapter_call,
+    edited_notebook,
+    experiment_calls,
+    shows_the_real_code,
+    without_args,
+)
 
 from infer_lab.analysis.collectives import tp_allreduces
 from infer_lab.course import ch14_tensor_parallel as ch14
-from infer_lab.course.notebook_code import notebook_function, notebook_path
+from infer_lab.course.notebook_code import notebook_function
 from infer_lab.parallel.layers import tp_decoder_layer
-
-CELL_NUMBER = "    world_size = 2  # ranks"
-
-
-def test_the_experiments_are_short_functions_of_the_notebook_file():
-    for name in ("tensor_parallel", "tp_scaling"):
-        fn = notebook_function("14", name)
-        assert fn.__code__.co_filename == str(notebook_path("14"))
-        assert len(inspect.getsourcelines(fn)[0]) <= 15, name
 
 
 def _part(name: str):
@@ -61,23 +57,46 @@ def test_tp_scaling_hands_back_the_librarys_table_and_frontier(monkeypatch):
     assert calls == {"table": ("mistral-7b", ("H100-SXM", "H100-PCIe")), "frontier": ("mistral-7b", "H100-SXM")}
 
 
-def test_the_page_shows_the_real_layer_and_predicts_the_all_reduces_first(embedded):
+def test_the_page_shows_the_real_layer_and_predicts_the_all_reduces(embedded):
     shown = ch14.layer_code()
     shows_the_real_code(shown, tp_decoder_layer)
     assert len(shown.splitlines()) <= 30  # short enough for a slide
     text = ch14.prediction_text(embedded, 2, 4)  # SmolLM2-135M: 30 layers, hidden 576, fp32
     assert "2 x 30 layers = 60 all-reduces" in text and "9,216 B" in text and "552,960 B per step" in text
-    # the page's order: the cell that predicts comes before the experiment it predicts
-    cells = ast.parse(notebook_path("14").read_text()).body
-    predicts = next(i for i, cell in enumerate(cells) if any(
-        isinstance(n, ast.Attribute) and n.attr == "prediction_text" for n in ast.walk(cell)))
-    runs = next(i for i, cell in enumerate(cells) if isinstance(cell, ast.FunctionDef) and cell.name == "tensor_parallel")
-    assert predicts < runs
+
+
+def test_the_prediction_is_on_the_page_before_its_button_runs_the_experiment(tmp_path):
+    """The cell that shows the run button renders the prediction for the experiment's own world size
+    and prompts; the experiment's cell waits on that button: unpressed, ``tensor_parallel`` never runs."""
+    pytest.importorskip("marimo")
+    import html
+    import re
+
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    def words(text: str) -> str:
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).replace("**", "").replace("`", "").split())
+
+    def not_yet(*args):
+        raise AssertionError("the experiment ran before its button was pressed")
+
+    sizes = ch14.sizes("cpu", "quick")
+    page = edited_notebook("14", tmp_path)  # the notebook as it is
+    button_cell = next(data.cell for data in page.app._cell_manager.cell_data()
+                       if data.cell is not None and "tp_button" in data.cell.defs)
+    shown, defs = button_cell.run(ch14=ch14, mo=mo, nb=nb, sizes=sizes)
+    predicted = ch14.prediction_text("smollm2-135m", ch14.TP_WORLD_SIZE, sizes.tp_prompts)
+    assert words(predicted) in words(shown.text) and "60 all-reduces" in words(shown.text)
+    _, ran = page.tp_run.run(ch14=ch14, lm=None, mo=mo, nb=nb, sizes=sizes, tp_button=defs["tp_button"],
+                             tensor_parallel=not_yet)
+    assert "tp" not in ran  # stopped at the button, with the prediction already shown
 
 
 @pytest.fixture(scope="module")
 def quick_tp(tour_runs) -> ch14.TPResult:
-    """The notebook's experiment as the tour runs it: quick sizes, the cell's 2 ranks."""
+    """The notebook's experiment as the tour runs it: quick sizes, the cell's ranks (``TP_WORLD_SIZE``)."""
     return tour_runs.part("ch14_tensor_parallel", "tp")
 
 
@@ -93,7 +112,7 @@ def _assert_steps_match_the_prediction(tp: ch14.TPResult, shape) -> None:
 
 def test_every_decode_step_all_reduces_what_analysis_predicts(quick_tp, embedded):
     tp = quick_tp
-    assert tp.world_size == 2 and tp.identical_ws1 and tp.identical_hf
+    assert tp.world_size == ch14.TP_WORLD_SIZE and tp.identical_ws1 and tp.identical_hf  # the cell's ranks
     _assert_steps_match_the_prediction(tp, ch14.model_shape_of(embedded))
     assert tp.single_allreduces == 0  # world size 1 has nothing to reduce
     text = ch14.tp_text(tp)
@@ -113,10 +132,10 @@ def test_three_ranks_in_the_cell_split_finer_but_all_reduce_the_same(embedded, t
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     sizes = ch14.sizes("cpu", "quick")
-    cell = edited_notebook("14", tmp_path, CELL_NUMBER, CELL_NUMBER.replace("= 2", "= 3")).tp_run
+    cell = edited_notebook("14", tmp_path, world_size=3).tp_run
     _, defs = cell.run(ch14=ch14, lm=embedded, mo=mo, nb=nb, sizes=sizes, tp_button=SimpleNamespace(value=True))
     tp = defs["tp"]
     assert tp.world_size == 3 and tp.identical_ws1
@@ -223,3 +242,25 @@ def test_the_reason_comes_from_the_two_layouts_predicted_steps():
     assert inverted.startswith("TP8 makes 40 all-reduces per step against 80 for TP4;")
     assert "0.50 ms of each TP8 step against 1.50 ms" in inverted
     assert "less GPU time in all-reduces (4.0 GPU-ms against 6.0) and less in compute (40.0 against 48.0)" in inverted
+
+
+def test_each_cell_as_shipped_makes_the_chapters_call(monkeypatch, embedded, tmp_path):
+    """The page's cells and the chapter read the world size, the GPUs and part 2's defaults from one
+    home (the chapter's scenario): the TP cell as shipped, and the scaling cell at its controls'
+    defaults, hand their experiments what the tour hands them."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    sizes = ch14.sizes("cpu", "quick")
+    page = cell_call("14", tmp_path, "tensor_parallel", dict(ch14=ch14, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                              tp_button=SimpleNamespace(value=True)), "tp")
+    chapter = chapter_call(monkeypatch, ch14.run_tp, embedded, sizes, experiment="tensor_parallel")
+    assert without_args(page, "lm") == without_args(chapter, "lm")  # the model: a CPU copy on each side
+    controls = next(data.cell for data in edited_notebook("14", tmp_path).app._cell_manager.cell_data()
+                    if data.cell is not None and "scaling_model" in data.cell.defs)
+    _, defaults = controls.run(ch14=ch14, mo=mo)
+    page = cell_call("14", tmp_path, "tp_scaling", dict(ch14=ch14, mo=mo, nb=nb, **{
+        name: defaults[name] for name in ("scaling_model", "scaling_batch", "scaling_context")}), "scaling")
+    assert page == chapter_call(monkeypatch, ch14.run_scaling, None, sizes, experiment="tp_scaling")

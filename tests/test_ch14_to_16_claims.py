@@ -204,8 +204,7 @@ def test_the_tp_page_says_what_its_engine_replicates_and_what_production_engines
     def words(text: str) -> str:
         return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).replace("**", "").replace("`", "").split())
 
-    line = "    world_size = 2  # ranks"
-    page = edited_notebook("14", tmp_path, line, line)  # the notebook as it is
+    page = edited_notebook("14", tmp_path)  # the notebook as it is
     shown = [words(cell.run(ch14=ch14, mo=mo)[0].text) for data in page.app._cell_manager.cell_data()
              if (cell := data.cell) is not None and data.config.hide_code and set(cell.refs) == {"ch14", "mo"}]
     assert any(words(ch14.replicated_vocab_text("smollm2-135m")) in text for text in shown)

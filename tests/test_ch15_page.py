@@ -5,17 +5,14 @@ chapter says, and changing the slots in the check's cell changes the steps both 
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import SimpleNamespace
 
 import pytest
-from page_helpers import edited_notebook, experiment_calls
+from page_helpers import cell_call, chapter_call, edited_notebook, experiment_calls, without_args
 
 from infer_lab.analysis.plausibility import line_fit_flags
 from infer_lab.course import ch15_cluster as ch15
-from infer_lab.course.notebook_code import notebook_function, notebook_path
 
-CELL_NUMBER = "    slots = 3  # batch slots"
 EXPERIMENTS = ("serve_cluster", "throughput_ceiling", "heterogeneous", "attention_ffn_split", "plan_cluster",
                "simulator_vs_engine")
 
@@ -24,13 +21,6 @@ def _part(name: str):
     """The chapter package's module for one part (``cluster``, ``hetero``, ...): where it looks up the
     notebook's experiment."""
     return importlib.import_module(f"{ch15.__name__}.{name}")
-
-
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_each_experiment_is_a_short_function_of_the_notebook_file(name):
-    fn = notebook_function("15", name)
-    assert fn.__code__.co_filename == str(notebook_path("15"))
-    assert len(inspect.getsourcelines(fn)[0]) <= 15
 
 
 def test_the_chapter_runs_the_notebooks_experiments_not_copies_of_them(monkeypatch, embedded):
@@ -96,11 +86,10 @@ def test_more_slots_in_the_cell_take_fewer_steps_on_both_sides(embedded, tmp_pat
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     sizes = ch15.sizes("cpu", "quick")
-    cell = edited_notebook("15", tmp_path, CELL_NUMBER,
-                           CELL_NUMBER.replace("= 3", f"= {sizes.check_prompts - 1}")).check_run  # 5 slots for 6 prompts
+    cell = edited_notebook("15", tmp_path, slots=sizes.check_prompts - 1).check_run  # one slot fewer than the prompts
     _, defs = cell.run(ch15=ch15, lm=embedded, mo=mo, nb=nb, sizes=sizes, check_button=SimpleNamespace(value=True))
     wide = defs["check"]
     assert wide.max_num_seqs == sizes.check_prompts - 1 and wide.same_schedule
@@ -113,10 +102,28 @@ def test_the_check_says_what_its_totals_can_and_cannot_test(tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.analysis.plausibility import R2_FLOOR
+    from infer_lab.course import nb
 
-    output, _ = edited_notebook("15", tmp_path, CELL_NUMBER, CELL_NUMBER).check_intro.run(ch15=ch15, mo=mo, nb=nb)
+    output, _ = edited_notebook("15", tmp_path).check_intro.run(ch15=ch15, mo=mo, nb=nb)
     text = " ".join(output.text.split())
     assert "the total busy time agrees by construction" in text
     assert f"test the line only when it explains the steps (R² above the floor of {R2_FLOOR})" in text
+
+
+@pytest.mark.parametrize(("runner", "experiment", "defining"), [
+    ("run_cluster", "serve_cluster", "n_gpus"), ("run_hetero", "heterogeneous", "hetero_result"),
+    ("run_plan", "plan_cluster", "plan"), ("run_check", "simulator_vs_engine", "slots")])
+def test_each_cell_as_shipped_makes_the_chapters_call(monkeypatch, embedded, tmp_path, runner, experiment, defining):
+    """The page's cells and the chapter's runners read their numbers from one home (the chapter's
+    scenario and sizes): each cell as shipped hands its experiment what the tour hands it."""
+    pytest.importorskip("marimo")
+    import marimo as mo
+
+    from infer_lab.course import nb
+
+    sizes, pressed = ch15.sizes("cpu", "quick"), SimpleNamespace(value=True)
+    page = cell_call("15", tmp_path, experiment, dict(ch15=ch15, lm=embedded, mo=mo, nb=nb, sizes=sizes,
+                                                      cluster_button=pressed, check_button=pressed), defining)
+    chapter = chapter_call(monkeypatch, getattr(ch15, runner), embedded, sizes, experiment=experiment)
+    assert without_args(page, "lm") == without_args(chapter, "lm")  # the check's model: a CPU copy on each side

@@ -84,14 +84,39 @@ def _code_shape(code) -> tuple:
     return code.co_code, code.co_names, consts
 
 
+def _nested(code) -> list:
+    """``code`` and every code object compiled inside it (comprehensions, nested functions)."""
+    return [code] + [inner for c in code.co_consts if hasattr(c, "co_code") for inner in _nested(c)]
+
+
+def _lines(*codes) -> int:
+    """How many lines of the file the compiled ``codes`` span, first to last."""
+    lines = {line for code in codes for c in _nested(code) for _, _, line in c.co_lines() if line}
+    return max(lines) - min(lines) + 1 if lines else 0
+
+
+def _page_cells(page) -> list[tuple[str, list]]:
+    """Each ``@app.cell`` of the page as marimo compiled it: (its name, its code objects)."""
+    cells = [(data.name, data.cell._cell) for data in page.app._cell_manager.cell_data() if data.cell is not None]
+    return [(name, [c for c in (impl.body, impl.last_expr) if c is not None]) for name, impl in cells]
+
+
+PAGE_LINES = 15  # an experiment, a function or a cell behind a run button, is read on the page in one look
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_page_code_is_the_code_that_ran(name, chapter_runs):
-    """The one structural check of "one copy": what the tour measured ran the notebook's own functions.
+    """The one structural check of "one copy": the page's code is the code that ran.
 
-    ``chapter_runs`` records each ``@app.function`` experiment that the chapter module called while the
-    tour ran it; each must be the very code that marimo imports from the page (same file, same
-    bytecode and constants), so there is no second copy to drift. A chapter whose page defines
-    experiments must run at least one of them.
+    * ``chapter_runs`` records each ``@app.function`` experiment that the chapter module called while the
+      tour ran it; each must be the very code that marimo imports from the page (same file, same
+      bytecode and constants), so there is no second copy to drift. A chapter whose page defines
+      experiments must run at least one of them.
+    * No cell of the page runs an experiment through the chapter module (its ``run_*`` or ``measure``):
+      the page calls its own experiments, the ones the tour ran. Read from the code marimo compiled
+      for each cell (the attributes it loads), not from the file's text.
+    * Each experiment is short enough to read on the page: every ``@app.function`` and every cell
+      behind a run button (``mo.stop``) spans at most :data:`PAGE_LINES` lines of compiled code.
     """
     pytest.importorskip("marimo")
     mod = importlib.import_module(f"infer_lab.course.{name}")
@@ -106,6 +131,15 @@ def test_the_page_code_is_the_code_that_ran(name, chapter_runs):
         ours, marimos = experiments[fname], getattr(page, fname)
         assert ours.__code__.co_filename == marimos.__code__.co_filename == str(notebook_path(mod.NUMBER))
         assert _code_shape(ours.__code__) == _code_shape(marimos.__code__), fname
+    for fname, experiment in experiments.items():
+        assert experiment.__code__.co_filename == str(notebook_path(mod.NUMBER)), fname
+        assert _lines(experiment.__code__) <= PAGE_LINES, f"{fname}: {_lines(experiment.__code__)} lines"
+    runners = {attr for attr in dir(mod) if attr.startswith(("run_", "measure"))}
+    for cell, codes in _page_cells(page):
+        loaded = {n for code in codes for c in _nested(code) for n in c.co_names}
+        assert not loaded & runners, f"cell {cell} runs {sorted(loaded & runners)} of {name}, not the page's own"
+        if "stop" in loaded:  # mo.stop: a cell behind a run button
+            assert _lines(*codes) <= PAGE_LINES, f"cell {cell}: {_lines(*codes)} lines"
 
 
 def test_parts_can_be_run_one_at_a_time(embedded):

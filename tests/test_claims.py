@@ -181,7 +181,7 @@ def test_single_run_ratios_near_one_are_not_read_as_differences():  # item 6 (ch
 
 
 def test_a_missing_saved_run_says_so_instead_of_an_empty_box(monkeypatch):  # 06, 07, 11, 13
-    from infer_lab import nb
+    from infer_lab.course import nb
 
     monkeypatch.setattr(nb, "has_gpu", lambda: False)
     assert "No GPU run of this chapter is saved" in nb.saved_view(None).text

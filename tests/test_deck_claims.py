@@ -13,8 +13,8 @@ import pytest
 from page_helpers import imported_notebook
 
 from infer_lab.course import chapter, chapters
-from infer_lab.slides import deck
-from infer_lab.slides.deck import BuildContext, Slide, assign_roles, show_budget
+from infer_lab.course.slides import deck
+from infer_lab.course.slides.deck import BuildContext, Slide, assign_roles, show_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_a_short_section_shows_its_most_important_slides_and_each_chapters_first
 
 
 def test_backup_slides_are_tagged_in_the_page():
-    from infer_lab.slides.render import render
+    from infer_lab.course.slides.render import render
 
     slides = tuple(assign_roles(_slides(), 3 * deck.MINUTES_PER_SHOWN_SLIDE))
     built = deck.Deck("t", "2026-12-05", "cpu", "saved-only", (deck.Section("s", "S", 0, 5, "chapters", slides),))
@@ -128,7 +128,7 @@ def _notebook_buttons(mod, lm) -> set[str]:
     pytest.importorskip("marimo")
     import marimo as mo
 
-    from infer_lab import nb
+    from infer_lab.course import nb
     from infer_lab.course.notebook_code import notebook_path
 
     module = imported_notebook(notebook_path(mod.NUMBER), f"infer_lab_notebook_{mod.NUMBER}_buttons")

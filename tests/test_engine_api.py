@@ -362,3 +362,11 @@ def test_the_bench_speaks_the_engines_field_names_and_returns_one_typed_result(e
     assert max(run.step_samples.prefill_tokens) <= 8  # the budget reached the scheduler
     assert run.output_tokens == 9 and result.output_tokens_per_s == run.output_tokens_per_s
     assert run.kv is not None and run.kv.blocks_peak_used <= run.kv.blocks_total
+
+
+def test_the_step_budget_without_chunked_prefill_is_refused_not_ignored(capsys):
+    """Without --chunked-prefill the engine puts whole prompts in a step, so a budget alone would do nothing."""
+    from infer_lab.cli import main
+
+    assert main(["bench", "engine", "--requests", "2", "--max-num-batched-tokens", "64", "--json"]) == 2
+    assert "add --chunked-prefill" in capsys.readouterr().err

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from gpu_defaults import GPU_MODEL, run_tour_half, tiny_gpu_default_config
 
-from infer_lab import nb
-from infer_lab.course import chapter_names, exercises
+from infer_lab.course import chapter_names, exercises, nb
 from infer_lab.models import load_model
 from infer_lab.package_files import notebooks_dir
 

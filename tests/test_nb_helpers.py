@@ -5,7 +5,7 @@ from __future__ import annotations
 import marimo as mo
 import pandas as pd
 
-from infer_lab import nb
+from infer_lab.course import nb
 
 
 def test_placeholder_names_the_button_to_press():

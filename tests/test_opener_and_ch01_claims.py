@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from page_helpers import cell_line, edited_notebook
+from page_helpers import edited_notebook
 
 from infer_lab.analysis import memory
 from infer_lab.analysis.params import param_counts
@@ -193,8 +193,10 @@ def test_changing_the_context_in_the_opener_cell_changes_the_prices(tmp_path):
     pytest.importorskip("marimo")
     import marimo as mo
 
-    knob = cell_line("01", "    tokens_per_user = ")
-    cell = edited_notebook("01", tmp_path, knob, "    tokens_per_user = 1024").why_cost_matters
+    _, shipped = edited_notebook("01", tmp_path).why_cost_matters.run(ch01=ch01, mo=mo, opener=opener,
+                                                                      rate_guess=SimpleNamespace(value=9))
+    assert shipped["opening"] == opener.compute()  # the cell as shipped: the opener's own models, context and SLO
+    cell = edited_notebook("01", tmp_path, tokens_per_user=1024).why_cost_matters
     _, defs = cell.run(ch01=ch01, mo=mo, opener=opener, rate_guess=SimpleNamespace(value=9))
     edited = defs["opening"]
     assert edited.context == 1024 != opener.compute().context

@@ -8,18 +8,22 @@ must not land in a table cell or an output box.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from infer_lab.course import chapter_names
 from infer_lab.figures import log_tick_label
 from infer_lab.units import human
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "infer_lab"
 SCIENTIFIC = re.compile(r"\d(?:\.\d+)?e[+-]?\d", re.IGNORECASE)
 ZEROS = re.compile(r"0\.0000\d")
-# An f-string or %-format that writes exponents for large or small values (".3g").
-G_FORMAT = re.compile(r"\{[^{}]*:[,]?\.\d+g\}|fmt=\"%\.\d+g\"")
+
+
+def assert_outside_pyplot(figures: dict, where: str) -> None:
+    """Every figure is a plain matplotlib ``Figure``, not pyplot state: no pyplot manager holds it, so a
+    ``plt.close("all")`` from another thread (a Jupyter subshell's hook) cannot take it away."""
+    held = [key for key, fig in figures.items() if fig.canvas.manager is not None]
+    assert not held, f"{where}: figures {held} live in pyplot's registry"
 
 
 def assert_for_people(text: str, where: str) -> None:
@@ -44,23 +48,13 @@ def test_tick_labels_are_short_and_plain(value, expected):
     assert log_tick_label(value) == expected
 
 
-def test_no_course_text_formats_numbers_with_exponents():
-    """The chapter modules, the opener, the calculator and the figure helpers write numbers with
-    :func:`~infer_lab.units.human`, never with a ``.3g`` format that turns 2610 into 2.61e+03."""
-    course = SRC / "course"
-    files = sorted([*course.glob("*.py"), *course.glob("ch*/*.py")]) + [SRC / "figures.py"]  # packages' parts too
-    found = [f"{p.relative_to(SRC)}:{i}: {m.group()}" for p in files
-             for i, line in enumerate(p.read_text().splitlines(), 1) for m in G_FORMAT.finditer(line)]
-    assert not found, "\n".join(found)
-
-
-def _chapter_outputs(ch, parts: list[str]) -> str:
+def _page_text(text: str, tables: dict, figures: dict) -> str:
+    """What a page shows of a result, as text: its words, its tables and every label of its figures."""
     import matplotlib
 
     matplotlib.use("Agg")
-    result = ch.measure(None, ch.sizes("cpu", "quick"), parts)
-    texts = [ch.summary(result)] + [frame.to_string() for frame in ch.tables(result).values()]
-    for fig in ch.figures(result).values():
+    texts = [text] + [frame.to_string() for frame in tables.values()]
+    for fig in figures.values():
         fig.canvas.draw()
         for ax in fig.axes:
             texts += [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() + ax.texts]
@@ -69,12 +63,49 @@ def _chapter_outputs(ch, parts: list[str]) -> str:
     return "\n".join(texts)
 
 
+def _chapter_outputs(ch, parts: list[str] | None) -> str:
+    result = ch.measure(None, ch.sizes("cpu", "quick"), parts)
+    return _page_text(ch.summary(result), ch.tables(result), ch.figures(result))
+
+
 @pytest.mark.parametrize(("number", "parts"), [("05", None), ("16", None), ("04", ["datasheet"]),
                                                ("14", ["scaling"]), ("15", ["plan"])])
 def test_chapter_outputs_without_a_model_are_written_for_people(number, parts):
     from infer_lab.course import chapter
 
     assert_for_people(_chapter_outputs(chapter(number), parts), f"chapter {number}")
+
+
+@pytest.mark.parametrize("name", chapter_names())
+def test_every_page_output_is_written_for_people(name, tour_runs):
+    """Each chapter's words, tables and figure labels, from the run the tour made of it at quick sizes
+    on this machine (measured numbers: tiny times, huge byte counts), carry no exponent and no row of
+    zeros: numbers are written with :func:`~infer_lab.units.human` and its kin. Its figures are built
+    outside pyplot (:func:`infer_lab.figures.subplots`)."""
+    import importlib
+
+    ch, run = importlib.import_module(f"infer_lab.course.{name}"), tour_runs[name]
+    assert run.ok, run.traceback
+    figures = ch.figures(run.result)
+    assert_for_people(_page_text(ch.summary(run.result), ch.tables(run.result), figures), name)
+    assert_outside_pyplot(figures, name)
+
+
+def test_the_opener_and_the_calculator_are_written_for_people():
+    """The course's opener, and the calculator at its defaults (its plans and its KV visualizer)."""
+    from infer_lab.course import calculator, opener
+
+    result = opener.compute()
+    figures = opener.figures(result)
+    assert_for_people(_page_text(opener.summary(result), opener.tables(result), figures), "opener")
+    assert_outside_pyplot(figures, "opener")
+    plans = calculator.capacity_plans(**calculator.DEFAULTS_CAPACITY)
+    curves = calculator.kv_curves(**calculator.DEFAULTS_KV)
+    figures = {"kv": calculator.kv_visualizer_figure(curves)}
+    shown = _page_text(f"{plans.verdict}\n{curves.kv_total_label}", {"plans": calculator.plans_table(plans.plans)},
+                       figures)
+    assert_for_people(shown, "calculator")
+    assert_outside_pyplot(figures, "calculator")
 
 
 def test_unavailable_sdpa_backends_are_named_in_words_not_pytorch_errors():
@@ -103,21 +134,8 @@ def test_the_4bit_baseline_note_stands_once_in_the_chapter_summary():
     assert ch06.summary(result).count("The baseline is already 4-bit") == 1
 
 
-# --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run)
-
-PYPLOT_ALLOWED = {"course/ipython.py"}  # show_figure releases a pyplot figure a learner passes in
-
-
-def test_no_course_or_library_figure_code_uses_pyplot():
-    """Every figure the course shows is built with :func:`infer_lab.figures.subplots`; pyplot is
-    imported only where a finished figure is released (tour, slides, load-generator report)."""
-    roots = [SRC / "course", SRC / "analysis", SRC / "bench", SRC / "cluster", SRC / "parallel"]
-    files = [p for root in roots for p in root.rglob("*.py")] + [SRC / "figures.py", SRC / "nb.py"]
-    found = [str(p.relative_to(SRC)) for p in files
-             if re.search(r"^\s*(import matplotlib\.pyplot|from matplotlib import pyplot)", p.read_text(), re.M)
-             and str(p.relative_to(SRC)) not in PYPLOT_ALLOWED]
-    assert not found, f"pyplot state in figure code: {found}"
-
+# --- figures without pyplot state (the Jupyter edition saves them while other kernel threads run);
+# every chapter's figures are checked in test_every_page_output_is_written_for_people
 
 def test_course_figures_survive_a_close_all_from_another_thread():
     """A figure from the course is not in pyplot's registry: ``plt.close('all')`` (what a Jupyter
@@ -184,8 +202,7 @@ def test_counts_are_plural_unless_one(n, expected):
 
 def test_every_promised_button_time_is_honest():
     """No button promises 'About 0 s'; a model chapter's first button adds the model's load time."""
-    from infer_lab import nb
-    from infer_lab.course import chapters
+    from infer_lab.course import chapters, nb
 
     texts = {(ch.NUMBER, part): nb.button_time(ch, part) for ch in chapters() for part in ch.PARTS}
     if not any(texts.values()):

@@ -311,8 +311,8 @@ def test_figures_draw_from_computed_rows():
     import matplotlib
 
     matplotlib.use("Agg")
-    from infer_lab.analysis import parallel_figures
     from infer_lab.cluster import scenarios
+    from infer_lab.course import parallel_figures
 
     rows = parallel.scaling_table("llama-3-8b", ("H100-SXM", "H100-PCIe"))
     assert parallel_figures.plot_tp_scaling(rows).axes

@@ -14,7 +14,7 @@ import pytest
 
 from infer_lab.cli import main
 from infer_lab.course import chapters
-from infer_lab.slides.deck import clock, load_agenda
+from infer_lab.course.slides.deck import clock, load_agenda
 
 ROOT = Path(__file__).resolve().parents[1]
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 import textwrap
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except BrokenPipeError:
         # `infer-lab roofline ... | head` closed the pipe early: that is not an error.
-        import os
 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

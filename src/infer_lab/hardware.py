@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+import infer_lab
+
 from .catalog import GPUSpec, get_gpu, resolve_gpu_name
 from .timing import BUSY_CORES, machine_load, summarize, time_call
 
@@ -91,8 +93,6 @@ def thread_policy() -> dict[str, Any]:
     infer_lab was imported, else ``"infer_lab"``; ``applies`` is False when torch was imported before
     infer_lab (OpenMP read the environment then, so this process spins as before).
     """
-    import infer_lab
-
     policy, spin = os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT")
     words = f"OMP_WAIT_POLICY={policy or '(unset)'}" + (f", GOMP_SPINCOUNT={spin}" if spin else "")
     words += f", set by {infer_lab.OMP_WAIT_POLICY_SET_BY}"
@@ -120,7 +120,7 @@ def _ram_bytes() -> tuple[int, int]:
 def _nvml(index: int) -> dict[str, Any]:
     """Clocks, power and driver from NVML; empty when nvidia-ml-py or the driver is missing."""
     try:
-        import pynvml
+        import pynvml  # optional: nvidia-ml-py
     except ImportError:
         return {}
     try:

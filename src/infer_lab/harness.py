@@ -9,6 +9,8 @@ themselves (never peak-minus-baseline, which would include activations and logit
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
+import os
 import platform
 import time
 from collections.abc import Iterable, Sequence
@@ -106,8 +108,6 @@ class GenerationRecord:
 
 def cache_kwarg(model) -> str:
     """The forward() keyword for the KV cache: ``cache`` in newer transformers, else ``past_key_values``."""
-    import inspect
-
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -127,7 +127,7 @@ def timed_generate(
     exactly ``new_tokens``: timing measurements use it so every run has the same length.
     ``itl_s`` has one entry per decode step after the first token.
     """
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # defers transformers
 
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
@@ -194,9 +194,7 @@ def measure_generation(lm, input_ids: torch.Tensor, new_tokens: int, warmup: int
 
 def env_metadata(lm=None) -> dict[str, Any]:
     """Where a number came from: device, driver, library versions, model, dtype, weights source, date."""
-    import os
-
-    import transformers
+    import transformers  # defers transformers
 
     info = detect()
     meta: dict[str, Any] = {
@@ -218,7 +216,7 @@ def env_metadata(lm=None) -> dict[str, Any]:
 
 def to_frame(rows: Sequence[dict[str, Any]], meta: dict[str, Any] | None = None):
     """Rows to a pandas DataFrame; metadata columns (device, model, ...) are added when given."""
-    import pandas as pd
+    import pandas as pd  # defers pandas
 
     df = pd.DataFrame(list(rows))
     for key in ("device_name", "model", "dtype", "weights"):

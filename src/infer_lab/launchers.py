@@ -52,8 +52,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+from .analysis.capacity import recommend
+from .catalog import load_model_config
 
 ENGINES = ("vllm", "sglang")
 DISAGGREGATION_ROLES = ("prefill", "decode")
@@ -292,7 +296,7 @@ def pd_router_command(
 
 def state_dir() -> Path:
     """Where launch records live: ``$INFER_LAB_CACHE/engines`` (default ``~/.cache/infer_lab/engines``)."""
-    from .models import cache_dir
+    from .models import cache_dir  # defers torch (models)
 
     return cache_dir() / "engines"
 
@@ -348,8 +352,6 @@ def engine_version(engine: str, url: str | None = None) -> str | None:
             except (urllib.error.URLError, OSError, ValueError):
                 continue
     try:
-        from importlib.metadata import version
-
         return version(engine)
     except Exception:
         return None
@@ -510,9 +512,6 @@ def scale_out(
     "reason": str, "vllm": cmd, "sglang": cmd}``. When nothing meets the SLO the commands are
     for the largest count, tensor parallel.
     """
-    from .analysis.capacity import recommend
-    from .catalog import load_model_config
-
     rec = recommend(
         model, gpu, counts=gpu_counts, context=context, itl_slo_ms=itl_slo_ms, min_users=min_users
     )

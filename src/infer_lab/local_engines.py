@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -33,8 +34,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import infer_lab
+
 from . import launchers
-from .models import EMBEDDED_NAME, cache_dir
+from .models import EMBEDDED_NAME, cache_dir, embedded_gguf_path, embedded_model_dir
 
 STANDIN_ENV = "INFER_LAB_LOCAL_ENGINE_STANDIN"  # a command line that replaces every local engine
 
@@ -269,8 +272,6 @@ class LaunchSettings:
 def served_model_files(name: str, model: str) -> str:
     """What the engine loads for ``model``: the embedded model's converted folder (vLLM) or its GGUF
     file (llama.cpp); any other model is passed through (a hub id, a folder or a .gguf path)."""
-    from .models import embedded_gguf_path, embedded_model_dir
-
     if model == EMBEDDED_NAME:
         return str(embedded_gguf_path() if name == "llama-cpp" else embedded_model_dir())
     if name == "llama-cpp" and not model.endswith(".gguf"):
@@ -312,8 +313,6 @@ def engine_environment() -> dict[str, str]:
     """This process's environment less the OpenMP wait policy infer_lab chose for itself (see
     infer_lab/__init__.py): an engine gets its own default, as it would started by hand. A policy
     you set yourself is passed on."""
-    import infer_lab
-
     env = dict(os.environ)
     if infer_lab.OMP_WAIT_POLICY_SET_BY == "infer_lab":
         for key in ("OMP_WAIT_POLICY", "INFER_LAB_CHOSE_OMP_WAIT"):
@@ -367,8 +366,6 @@ def _served_version(name: str, url: str) -> str | None:
 def vllm_binding(log_file: str | Path) -> dict[str, Any]:
     """The cores vLLM's CPU build bound its model worker to and those it reserved, read from its log
     (``core ids=[0]`` and ``reserved_cpus=[1]`` in vLLM 0.32.0); empty when the log does not say."""
-    import re
-
     try:
         text = Path(log_file).read_text(errors="replace")
     except OSError:
@@ -399,7 +396,7 @@ def resident_memory(pid: int) -> Tree | None:
     """RSS of ``pid`` and every descendant (bytes; shared pages count in each process, so this is an
     upper bound); ``None`` when the process is gone or psutil is missing."""
     try:
-        import psutil
+        import psutil  # optional: psutil
     except ImportError:
         return None
     try:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 
 from .catalog import UnknownNameError, list_models, load_model_config
+from .engine.model import fuse_projections
+from .hardware import device_label
 from .progress import in_notebook
 from .shape import LLAMA_LIKE
 from .units import fmt_bytes
@@ -118,8 +121,6 @@ class LoadedModel:
         (special ids below 100 avoided), so a word repeated in the text repeats its id: the
         structure that prompt-lookup speculation keys on survives, the meaning does not.
         """
-        import zlib
-
         low = min(100, self.config.vocab_size - 1)
         span = max(1, self.config.vocab_size - low)
         ids = [low + zlib.crc32(word.encode()) % span for word in text.split()] or [low]
@@ -127,8 +128,6 @@ class LoadedModel:
 
     def describe(self) -> str:
         """One line for plot titles and reports: model, weights, dtype, device."""
-        from .hardware import device_label
-
         return f"{self.name} ({self.source} weights, {str(self.dtype).replace('torch.', '')}) on {device_label(self.device)}"
 
 
@@ -178,7 +177,7 @@ def free_memory_bytes(device: torch.device) -> int:
 
 def hf_config(name_or_path: str | os.PathLike | dict):
     """A transformers ``PretrainedConfig`` for a catalog name, a config.json path or a config dict."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # defers transformers
 
     cfg = dict(name_or_path) if isinstance(name_or_path, dict) else load_model_config(name_or_path)
     cfg.pop("_infer_lab", None)
@@ -191,7 +190,7 @@ def hf_config(name_or_path: str | os.PathLike | dict):
 
 def count_params_meta(name_or_path: str | os.PathLike | dict) -> int:
     """Exact parameter count by building the architecture on the meta device (no memory used)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # defers transformers
 
     config = hf_config(name_or_path)
     with torch.device("meta"):
@@ -216,7 +215,7 @@ def build_random_model(name_or_path: str | os.PathLike | dict, device: torch.dev
     The fit check runs first on the meta device, so a model that cannot fit fails with the
     numbers instead of an out-of-memory crash.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # defers transformers
 
     config = hf_config(name_or_path)
     with torch.device("meta"):
@@ -264,7 +263,7 @@ def embedded_model_dir() -> Path:
     if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
         return target
     gguf = embedded_gguf_path()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # defers transformers
 
     print(f"[infer_lab] one-time conversion: dequantizing {gguf.name} to safetensors in {target} "
           "(about 20 s on 2 cores; later loads take about a second)", file=sys.stderr, flush=True)
@@ -292,7 +291,7 @@ def embedded_model_dir() -> Path:
 
 
 def _load_from_hub(repo_id: str, device: torch.device, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # defers transformers
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(repo_id)
@@ -334,7 +333,7 @@ def load_model(name: str = EMBEDDED_NAME, weights: str = "pretrained", device: s
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if in_notebook():  # tqdm's bars render as red stderr boxes in marimo; the cell shows the load
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # defers transformers
 
         hf_logging.disable_progress_bar()
     t0 = time.perf_counter()
@@ -349,7 +348,7 @@ def load_model(name: str = EMBEDDED_NAME, weights: str = "pretrained", device: s
         tokenizer = _embedded_tokenizer_if_same_vocab(model.config.vocab_size)
         source = "random"
     elif name == EMBEDDED_NAME:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # defers transformers
 
         folder = embedded_model_dir()
         check_fits(538_090_408 * torch.finfo(dt).bits // 32, dev, name)
@@ -369,8 +368,6 @@ def load_model(name: str = EMBEDDED_NAME, weights: str = "pretrained", device: s
         model, tokenizer = _load_from_hub(repo_id, dev, dt)
         source = "hub"
     if model.config.model_type in LLAMA_LIKE:
-        from .engine.model import fuse_projections
-
         fuse_projections(model)  # once, here: every engine built on this model shares the result
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -383,7 +380,7 @@ def _embedded_tokenizer_if_same_vocab(vocab_size: int):
     if vocab_size != 49152:
         return None
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # defers transformers
 
         return AutoTokenizer.from_pretrained(embedded_model_dir())
     except ModelSourceError:

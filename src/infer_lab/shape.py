@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .catalog import load_model_config
+
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
 SUPPORTED_TYPES = (*LLAMA_LIKE, "deepseek_v3", "gpt_oss")
 
@@ -19,7 +21,6 @@ def load_config(model: str | os.PathLike | dict[str, Any]) -> dict[str, Any]:
     """A config dict from a catalog name, a ``config.json`` path or a dict (returned as is)."""
     if isinstance(model, dict):
         return model
-    from .catalog import load_model_config
 
     return load_model_config(model)
 

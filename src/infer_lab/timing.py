@@ -159,7 +159,7 @@ def machine_load(sample_s: float = 0.3) -> MachineLoad:
             others = max(0.0, (busy - (own_after - own_before)) / total) * all_cpus
             return MachineLoad(round(others, 2), _cores(), load1, sample_s)
     try:
-        import psutil
+        import psutil  # optional: psutil
     except ImportError:
         return MachineLoad(None, _cores(), load1, sample_s)
     me = psutil.Process()

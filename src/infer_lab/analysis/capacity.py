@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..catalog import get_gpu, list_gpus
 from ..units import require_positive
 from .memory import FitReport, ModelLike, as_shape
 from .parallel import (
@@ -250,8 +251,6 @@ def plan(
     tokens assumes they only prefill. Price per GPU-hour: the catalog's, or
     ``price_usd_per_hour``. Energy per output token assumes every GPU draws its TDP.
     """
-    from ..catalog import get_gpu
-
     require_positive("context", context)
     require_positive("n_gpus", n_gpus)
     require_positive("min_users", min_users)
@@ -520,8 +519,6 @@ def compare_gpus(
     SLOs; if none does, the smallest count where the workload fits (8 when none does, so the
     shortfall still shows).
     """
-    from ..catalog import list_gpus
-
     shape = as_shape(model)
     plans = []
     for gpu in gpus or list_gpus():

@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..catalog import load_model_config
 from ..shape import ModelShape, model_shape
 from ..units import GiB, require_positive
 from .params import ParamCounts, param_counts
@@ -184,8 +185,6 @@ def modules_not_converted(model: ModelLike, dtype: str) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=256)
 def _catalog_unconverted(name_or_path: str, dtype: str, missing_ok: bool = False) -> tuple[str, ...]:
     """:func:`modules_not_converted` of a catalog name or config path (read once per name)."""
-    from ..catalog import load_model_config
-
     try:
         config = load_model_config(name_or_path)
     except (KeyError, FileNotFoundError):  # a shape of no catalogued config: no checkpoint to read

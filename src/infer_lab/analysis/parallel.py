@@ -40,6 +40,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..catalog import get_gpu
 from ..units import require_positive
 from .collectives import (  # noqa: F401 (re-exported: the collectives' names stay importable from here)
     AllReduceCost,
@@ -52,6 +53,7 @@ from .collectives import (  # noqa: F401 (re-exported: the collectives' names st
     ring_allreduce_s,
     tp_allreduces,
 )
+from .memory import as_shape, fit, kv_bytes_per_element
 from .roofline import decode_ops, gpu_roof, predict_decode, predict_prefill
 
 # ---------------------------------------------------------------------------------------------
@@ -200,8 +202,6 @@ def predict_layout_decode(
     activations between stages (default: the GPU's own link; pass ``"infiniband-ndr400"`` for
     stages on different servers).
     """
-    from .memory import as_shape
-
     require_positive("batch", batch)
     shape = as_shape(model)
     roof = gpu_roof(gpu, dtype, layout.tp, flops_efficiency, bandwidth_efficiency, link=link)
@@ -250,9 +250,6 @@ def predict_layout_decode(
 
 
 def _stage_send_s(shape, gpu: str, tokens: int, link: Any, act_dtype: str) -> float:
-    from ..catalog import get_gpu
-    from .memory import kv_bytes_per_element
-
     spec = _link(link) if link is not None else get_gpu(gpu).link()
     return p2p_transfer_s(tokens * shape.hidden * kv_bytes_per_element(act_dtype), spec)
 
@@ -276,8 +273,6 @@ def predict_layout_prefill(
     down the pipe: ``(c + S - 1)`` chunk-stage times, of which ``(S - 1) / (c + S - 1)`` is
     bubble (GPipe's fill and drain).
     """
-    from .memory import as_shape
-
     shape = as_shape(model)
     roof = gpu_roof(gpu, dtype, layout.tp, flops_efficiency, bandwidth_efficiency, link=link)
     step = predict_prefill(shape, roof, 1, prompt_tokens, **kwargs)
@@ -341,9 +336,6 @@ def replica_fit(
 ):
     """:func:`infer_lab.analysis.memory.fit` for one replica (tp x pp GPUs), with the K/V of
     duplicated KV heads counted once per copy (:func:`kv_replication`)."""
-    from ..catalog import get_gpu
-    from .memory import as_shape, fit
-
     shape = as_shape(model)
     spec = get_gpu(gpu)
     report = fit(
@@ -431,9 +423,6 @@ def parallelism_frontier(
     on the Pareto frontier (no other point is both faster per user and cheaper per token) have
     ``on_frontier`` set.
     """
-    from ..catalog import get_gpu
-    from .memory import as_shape
-
     shape = as_shape(model)
     spec = get_gpu(gpu)
     price = spec.price_usd_per_hour if price_usd_per_hour is None else price_usd_per_hour
@@ -543,8 +532,6 @@ def scaling_table(
     The TP1 row is computed even when the model does not fit one GPU (``fits`` says so): it is
     the reference the speed-up is measured against, not a configuration to run.
     """
-    from .memory import as_shape
-
     shape = as_shape(model)
     rows = []
     for gpu in gpus:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..catalog import get_gpu, get_interconnect
 from ..units import require_positive
 from .collectives import kv_replication, tp_allreduces
 from .memory import (
@@ -88,8 +89,6 @@ def gpu_roof(
     overrides the GPU's own scale-up link. A group larger than that link joins (8 GPUs for an
     HGX board) is modelled as one ring over ``CROSS_SERVER_LINK``, the network between servers.
     """
-    from ..catalog import get_gpu, get_interconnect
-
     require_positive("n_gpus", n_gpus)
     for name, value in (
         ("flops_efficiency", flops_efficiency),

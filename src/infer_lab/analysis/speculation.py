@@ -45,6 +45,7 @@ from .params import (
     load_config,
     param_counts,
 )
+from .roofline import predict_decode, predict_step, step_ops
 
 # ---------------------------------------------------------------------------------------------
 # Acceptance
@@ -175,8 +176,6 @@ def roofline_verify_ratio(
     the extra FLOPs are free. Once ``batch x (k + 1)`` tokens push the step past the ridge
     point, the ratio climbs towards ``k + 1`` and the guesses cost as much as they save.
     """
-    from .roofline import predict_decode, predict_step, step_ops
-
     shape = as_shape(model)
     kw = dict(weight_dtype=dtype, kv_dtype=dtype, act_dtype=dtype)
     plain = predict_decode(shape, roof, batch, context, logits="last", **kw)

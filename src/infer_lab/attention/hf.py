@@ -84,8 +84,8 @@ def patched_attention(model: nn.Module, kv_dtype: str | None = None, window: int
 
     The model's previous attention implementation is restored on exit.
     """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers import AttentionInterface  # defers transformers
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # defers transformers
 
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 token, got {window}")

@@ -39,7 +39,7 @@ class VariantQuality:
 
 
 def _cache_bytes_per_token(model, ids: torch.Tensor) -> float:
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # defers transformers
 
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..attention.flash import score_matrix_bytes
 from ..harness import summarize, time_call
@@ -20,8 +21,6 @@ from ..units import require_positive
 
 
 def _backends() -> dict[str, Any]:
-    from torch.nn.attention import SDPBackend
-
     names = {
         "math": "MATH",
         "flash": "FLASH_ATTENTION",
@@ -60,8 +59,6 @@ def sdpa_backend_times(
     A backend this device or dtype cannot run is reported with ``available=False`` and the reason,
     not skipped silently.
     """
-    from torch.nn.attention import sdpa_kernel
-
     require_positive("repeats", repeats)
     dev = torch.device(device)
     dtype = dtype or (torch.bfloat16 if dev.type == "cuda" else torch.float32)

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from ..engine import prepack
+from ..engine.cpu import cpu_decode
 from ..timing import synchronize
 
 WORKLOADS = ("uniform", "mixed")
@@ -146,8 +148,6 @@ def hf_padded(lm: Any, workload: Workload, group: int) -> ContenderRun:
 def prepacked_linears(model: torch.nn.Module) -> Iterator[int]:
     """Inside the block, every ``nn.Linear`` of ``model`` multiplies by a oneDNN-prepacked copy
     of its weight; yields how many were swapped. Outside, the model is exactly as before."""
-    from ..engine import prepack
-
     swapped = []
     try:
         for module in model.modules():
@@ -195,8 +195,6 @@ def hf_compiled(lm: Any, workload: Workload) -> ContenderRun:
         raise ValueError("hf-compiled runs equal-length requests only (the uniform workload): every other "
                          "length would compile a graph of its own")
     if lm.device.type == "cpu":
-        from ..engine.cpu import cpu_decode
-
         if (why := cpu_decode.verdict().refusal()) is not None:
             raise ValueError(f"hf-compiled cannot run here: {why}")
     with compiled_static_generate(lm.model):
@@ -206,8 +204,10 @@ def hf_compiled(lm: Any, workload: Workload) -> ContenderRun:
 
 def hf_continuous(lm: Any, workload: Workload, max_num_seqs: int, block_size: int = 16) -> ContenderRun:
     """transformers' continuous-batching manager: every request submitted at t = 0."""
-    from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    from transformers import GenerationConfig  # defers transformers
+    from transformers.generation.configuration_utils import (  # defers transformers
+        ContinuousBatchingConfig,
+    )
 
     total = sum(len(p) + n for p, n in zip(workload.prompts, workload.output_lens, strict=True))
     config = ContinuousBatchingConfig(
@@ -249,8 +249,6 @@ EXTRA_CONTENDERS = (PREPACKED_CONTENDER, "hf-compiled")
 def default_contenders(lm: Any) -> tuple[str, ...]:
     """The contenders a comparison runs on ``lm``'s device: the three HF ones, and on a CPU
     (where the engine prepacks its weights) HF padded with the same prepacked GEMMs."""
-    from ..engine import prepack
-
     return CONTENDERS + ((PREPACKED_CONTENDER,) if prepack.supported(lm.device, lm.dtype) else ())
 
 

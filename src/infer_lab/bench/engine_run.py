@@ -42,8 +42,8 @@ class DecodeSteps:
 
     steps: int
     tokens_per_s: float
-    mean_batch: float
-    mean_context: float
+    mean_batch: float  # sequences decoding per step
+    mean_context: float  # tokens each sequence's cache holds, on average over the steps
     step_bytes: int | None = None
 
 
@@ -76,7 +76,8 @@ class KVUse:
 
 @dataclass(frozen=True)
 class EngineRun:
-    """One timed run of every request through a fresh engine (times in ms, speeds per second)."""
+    """One timed run of every request through a fresh engine: :class:`~infer_lab.timing.Stats` in ms,
+    ``*_s`` fields in seconds, speeds per second."""
 
     requests: int
     output_tokens: int
@@ -95,7 +96,8 @@ class EngineRun:
     decode: DecodeSteps | None  # None without a pure decode step
     decode_path: DecodePathUsed
     graph_capture_s: float | None  # CUDA graphs captured before the clock started, as a server does
-    ttft_samples_s: list[float] = field(repr=False)
+    ttft_samples_s: list[float] = field(repr=False)  # in request order
+    e2e_samples_s: list[float] = field(repr=False)  # arrival to last token, in request order
     step_samples: StepSamples = field(repr=False)
 
     @property
@@ -153,7 +155,7 @@ def summarize_run(engine: Engine, outputs: list[RequestOutput], elapsed_s: float
         failed_requests=sum(1 for o in outputs if o.finish_reason == "error"),
         decode=decode if decode is not None else decode_steps(engine, outputs),
         decode_path=decode_path_used(engine.config, engine, requested_path), graph_capture_s=graph_capture_s,
-        ttft_samples_s=ttft,
+        ttft_samples_s=ttft, e2e_samples_s=[o.e2e_s for o in outputs],
         step_samples=StepSamples([r.duration_s for r in log], [r.num_seqs for r in log],
                                  [r.prefill_tokens for r in log], [r.decode_tokens for r in log]))
 
@@ -189,6 +191,7 @@ class EngineBenchmark:
     ledger: dict[str, float] | None  # :func:`~.ledger.ledger_row` at decode_tokens_per_s
     rounds: int = 1
     engine_tokens_per_s_by_round: list[float] = field(default_factory=list)
+    decode_tokens_per_s_by_round: list[float] = field(default_factory=list)  # the ledger's speed, per round
     contenders: list[Contender] = field(default_factory=list)
     roofline: dict[str, Any] | None = None  # :func:`~.engine.roofline_bounds` (uniform workloads)
     threads: int | None = None

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..engine import prepack
+from ..engine import cpu_decode, prepack
 from ..engine.model import EngineModel
 from ..harness import env_metadata
 from .ledger import copy_bandwidth
@@ -113,8 +113,6 @@ def measure_one_row(lm: Any, repeats: int = 5, compiled: bool = True) -> dict[st
     this machine reads those bytes, and the mark a GEMV could reach. ``compiled=False`` leaves
     the compiled GEMV out (it takes tens of seconds to compile the first time).
     """
-    from ..engine import cpu_decode
-
     plain, dtype = EngineModel.from_hf(lm.model), lm.dtype
 
     def read_only() -> None:

@@ -25,9 +25,12 @@ from typing import Any
 
 import torch
 
+from .. import hardware
 from ..analysis.compare import TORCH_DTYPE_NAMES, dtype_name, shape_of
 from ..analysis.memory import as_shape, kv_bytes, weight_format
 from ..analysis.params import param_counts
+from ..engine import EngineModel
+from ..timing import machine_load
 from ..units import GiB, MiB, fmt_bytes, gb, human
 
 # The copy's two buffers are each at least MIN_COPY_BYTES and LLC_MULTIPLE times the CPU's
@@ -68,14 +71,11 @@ def _last_level_cache_bytes() -> int | None:
 
 @cache
 def _measure_copy(device: str) -> CopyBandwidth:
-    from ..hardware import measure_bandwidth
-    from ..timing import machine_load
-
     dev = torch.device(device)
     others = None
     if dev.type == "cuda":
         buffer, threads, past = GPU_COPY_BYTES, None, "its L2"
-        gbps = measure_bandwidth(dev, buffer, COPY_REPEATS) / 1e9
+        gbps = hardware.measure_bandwidth(dev, buffer, COPY_REPEATS) / 1e9
     else:
         llc = _last_level_cache_bytes()
         buffer = max(MIN_COPY_BYTES, LLC_MULTIPLE * (llc or 0))
@@ -85,7 +85,7 @@ def _measure_copy(device: str) -> CopyBandwidth:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            gbps = measure_bandwidth(dev, buffer, COPY_REPEATS) / 1e9
+            gbps = hardware.measure_bandwidth(dev, buffer, COPY_REPEATS) / 1e9
         finally:
             torch.set_num_threads(before)
     who = f"{threads} threads" if threads else str(dev)
@@ -130,8 +130,6 @@ def engine_weight_bytes(lm: Any, engine_model: Any) -> int:
     Its GEMM weights as stored (codes and scales when quantized, a bf16 copy when cast) plus
     the rest (norms, biases) in the engine's dtype.
     """
-    from ..engine import EngineModel
-
     float_gemm = EngineModel.from_hf(lm.model).gemm_weight_bytes()
     rest = streamed_weight_bytes(lm) - float_gemm
     rest = rest * engine_model.dtype.itemsize // lm.dtype.itemsize

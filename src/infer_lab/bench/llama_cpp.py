@@ -27,7 +27,7 @@ INSTALL_HINT = ("llama.cpp is optional: `pip install llama-cpp-python` compiles 
 def available() -> str | None:
     """None when llama-cpp-python imports here, else why not (with how to install it)."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp  # optional: llama-cpp-python  # noqa: F401
     except ImportError as exc:
         return f"{exc}. {INSTALL_HINT}"
     return None
@@ -41,7 +41,7 @@ def streamed_bytes(path: Path | str) -> dict[str, Any]:
     reads its own ``output.weight``, and its embedding lookup only one row (not counted).
     Returns ``{"bytes_per_token", "by_type": {type name: bytes}, "file_bytes"}``.
     """
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # optional: gguf
 
     tensors = GGUFReader(str(path)).tensors
     untied = any(t.name == "output.weight" for t in tensors)
@@ -60,7 +60,7 @@ class LlamaCppDecoder:
         reason = available()
         if reason:
             raise RuntimeError(reason)
-        import llama_cpp
+        import llama_cpp  # optional: llama-cpp-python
 
         self.path, self.threads = Path(path), threads
         self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=context_tokens, n_threads=threads,

@@ -14,6 +14,7 @@ from typing import Any
 from ..analysis.compare import dtype_name, shape_of
 from ..analysis.roofline import Roof, measured_roof, predict_decode, predict_prefill
 from ..engine import Engine, EngineConfig, SamplingParams
+from ..hardware import measure_ceilings
 from ..units import require_positive
 
 GPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -67,8 +68,6 @@ def decode_step_predicted_vs_measured(
     for b in batches:
         require_positive("batch", b)
     if roof is None:
-        from ..hardware import measure_ceilings
-
         roof = measured_roof(measure_ceilings(lm.device, quick=quick))
     shape, dtype = shape_of(lm), dtype_name(lm)
     params = SamplingParams(max_tokens=decode_steps + 1, ignore_eos=True)
@@ -137,7 +136,7 @@ def throughput_bound(
     """The most output tokens/s any engine could reach on ``roof`` for one uniform workload.
 
     ``requests`` prompts of ``prompt_len`` tokens arrive together and each generates
-    ``output_len`` tokens, at most ``max_num_seqs`` of them at a time (the engine's batch slots) (default: all of them).
+    ``output_len`` tokens, at most ``max_num_seqs`` of them at a time (the engine's batch slots; default: all of them).
     They run in waves of ``min(max_num_seqs, left)`` requests: one prefill of the wave's prompts
     (its last position gives the first token), then ``output_len - 1`` decode steps of the whole
     wave, each at its growing context. With ``max_num_seqs=1`` that is one user at a time, the

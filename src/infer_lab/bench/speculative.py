@@ -34,6 +34,7 @@ from ..engine.acceptance import (
     expected_tokens_per_pass,
     predicted_speedup,
 )
+from ..harness import env_metadata
 from ..package_files import data_path
 from .ledger import (
     CopyBandwidth,
@@ -458,8 +459,6 @@ def bench_spec(
     (:func:`spec_ledger`); ``samples`` keeps every run's own totals (plain's: before and after
     summed), in the order they ran.
     """
-    from ..harness import env_metadata
-
     if not ks or any(k < 1 for k in ks):
         raise ValueError(f"k values must be >= 1, got {list(ks)}")
     chosen = load_prompts(workload, prompts)

@@ -24,7 +24,10 @@ from typing import Any
 import torch
 
 from ..engine import AttentionMetadata, Engine, EngineConfig, EngineModel, SamplingParams
+from ..evaluation import eval_token_ids
 from ..harness import env_metadata
+from ..models import embedded_gguf_path
+from ..quant.kernels import parse_method, refusal
 from .ledger import (
     copy_bandwidth,
     decode_step_bytes,
@@ -33,6 +36,7 @@ from .ledger import (
     ledger_row,
     mean_decode_context,
 )
+from .llama_cpp import LlamaCppDecoder, summarize
 
 METHODS = ("int8", "int4")
 DTYPES = {"bf16": torch.bfloat16}  # not quantization, but measured the same way (EngineConfig.dtype)
@@ -41,8 +45,6 @@ DTYPES = {"bf16": torch.bfloat16}  # not quantization, but measured the same way
 def check_method(method: str) -> None:
     """Refuse a name that is neither a weight quantization (int8, int4, int4-gN) nor ``bf16``."""
     if method not in DTYPES:
-        from ..quant.kernels import parse_method
-
         parse_method(method)
 
 
@@ -72,8 +74,6 @@ def quality(lm: Any, methods: tuple[str, ...] = METHODS, eval_tokens: int = 1024
     that fills no window is dropped). Returns ``{method: {perplexity, perplexity_change,
     top1_agreement, scored_tokens}}``, with the model's own dtype under its name.
     """
-    from ..evaluation import eval_token_ids
-
     if lm.tokenizer is None:
         raise ValueError(f"{lm.name} has no tokenizer: quality needs real weights and text")
     ids = eval_token_ids(lm.tokenizer, eval_tokens)
@@ -159,8 +159,6 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
             "ledger": ledger_row(med, 1, step, copy),
         }
     if decoder:
-        from .llama_cpp import summarize
-
         row = out[LLAMA_CPP] = summarize(rates[LLAMA_CPP], tokens[LLAMA_CPP], tokens[None], decoder, fp)
         # Its file's weights, and its K/V cache in llama.cpp's default type, fp16.
         step = decode_step_bytes(lm, 1, context, weight_bytes=row["gemm_weight_bytes_per_token"], kv_dtype="fp16")
@@ -171,9 +169,6 @@ def decode_speed(lm: Any, methods: tuple[str, ...] = METHODS, prompt_len: int = 
 def _llama_cpp_decoder(lm: Any, context_tokens: int) -> Any:
     """llama.cpp on ``lm``'s own GGUF file: only the embedded model has one (the others would be
     different weights, not the same model in another runtime)."""
-    from ..models import embedded_gguf_path
-    from .llama_cpp import LlamaCppDecoder
-
     if lm.source != "embedded":
         raise ValueError(f"--llama-cpp runs the embedded model's GGUF file; {lm.name} ({lm.source}) has none")
     return LlamaCppDecoder(embedded_gguf_path(), context_tokens, torch.get_num_threads())
@@ -189,8 +184,6 @@ def refused_methods(methods: tuple[str, ...]) -> dict[str, str]:
     ``bf16`` is never among them: where oneDNN's bf16 GEMM is refused, the engine multiplies
     bf16 weights with plain ``F.linear``, and its ``gemm_path`` says so.
     """
-    from ..quant.kernels import refusal
-
     return {m: why for m in methods if m not in DTYPES and (why := refusal(m)) is not None}
 
 

@@ -32,6 +32,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..analysis.memory import (
+    DEFAULT_RUNTIME_OVERHEAD_BYTES,
+    as_shape,
+    kv_bytes,
+    kv_bytes_per_element,
+    weight_bytes,
+    weight_format,
+)
+from ..analysis.parallel import p2p_transfer_s
+from ..analysis.params import param_counts
+from ..analysis.roofline import decode_ops, gpu_roof
+from ..catalog import get_gpu
+
 FFN_OPS = ("MoE router", "MoE experts", "MoE shared experts")
 
 
@@ -73,9 +86,6 @@ class AFDPoint:
 
 def _sides(shape, weight_dtype: str) -> tuple[int, int]:
     """(attention-side weight bytes, FFN-side weight bytes)."""
-    from ..analysis.memory import weight_bytes, weight_format
-    from ..analysis.params import param_counts
-
     counts = param_counts(shape)
     ffn_params = counts.experts + counts.shared_experts + counts.routers
     total = weight_bytes(shape, weight_dtype).total
@@ -84,14 +94,10 @@ def _sides(shape, weight_dtype: str) -> tuple[int, int]:
 
 
 def _usable(gpu, memory_fraction: float) -> int:
-    from ..analysis.memory import DEFAULT_RUNTIME_OVERHEAD_BYTES
-
     return int(gpu.memory_bytes * memory_fraction) - DEFAULT_RUNTIME_OVERHEAD_BYTES
 
 
 def _phase_times(shape, batch: int, ffn_tokens: int, context: int, attn_roof, ffn_roof, dtypes):
-    from ..analysis.roofline import decode_ops
-
     attn = [o for o in decode_ops(shape, batch, context, **dtypes) if o.name not in FFN_OPS]
     ffn = [o for o in decode_ops(shape, ffn_tokens, context, **dtypes) if o.name in FFN_OPS]
     t_a = sum(attn_roof.time_s(o.flops, o.bytes) for o in attn)
@@ -107,8 +113,6 @@ def _exchange_s(
     """Dispatch + combine of one step: each token's hidden state goes once to every GPU that
     hosts one of its k experts (with uniform routing over ``n_targets`` GPUs that is
     n (1 - (1 - 1/n)^k) GPUs), ``remote_share`` of them over ``link``, and comes back."""
-    from ..analysis.parallel import p2p_transfer_s
-
     k = shape.moe.active_experts
     copies = n_targets * (1.0 - (1.0 - 1.0 / n_targets) ** k)
     moe_layers = sum(shape.is_moe_layer(i) for i in range(shape.layers))
@@ -178,10 +182,6 @@ def colocated_moe(
     link: Any = None,
 ) -> AFDPoint:
     """DP attention + expert parallelism over ``n_gpus``: each GPU decodes its own users."""
-    from ..analysis.memory import as_shape, kv_bytes, kv_bytes_per_element
-    from ..analysis.roofline import gpu_roof
-    from ..catalog import get_gpu
-
     shape = as_shape(model)
     if shape.moe is None:
         raise ValueError(
@@ -236,10 +236,6 @@ def split_moe(
     link: Any = "infiniband-ndr400",
 ) -> AFDPoint:
     """``n_attention`` attention GPUs (attention weights + KV) feeding ``n_ffn`` FFN GPUs (experts)."""
-    from ..analysis.memory import as_shape, kv_bytes, kv_bytes_per_element
-    from ..analysis.roofline import gpu_roof
-    from ..catalog import get_gpu
-
     shape = as_shape(model)
     if shape.moe is None:
         raise ValueError(
@@ -283,9 +279,6 @@ def min_ffn_gpus(
     model: Any, ffn_gpu: str, weight_dtype: str = "fp8", memory_fraction: float = 0.9
 ) -> int:
     """The fewest FFN GPUs that hold all the experts."""
-    from ..analysis.memory import as_shape
-    from ..catalog import get_gpu
-
     shape = as_shape(model)
     _, ffn_w = _sides(shape, weight_dtype)
     return -(-ffn_w // _usable(get_gpu(ffn_gpu), memory_fraction))

@@ -20,6 +20,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
+from ..analysis.memory import as_shape
+from ..analysis.parallel import tp_allreduces
+from ..analysis.roofline import gpu_roof, shard_ops, step_ops
 from ..units import require_positive
 
 
@@ -105,8 +110,6 @@ class _OpCoefficients:
 
 
 def _solve3(rows: list[tuple[float, float, float]], values: list[float]) -> tuple[float, ...]:
-    import numpy as np
-
     coef, *_ = np.linalg.lstsq(
         np.array(rows, dtype=float), np.array(values, dtype=float), rcond=None
     )
@@ -136,9 +139,6 @@ class RooflineStepCost:
         link: Any = None,
         roof: Any = None,
     ):
-        from ..analysis.memory import as_shape
-        from ..analysis.roofline import gpu_roof
-
         self.shape = as_shape(model)
         self.gpu = gpu
         self.tp = tp
@@ -151,8 +151,6 @@ class RooflineStepCost:
         self._comm_cache: dict[int, float] = {}
 
     def _coefficients(self) -> list[_OpCoefficients]:
-        from ..analysis.roofline import shard_ops, step_ops
-
         probes = [  # (batch, q_tokens, past) and the StepBatch each one is
             ((1, 1, 0), StepBatch.prefill(1)),
             ((1, 2, 0), StepBatch.prefill(2)),
@@ -215,8 +213,6 @@ class RooflineStepCost:
         if self.roof.tp <= 1 or tokens == 0:
             return 0.0
         if tokens not in self._comm_cache:
-            from ..analysis.parallel import tp_allreduces
-
             comm = tp_allreduces(self.shape, self.roof.tp, tokens, self.roof.link, self.act_dtype)
             self._comm_cache[tokens] = comm.total_s
         return self._comm_cache[tokens]
@@ -285,8 +281,6 @@ def fit_linear_step_cost(samples: Iterable[Any], source: str = "fitted") -> Line
     known, the cached tokens it read (``kv_tokens``; without it ``c`` is 0). Failed steps
     (``failed`` true) are skipped. Needs at least as many distinct steps as coefficients.
     """
-    import numpy as np
-
     rows, times = [], []
     for s in samples:
         if _field(s, "failed"):

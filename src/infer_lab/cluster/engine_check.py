@@ -111,9 +111,9 @@ class SimVsEngine:
 def compare_with_engine(lm: Any, prompts: list[list[int]], max_new_tokens: int = 8,
                         max_num_seqs: int = 4) -> SimVsEngine:
     """Serve ``prompts`` on our engine, fit its step costs, simulate the same requests, compare."""
-    import torch
+    import torch  # defers torch
 
-    from ..engine import Engine, EngineConfig, SamplingParams
+    from ..engine import Engine, EngineConfig, SamplingParams  # defers torch
 
     if len(prompts) <= max_num_seqs:
         raise ValueError(f"give more prompts than slots ({max_num_seqs}) so requests wait and join mid-run")

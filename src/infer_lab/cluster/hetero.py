@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..analysis.memory import weight_bytes
+from ..catalog import get_cited_chip, get_gpu, list_gpus
 from .costs import RooflineStepCost, StepBatch
 from .report import SLO, ClusterReport, summarize
 from .scenarios import kv_capacity_tokens, run_colocated, run_disaggregated
@@ -51,8 +53,6 @@ def phase_fitness(
 ) -> list[PhaseFitness]:
     """Prefill tokens/s and decode tokens/s (largest batch within memory and the TPOT SLO) per
     catalog GPU, and the same per dollar-hour."""
-    from ..catalog import get_gpu, list_gpus
-
     rows = []
     for name in gpus or list_gpus():
         spec = get_gpu(name)
@@ -191,9 +191,6 @@ def wafer_scale_data_point(
     latency is set by something else (compute at batch 1, the wafer fabric, several wafers for a
     model larger than 44 GB).
     """
-    from ..analysis.memory import weight_bytes
-    from ..catalog import get_cited_chip, get_gpu
-
     c = get_cited_chip(chip)
     g = get_gpu(gpu)
     weights = weight_bytes(model).total

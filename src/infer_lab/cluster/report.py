@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from .sim import SimResult
 
 
@@ -38,7 +40,6 @@ def percentile(values: list[float], q: float) -> float | None:
     """The ``q``-th percentile (0-100, linear interpolation); None for no values."""
     if not values:
         return None
-    import numpy as np
 
     return float(np.percentile(np.asarray(values, dtype=float), q))
 

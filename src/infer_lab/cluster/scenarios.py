@@ -16,11 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.memory import kv_bytes_per_token as per_token
+from ..analysis.parallel import Layout, kv_replication, replica_fit
+from ..catalog import get_gpu
 from ..units import require_positive
 from .costs import RooflineStepCost, StepBatch, StepCostModel
 from .report import SLO, ClusterReport, summarize
 from .sim import InstanceSpec, SimResult, simulate
-from .workloads import TraceRequest, make_trace
+from .workloads import TraceRequest, get_workload, make_trace
 
 DEFAULT_MODEL = "llama-3-8b"
 CHUNK_TOKENS = (
@@ -31,8 +34,6 @@ WHOLE_PROMPT_TOKENS = 16384  # without chunking: whole prompts batched up to thi
 
 def kv_bytes_per_token(model: Any, kv_dtype: str = "bf16") -> int:
     """Bytes of one token's K/V over all layers (what a disaggregated cluster moves per prompt token)."""
-    from ..analysis.memory import kv_bytes_per_token as per_token
-
     return per_token(model, kv_dtype)
 
 
@@ -45,8 +46,6 @@ def kv_capacity_tokens(
     memory_fraction: float = 0.9,
 ) -> int:
     """Tokens of KV one instance (a TP group of ``tp``) holds next to its weights (0 if they do not fit)."""
-    from ..analysis.parallel import Layout, kv_replication, replica_fit
-
     report = replica_fit(model, gpu, Layout(tp=tp), 1, 1, weight_dtype, kv_dtype, memory_fraction)
     per_token = kv_bytes_per_token(model, kv_dtype) * kv_replication(model, tp)
     return max(0, int(report.kv_budget_bytes // per_token))
@@ -68,8 +67,6 @@ def instance(
     name: str = "",
 ) -> InstanceSpec:
     """One instance of ``model`` on a TP group of ``tp`` ``gpu``s, sized from the catalog."""
-    from ..catalog import get_gpu
-
     spec = get_gpu(gpu)
     capacity = kv_capacity_tokens(model, spec.name, tp, weight_dtype, kv_dtype, memory_fraction)
     if capacity <= 0:
@@ -149,8 +146,6 @@ def disaggregated(
 def default_kv_link(prefill_gpu: str, decode_gpu: str, n_gpus: int) -> str:
     """The link KV travels on: the GPU's own scale-up link when prefill and decode share one
     server (same GPU type, at most 8 GPUs), else one InfiniBand NDR NIC per GPU."""
-    from ..catalog import get_gpu
-
     a, b = get_gpu(prefill_gpu), get_gpu(decode_gpu)
     if a.name == b.name and n_gpus <= a.link().max_group:
         return a.interconnect
@@ -212,8 +207,6 @@ def trace_for(
     tp: int = 1,
 ) -> list[TraceRequest]:
     """A trace of ``workload`` at ``rate_per_s``, or at ``load`` x the cluster's rough capacity."""
-    from .workloads import get_workload
-
     shape = get_workload(workload)
     rate = rate_per_s or load * capacity_rps(
         model, gpu, n_gpus, shape.prompt_tokens, shape.output_tokens, tp

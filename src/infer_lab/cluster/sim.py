@@ -45,6 +45,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..analysis.parallel import p2p_transfer_s
+from ..catalog import get_interconnect
 from .costs import StepBatch, StepCostModel
 from .workloads import TraceRequest
 
@@ -335,8 +337,6 @@ def simulate(
     disagg = roles == {"prefill", "decode"}
     link = None
     if disagg:
-        from ..catalog import get_interconnect
-
         if kv_link is None:
             raise ValueError("a disaggregated cluster needs kv_link (e.g. 'infiniband-ndr400')")
         link = get_interconnect(kv_link) if isinstance(kv_link, str) else kv_link
@@ -438,8 +438,6 @@ class _Loop:
             self._send_kv(inst, r)
 
     def _send_kv(self, inst: _Instance, r: _Req) -> None:
-        from ..analysis.parallel import p2p_transfer_s
-
         n_bytes = r.trace.prompt_tokens * self.kvb
         start = max(self.now, inst.link_free_s)
         nics = inst.spec.n_gpus

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
+from ..shape import model_shape
+
 
 def add_model_arguments(p, dtype: bool = True) -> None:
     """``--model``, ``--weights``, ``--device`` (and ``--dtype``): which model, from which source, where."""
@@ -19,10 +23,6 @@ def context_warnings(model: str, context: int | None) -> list[str]:
     The arithmetic still answers, but the model itself cannot attend that far: the numbers
     extrapolate past what it supports.
     """
-    import sys
-
-    from ..shape import model_shape
-
     if context is None:
         return []
     limit = model_shape(model).max_position_embeddings

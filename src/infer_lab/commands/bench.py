@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..units import human
+import infer_lab
+
+from ..units import gb, human
 from ._args import add_model_arguments
 
 if TYPE_CHECKING:
@@ -40,13 +44,13 @@ Every optimization is a switch, so its effect can be measured:
 The H200 targets of chapter 09 (Mistral-7B shape, random bf16 weights, built on the GPU):
 
   infer-lab bench engine --model mistral-7b --weights random --requests 256 --max-num-seqs 256 --prompt-len 512 --output-len 128
-  infer-lab bench engine --model mistral-7b --weights random --requests 1 --max-num-seqs 1 --prompt-len 512 --output-len 256 --compile
+  infer-lab bench engine --model mistral-7b --weights random --requests 1 --max-num-seqs 1 --prompt-len 512 --output-len 256 --compile-layers
 
 Decode paths (--decode-path), slowest first: per-sequence (one attention call per request),
 batched (one call for all decoding requests), static (fixed padded shapes, preallocated
 buffers), cuda-graphs (static, captured once and replayed: no per-kernel launch cost).
-auto = cuda-graphs on a GPU, batched on a CPU. --compile adds torch.compile's fusion of the
-small ops (norms, RoPE, SiLU) to the static and cuda-graphs paths.
+auto = cuda-graphs on a GPU, batched on a CPU. --compile-layers adds torch.compile's fusion of
+the small ops (norms, RoPE, SiLU) to every decode path.
 
 --compare-hf times three transformers contenders on exactly the engine's requests, interleaved
 with the engine over --rounds rounds after a warm-up: HF sequential (generate, one request at a
@@ -58,8 +62,10 @@ three is the fair baseline; one-at-a-time HF alone flatters any engine. On a CPU
 HF padded batch with every nn.Linear on the same prepacked weights as the engine (not an HF
 feature), which splits the engine's lead into the GEMM backend's share and the scheduler's.
 
---prepack: on a CPU the engine multiplies by weights reordered once for oneDNN (auto = on when
-the copy fits in half the free memory); off is F.linear, as transformers does.
+--prepack-weights: on a CPU the engine multiplies by weights reordered once for oneDNN. auto: on a
+CPU, with fused projections, no --compile-layers, fp32 or bf16 weights, when the copy fits in half
+the free memory, at the step sizes where it measured faster on this machine (timed once per
+process; the report's "GEMM path" line says which); off is F.linear, as transformers does.
 
 --compiled-decode (CPU): when one sequence decodes alone, a step is one matrix-vector product
 (GEMV) per weight matrix, and the GEMM kernels read the weights well below the memory's speed.
@@ -164,8 +170,10 @@ def add_arguments(p) -> None:
         "--kv-mode", "--kv", dest="kv_mode", choices=["paged", "contiguous", "nocache"], default="paged",
         help="KV cache layout (EngineConfig.kv_mode; --kv is its old name)"
     )
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (paged)")
-    p.add_argument("--prefix-cache", choices=["none", "hash", "radix"], default="none")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (paged; default 16)")
+    p.add_argument("--prefix-cache", choices=["none", "hash", "radix"], default="none",
+                   help="reuse the K/V of a prompt prefix seen before: hash = whole blocks (block-aligned), "
+                        "radix = token-granular (default none)")
     p.add_argument(
         "--shared-prefix", type=int, default=0, help="leading prompt tokens shared by all requests"
     )
@@ -174,8 +182,9 @@ def add_arguments(p) -> None:
         help="split prompts so a step holds at most --max-num-batched-tokens tokens (EngineConfig.chunked_prefill)"
     )
     p.add_argument(
-        "--max-num-batched-tokens", type=int, default=512,
-        help="with --chunked-prefill: token budget of one step (EngineConfig.max_num_batched_tokens; default 512)"
+        "--max-num-batched-tokens", type=int, default=None,
+        help="with --chunked-prefill: token budget of one step (EngineConfig.max_num_batched_tokens; default 512). "
+             "Without chunking the engine puts whole prompts in a step, so this needs --chunked-prefill"
     )
     p.add_argument(
         "--decode-path",
@@ -193,8 +202,8 @@ def add_arguments(p) -> None:
         "--prepack-weights", "--prepack", dest="prepack_weights",
         choices=["auto", "on", "off"],
         default="auto",
-        help="GEMMs on weights reordered once for oneDNN (default auto: on a CPU; 2-3x faster small-batch "
-             "GEMMs, one more copy of the weights; see `bench gemm`)",
+        help="GEMMs on weights reordered once for oneDNN (default auto: on a CPU where it measured faster, "
+             "see below; 2-3x faster small-batch GEMMs, one more copy of the weights; see `bench gemm`)",
     )
     p.add_argument(
         "--compile-layers", "--compile", dest="compile_layers",
@@ -284,9 +293,6 @@ def run(args) -> int:
 
 def _command_line(kind: str) -> str:
     """The command as typed (the console script or ``python -m infer_lab``), else which bench ran."""
-    import sys
-    from pathlib import Path
-
     script = Path(sys.argv[0])
     if script.name == "infer-lab" or script.parts[-2:] == ("infer_lab", "__main__.py"):
         return "infer-lab " + " ".join(sys.argv[1:])
@@ -296,8 +302,7 @@ def _command_line(kind: str) -> str:
 def _code_version() -> str | None:
     """``git describe --always --dirty`` of the checkout infer_lab runs from (an editable install);
     None when it runs from anywhere else (a wheel in site-packages)."""
-    import subprocess
-    from pathlib import Path
+    import subprocess  # defers subprocess off --help
 
     root = Path(__file__).resolve().parents[3]  # <root>/src/infer_lab/commands/bench.py
     if not (root / ".git").exists():
@@ -320,12 +325,7 @@ def _save_or_print_json(args, result: dict, kind: str) -> bool:
     and flags even on a GPU machine (``environment`` holds the rest: device, threads, library
     versions). Each bench keeps its raw samples beside its summaries.
     """
-    import json
-    from pathlib import Path
-
-    import infer_lab
-
-    from ..hardware import cpu_features
+    from ..hardware import cpu_features  # defers torch (hardware)
 
     result["command"] = _command_line(kind)
     result["arguments"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}
@@ -342,7 +342,7 @@ def _save_or_print_json(args, result: dict, kind: str) -> bool:
 
 def _set_threads(threads: int | None) -> None:
     if threads is not None:
-        import torch
+        import torch  # defers torch
 
         if threads < 1:
             raise ValueError(f"--threads must be >= 1, got {threads}")
@@ -352,8 +352,8 @@ def _set_threads(threads: int | None) -> None:
 def run_gemm(args) -> int:
     """``bench gemm``: one step's GEMMs through F.linear and through prepacked oneDNN weights (and one row's paths)."""
 
-    from ..bench.gemm import gemm_benchmark
-    from ..models import load_model
+    from ..bench.gemm import gemm_benchmark  # defers torch
+    from ..models import load_model  # defers torch (models)
 
     batches = tuple(parse_ks(args.batches, "--batches"))
     _set_threads(args.threads)
@@ -383,9 +383,9 @@ def run_gemm(args) -> int:
 
 def run_quant(args) -> int:
     """``bench quant``: one user's decode on quantized weights against the model's dtype, and quality."""
-    from ..bench.ledger import format_ledger
-    from ..bench.weight_quant import LLAMA_CPP, check_method, weight_quant_benchmark
-    from ..models import load_model
+    from ..bench.ledger import format_ledger  # defers torch
+    from ..bench.weight_quant import LLAMA_CPP, check_method, weight_quant_benchmark  # defers torch
+    from ..models import load_model  # defers torch (models)
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     for m in methods:
@@ -393,7 +393,7 @@ def run_quant(args) -> int:
     if not methods or args.rounds < 1 or args.output_len < 2:
         raise ValueError("--methods needs at least one method, --rounds >= 1 and --output-len >= 2")
     if args.llama_cpp:
-        from ..bench.llama_cpp import available
+        from ..bench.llama_cpp import available  # defers statistics off --help
 
         if (why := available()) is not None:
             raise ValueError(f"--llama-cpp: {why}")
@@ -430,11 +430,9 @@ def run_quant(args) -> int:
 
 def run_spec(args) -> int:
     """``bench spec``: one proposer at several k against plain decoding."""
-    import sys
-
-    from ..bench.ledger import format_ledger
-    from ..bench.speculative import bench_spec, parse_proposer
-    from ..models import load_model
+    from ..bench.ledger import format_ledger  # defers torch
+    from ..bench.speculative import bench_spec, parse_proposer  # defers torch
+    from ..models import load_model  # defers torch (models)
 
     ks, proposer = parse_ks(args.k), parse_proposer(args.proposer)
     if args.batch < 1 or args.max_new_tokens < 1 or args.rounds < 1:
@@ -474,8 +472,6 @@ def run_spec(args) -> int:
 
 def _ledger_columns(tokens_per_s: float | None, ledger: dict | None) -> str:
     """``dec tok/s``, ``GB/step``, ``GB/s`` and ``% copy`` for a table row (dashes without a ledger)."""
-    from ..units import gb, human
-
     if ledger is None:
         return f"{'—':>9} {'—':>7} {'—':>6} {'—':>6}"
     return (f"{human(tokens_per_s):>9} {human(gb(ledger['bytes_per_step'])):>7} {human(ledger['GBps']):>6} "
@@ -485,8 +481,7 @@ def _ledger_columns(tokens_per_s: float | None, ledger: dict | None) -> str:
 def _copy_words(copy: dict) -> str:
     """``'copy 33.6 GB/s, 2 threads'``: the bandwidth the ledger's fractions are of (and whether
     other programs were busy when it was measured)."""
-    from ..timing import BUSY_CORES
-    from ..units import human
+    from ..timing import BUSY_CORES  # defers torch (timing)
 
     words = f"copy {human(copy['GBps'])} GB/s, " + (f"{copy['threads']} threads" if copy["threads"] else copy["device"])
     if (copy.get("others_cores") or 0) >= BUSY_CORES:
@@ -509,11 +504,15 @@ def _engine_ledger_line(result: EngineBenchmark) -> str:
 
 def engine_switches(args) -> dict:
     """The :class:`~infer_lab.engine.EngineConfig` fields the command line sets, by their own names."""
-    if args.max_num_batched_tokens < 1:
-        raise ValueError(f"--max-num-batched-tokens must be >= 1, got {args.max_num_batched_tokens}")
+    budget = args.max_num_batched_tokens
+    if budget is not None and not args.chunked_prefill:
+        raise ValueError("--max-num-batched-tokens is chunked prefill's step budget: add --chunked-prefill "
+                         "(without it the engine puts each prompt whole in one step)")
+    if budget is not None and budget < 1:
+        raise ValueError(f"--max-num-batched-tokens must be >= 1, got {budget}")
     return {
         "max_num_seqs": args.max_num_seqs, "policy": args.policy, "prefix_cache": args.prefix_cache,
-        "chunked_prefill": args.chunked_prefill, "max_num_batched_tokens": args.max_num_batched_tokens,
+        "chunked_prefill": args.chunked_prefill, "max_num_batched_tokens": budget or 512,
         "kv_mode": args.kv_mode, "block_size": args.block_size,
         "fuse_projections": args.fuse_projections == "on", "compile_layers": args.compile_layers,
         "compiled_decode": args.compiled_decode,
@@ -526,7 +525,7 @@ def engine_switches(args) -> dict:
 
 def run_engine(args) -> int:
     from ..bench.engine import CONTENDER_LABELS, benchmark_with_metadata  # defers torch
-    from ..models import load_model
+    from ..models import load_model  # defers torch (models)
 
     switches = engine_switches(args)
     _set_threads(args.threads)
@@ -539,6 +538,9 @@ def run_engine(args) -> int:
         f"decode path {args.decode_path}",
         file=sys.stderr,
     )
+    if args.compare_hf and args.shared_prefix:
+        raise ValueError("--shared-prefix needs a plain run: --compare-hf serves its own workloads, with no shared "
+                         "prefix (drop one of the two)")
     extra = {} if args.compare_hf else {"shared_prefix_len": args.shared_prefix}
     result = benchmark_with_metadata(
         lm, compare_hf=args.compare_hf, rounds=args.rounds, requests=args.requests, prompt_len=args.prompt_len,
@@ -548,8 +550,9 @@ def run_engine(args) -> int:
     run = result.run
     ttft, itl = run.ttft_ms, run.itl_ms
     print(
-        f"output {result.output_tokens_per_s:.1f} tok/s, {run.requests_per_s:.2f} req/s; "
-        f"TTFT p50 {ttft.p50:.1f} ms p99 {ttft.p99:.1f} ms; "
+        f"output {result.output_tokens_per_s:.1f} tok/s"
+        + (f" (median of {result.rounds} rounds; the rest from the last round)" if result.rounds > 1 else "")
+        + f", {run.requests_per_s:.2f} req/s; TTFT p50 {ttft.p50:.1f} ms p99 {ttft.p99:.1f} ms; "
         + (f"ITL p50 {itl.p50:.1f} ms p99 {itl.p99:.1f} ms" if itl else "no ITL (1 token each)")
     )
     print(_engine_ledger_line(result))

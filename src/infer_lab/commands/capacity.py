@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
+from ..analysis.capacity import (
+    PRESETS,
+    cheapest,
+    compare_gpus,
+    get_preset,
+    plan,
+    plan_layouts,
+    price_vs_cost,
+    recommend,
+)
+from ..units import fmt_bytes
 from ._args import context_warnings
 
 NAME = "capacity"
@@ -28,8 +41,6 @@ With --gpu the planner also recommends how many GPUs (1/2/4/8) and which layout.
 
 
 def add_arguments(p) -> None:
-    from ..analysis.capacity import PRESETS
-
     p.add_argument("--model", default="mistral-7b", help="catalog name or path to a config.json")
     p.add_argument("--gpu", default=None, help="catalog GPU name (default: compare all)")
     p.add_argument(
@@ -88,19 +99,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from ..analysis.capacity import (
-        cheapest,
-        compare_gpus,
-        get_preset,
-        plan,
-        plan_layouts,
-        price_vs_cost,
-        recommend,
-    )
-    from ..units import fmt_bytes
-
     kwargs = dict(
         context=4096,
         prompt_tokens=None,

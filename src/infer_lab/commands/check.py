@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 NAME = "check"
 ORDER = 12
 HELP = "exercises and the build track: copy a starter, check your work case by case, see the solution"
@@ -74,8 +76,8 @@ def add_arguments(p) -> None:
 
 
 def _list() -> str:
-    from ..course import exercises as ex
-    from ..course import track
+    from ..course import exercises as ex  # defers torch (course)
+    from ..course import track  # defers torch (course)
 
     lines = []
     for n in ex.numbers():
@@ -90,10 +92,8 @@ def _list() -> str:
 
 
 def _engine(args) -> int:
-    import json
-
-    from ..course import track
-    from ..course.track import assemble
+    from ..course import track  # defers torch (course)
+    from ..course.track import assemble  # defers torch (course)
 
     folder = args.dir or track.DEFAULT_DIR
     if args.init:
@@ -125,8 +125,8 @@ def _engine(args) -> int:
 
 
 def _serve(folder: str, solution: bool) -> int:
-    from ..course.track import assemble, compare
-    from ..models import load_model
+    from ..course.track import assemble, compare  # defers torch (course)
+    from ..models import load_model  # defers torch (models)
 
     engine = assemble.learner_parts(folder, solution)
     print(f"Your engine ({'the reference solutions' if solution else folder + '/'}):\n{engine.text()}")
@@ -145,7 +145,7 @@ def _serve(folder: str, solution: bool) -> int:
 
 
 def run(args) -> int:
-    from ..course import exercises as ex
+    from ..course import exercises as ex  # defers torch (course)
 
     if args.list or not args.chapter:
         print(_list())
@@ -170,8 +170,6 @@ def run(args) -> int:
     else:
         report = ex.check_file(number, args.file, args.only)
     if args.json:
-        import json
-
         print(json.dumps(report.as_dict(), indent=2))
         return 0 if report.passed else 1
     print(report.text(only_failures=args.failures))

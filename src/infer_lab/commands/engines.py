@@ -3,6 +3,11 @@ compare them with our engine through the same load generator."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
+from dataclasses import asdict
+
 NAME = "engines"
 ORDER = 62
 HELP = "install, launch, compare or stop vLLM (GPU or CPU), SGLang and llama.cpp servers"
@@ -148,19 +153,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import shlex
-    import sys
-    from dataclasses import asdict
-
-    from .. import launchers
+    from .. import launchers  # defers subprocess, urllib (launchers) off --help
 
     if args.action is None:
         raise ValueError(
             "choose an action: list, launch, router or stop (see infer-lab engines --help)"
         )
     if args.action == "install":
-        from .. import local_engines
+        from .. import local_engines  # defers torch (local_engines)
 
         local_engines.install(args.engine, force=args.force, log=lambda m: print(f"[engines] {m}", file=sys.stderr))
         return 0
@@ -183,7 +183,7 @@ def run(args) -> int:
                 else f"not installed: {d['install']}"
             )
             print(f"{name:7s} {state}")
-        from .. import local_engines
+        from .. import local_engines  # defers torch (local_engines)
 
         for name in local_engines.ENGINE_NAMES:
             rec = local_engines.installed(name)
@@ -250,11 +250,7 @@ def run(args) -> int:
 
 
 def _launch_local(args) -> int:
-    import json
-    import sys
-    from dataclasses import asdict
-
-    from .. import local_engines
+    from .. import local_engines  # defers torch (local_engines)
 
     name = "llama-cpp" if args.engine == "llama-cpp" else "vllm-cpu"
     settings = local_engines.LaunchSettings(model=args.model or local_engines.EMBEDDED_NAME, port=args.port,
@@ -276,11 +272,8 @@ def _launch_local(args) -> int:
 
 
 def _compare(args) -> int:
-    import json
-    import sys
-
-    from ..bench import contenders
-    from ..course import side_by_side as ch13
+    from ..bench import contenders  # defers torch
+    from ..course import side_by_side as ch13  # defers torch, pandas (course)
 
     levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
     names = tuple(c.strip() for c in args.contenders.split(",") if c.strip())

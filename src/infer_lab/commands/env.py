@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from ..shape import model_shape
+
 NAME = "env"
 ORDER = 10
 HELP = "show the hardware, its measured ceilings (quick) and package versions"
@@ -38,7 +42,7 @@ def add_arguments(p) -> None:
 
 
 def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # defers 9 ms off --help
 
     out = {}
     for pkg in ("infer-lab", "torch", "transformers", "accelerate", "gguf", "marimo", "pandas", "matplotlib",
@@ -52,10 +56,9 @@ def _versions() -> dict[str, str | None]:
 
 def gemm_plan(model: str = "smollm2-135m") -> dict:
     """The engine's GEMM plan on this CPU for ``model``'s layer shapes (fp32), as JSON."""
-    import torch
+    import torch  # defers torch
 
-    from ..engine import gemm_choice, prepack
-    from ..shape import model_shape
+    from ..engine import gemm_choice, prepack  # defers torch
 
     why = prepack.refusal("cpu", torch.float32)
     if why is not None:
@@ -70,10 +73,10 @@ def gemm_plan(model: str = "smollm2-135m") -> dict:
 
 def fast_path_verdicts() -> dict[str, dict]:
     """Every CPU fast path's verdict on this machine (each probed once, on a tiny tensor), as JSON."""
-    import torch
+    import torch  # defers torch
 
-    from ..engine.cpu import cpu_decode, prepack
-    from ..quant import kernels
+    from ..engine.cpu import cpu_decode, prepack  # defers torch
+    from ..quant import kernels  # defers torch
 
     verdicts = [prepack.verdict(torch.float32), prepack.verdict(torch.bfloat16), kernels.verdict("int8"),
                 kernels.verdict("int4"), cpu_decode.verdict()]
@@ -81,9 +84,7 @@ def fast_path_verdicts() -> dict[str, dict]:
 
 
 def run(args) -> int:
-    import json
-
-    from .. import hardware
+    from .. import hardware  # defers torch (hardware)
 
     info = hardware.detect(args.device)
     ceilings = hardware.measure_ceilings(args.device, quick=not args.full)
@@ -92,13 +93,13 @@ def run(args) -> int:
     data = {"device": info.as_dict(), "catalog": spec.name if spec else None, "ceilings": ceilings.as_dict(),
             "vs_datasheet": rows, "versions": _versions()}
     if info.kind == "cpu":
-        import torch
+        import torch  # defers torch
 
         data["cpu"] = {**hardware.cpu_features(), "threads": torch.get_num_threads()}
         data["thread_policy"] = hardware.thread_policy()  # OpenMP's wait on a busy machine: infer_lab/__init__.py
         data["gemm_plan"] = gemm_plan()
         data["fast_paths"] = fast_path_verdicts()
-        from ..engine import cpu_decode
+        from ..engine import cpu_decode  # defers torch
 
         why = cpu_decode.unsupported_reason("cpu", torch.float32)
         data["compiled_decode"] = {"available": why is None, "compiler": cpu_decode.compiler(), "reason": why}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._args import add_model_arguments
@@ -58,11 +60,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
-
-    from ..harness import summarize
-    from ..models import load_model
+    from ..harness import summarize  # defers torch (harness)
+    from ..models import load_model  # defers torch (models)
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
@@ -146,19 +145,19 @@ def generate_text(
         ``{"token_ids": list[int], "ttft_s": float, "itl_s": list[float]}`` (seconds); our
         engine adds ``target_passes``, ``proposed_tokens`` and ``accepted_tokens``.
     """
-    import torch
+    import torch  # defers torch
 
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.tensor(prompt_ids)
     ids = ids.reshape(1, -1)
     if mode == "hf":
-        from ..harness import timed_generate
+        from ..harness import timed_generate  # defers torch (harness)
 
         timed_generate(lm, ids, 1)  # warm-up: the first call pays one-time setup costs
         rec = timed_generate(lm, ids, max_new_tokens, ignore_eos=ignore_eos)
         return {"token_ids": rec.token_ids[0], "ttft_s": rec.ttft_s, "itl_s": rec.itl_s}
-    from ..engine import Engine, EngineConfig, SamplingParams
+    from ..engine import Engine, EngineConfig, SamplingParams  # defers torch
 
     if mode not in ("nocache", "contiguous", "paged"):
         raise ValueError(f"mode must be one of hf, nocache, contiguous, paged; got {mode!r}")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from ..analysis.memory import attention_variants, kv_report
+from ..units import fmt_bytes
 from ._args import context_warnings
 
 NAME = "kv"
@@ -31,11 +35,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from ..analysis.memory import attention_variants, kv_report
-    from ..units import fmt_bytes
-
     report = kv_report(args.model, context=args.context, users=args.users, kv_dtype=args.kv_dtype)
     warnings = context_warnings(args.model, args.context)
     if args.json:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
+from ..units import require_positive
+
 NAME = "loadgen"
 ORDER = 61
 HELP = "measure an OpenAI-compatible server (ours, vLLM, SGLang) under load: latency percentiles, throughput, goodput"
@@ -150,11 +155,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
-
-    from ..loadgen import SLO, ClientConfig, LoadPoint, RunConfig, format_table, run_benchmark_sync
-    from ..units import require_positive
+    from ..loadgen import (  # defers httpx, rich, torch (loadgen)
+        SLO,
+        ClientConfig,
+        LoadPoint,
+        RunConfig,
+        format_table,
+        run_benchmark_sync,
+    )
 
     require_positive("--requests", args.requests)
     require_positive("--repeats", args.repeats)
@@ -206,12 +214,12 @@ def run(args) -> int:
         },
     )
     # Fail on a bad workload name or file before any traffic.
-    from ..loadgen.workloads import build_workload
+    from ..loadgen.workloads import build_workload  # defers httpx, rich, torch (loadgen)
 
     build_workload(cfg.workload, 1, **cfg.workload_options)
     results = run_benchmark_sync(cfg, quiet=False)
     if args.out:
-        from ..loadgen import save_plots, write_results
+        from ..loadgen import save_plots, write_results  # defers httpx, rich, torch (loadgen)
 
         path = write_results(results, args.out)
         figs = save_plots(results, args.out)

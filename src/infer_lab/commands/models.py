@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+from ..analysis.params import param_counts
+from ..catalog import list_models, model_info
+
 NAME = "models"
 ORDER = 15
 HELP = "list the catalogued model architectures (exact parameter counts)"
@@ -20,11 +25,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from ..analysis.params import param_counts
-    from ..catalog import list_models, model_info
-
     rows = []
     for name in list_models():
         info = model_info(name)

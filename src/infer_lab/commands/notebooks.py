@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..package_files import notebooks_dir
+
 NAME = "notebooks"
 ORDER = 11
 HELP = "print where the course's marimo notebooks are (a clone's, or the installed package's)"
@@ -23,8 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..course.notebook_code import notebook_path
-    from ..package_files import notebooks_dir
+    from ..course.notebook_code import notebook_path  # defers torch (infer_lab.course imports it)
 
     if args.chapter is None:
         print(notebooks_dir())

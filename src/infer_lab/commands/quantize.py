@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
+from ..units import fmt_bytes
 from ._args import add_model_arguments
 
 NAME = "quantize"
@@ -55,10 +59,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
-
-    from ..quant.quantize_model import METHODS, parse_method
+    from ..quant.quantize_model import METHODS, parse_method  # defers torch
 
     if args.method not in METHODS:
         parse_method(args.method)  # raises with the list of methods when unknown
@@ -66,11 +67,11 @@ def run(args) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
-    from ..models import load_model, resolve_device
-    from ..quant.comparison import compare_methods
+    from ..models import load_model, resolve_device  # defers torch (models)
+    from ..quant.comparison import compare_methods  # defers torch
 
     if args.method.startswith("bnb-"):
-        from ..quant.bnb import require_bitsandbytes
+        from ..quant.bnb import require_bitsandbytes  # defers torch
 
         require_bitsandbytes(resolve_device(args.device))  # fail before loading anything
 
@@ -113,7 +114,6 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    from ..units import fmt_bytes
 
     print(f"{lm.describe()}: {out['method']}")
     print(

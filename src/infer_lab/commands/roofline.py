@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from ..analysis.memory import as_shape
+from ..analysis.roofline import decode_ops, gpu_roof, measured_roof, predict, prefill_ops, shard_ops
 from ._args import context_warnings
 
 NAME = "roofline"
@@ -49,20 +53,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from ..analysis.memory import as_shape
-    from ..analysis.roofline import (
-        decode_ops,
-        gpu_roof,
-        measured_roof,
-        predict,
-        prefill_ops,
-        shard_ops,
-    )
-
     if args.gpu == "measured":
-        from ..hardware import measure_ceilings
+        from ..hardware import measure_ceilings  # defers torch (hardware)
 
         if args.gpus != 1:
             raise ValueError("--gpu measured is this machine's one device: --gpus must be 1")

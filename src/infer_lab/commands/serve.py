@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
+import infer_lab
+
 from ._args import add_model_arguments
 
 NAME = "serve"
@@ -191,8 +196,6 @@ def _parse_options(items: list[str]) -> dict:
 
 def resolve_api_key(args, environ=None) -> str | None:
     """The key from --api-key, --api-key-file or $INFER_LAB_API_KEY (at most one of them)."""
-    import os
-
     environ = os.environ if environ is None else environ
     given = {
         "--api-key": args.api_key,
@@ -241,11 +244,6 @@ def choose_wait_policy(wait: str) -> str:
     its cores). ``passive``: sleep at once, the course's default for shared machines
     (infer_lab/__init__.py). A policy you set in the environment wins over both.
     """
-    import os
-    import sys
-
-    import infer_lab
-
     if infer_lab.OMP_WAIT_POLICY_SET_BY == "you":
         return "your OMP_WAIT_POLICY / GOMP_SPINCOUNT"
     if "torch" in sys.modules:
@@ -260,12 +258,10 @@ def choose_wait_policy(wait: str) -> str:
 
 
 def run(args) -> int:
-    import sys
-
     policy = choose_wait_policy(args.omp_wait)  # before anything imports torch
-    from ..models import load_model
-    from ..server import serve
-    from ..server.app import DEFAULT_MAX_BODY_BYTES
+    from ..models import load_model  # defers torch (models)
+    from ..server import serve  # defers fastapi, torch (server)
+    from ..server.app import DEFAULT_MAX_BODY_BYTES  # defers fastapi, torch (server)
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
@@ -321,9 +317,7 @@ def run(args) -> int:
 
 def _learner_engine(folder: str):
     """The components written in ``folder`` (said on stderr) and the switches that make them all run."""
-    import sys
-
-    from ..course.track import assemble
+    from ..course.track import assemble  # defers torch (course)
 
     engine = assemble.learner_parts(folder)
     print(f"[serve] your engine from {folder}/:\n{engine.text()}", file=sys.stderr)

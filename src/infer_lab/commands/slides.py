@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ._args import add_model_arguments
 
 NAME = "slides"
@@ -30,10 +32,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..slides.deck import BuildContext, build_deck
-    from ..slides.render import write
+    from ..course.slides.deck import BuildContext, build_deck  # defers torch (course imports it)
+    from ..course.slides.render import write  # defers torch (infer_lab.course imports it)
 
     ctx = BuildContext(size="quick" if args.quick else None, saved_only=args.saved_only, model=args.model,
                        weights=args.weights, device=args.device, only=args.only)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ._args import add_model_arguments
 
 NAME = "tour"
@@ -27,9 +29,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from ..tour import TourContext, run_tour
+    from ..course.tour import TourContext, run_tour  # defers torch (infer_lab.course imports it)
 
     ctx = TourContext(out_dir=Path(args.out), quick=args.quick, model=args.model, weights=args.weights,
                       device=args.device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 NAME = "tp"
@@ -66,13 +67,16 @@ def _rank_summary(run: Any, rank: int) -> dict[str, Any]:
 
 
 def run(args) -> int:
-    import json
+    import torch  # defers torch
 
-    import torch
-
-    from ..models import load_model
-    from ..parallel.runtime import TPGroup, default_backend, run_local, tp_engine_model
-    from ..parallel.shard import plan_shards
+    from ..models import load_model  # defers torch (models)
+    from ..parallel.runtime import (  # defers torch
+        TPGroup,
+        default_backend,
+        run_local,
+        tp_engine_model,
+    )
+    from ..parallel.shard import plan_shards  # defers torch
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")

@@ -31,6 +31,7 @@ from ..analysis.memory import (
     kv_bytes_per_token,
     weight_bytes,
 )
+from ..catalog import get_gpu, list_gpus, list_models
 from ..units import GB, fmt_bytes, human, require_positive
 from .ipython import ipywidgets_module, say, show_figure
 from .tables import Column, people_table
@@ -58,8 +59,6 @@ DEFAULTS_CAPACITY = {
 
 
 def _choices() -> tuple[list[str], list[str]]:
-    from ..catalog import list_gpus, list_models
-
     return list_models(), list_gpus()
 
 
@@ -114,8 +113,6 @@ def kv_curves(
     user_counts = list(range(step_u, 2 * users + 1, step_u))
     spec = None
     if gpu:
-        from ..catalog import get_gpu
-
         spec = get_gpu(gpu)
     return KVCurves(
         model=shape.name,
@@ -147,7 +144,7 @@ def kv_visualizer_figure(curves: KVCurves):
     GPU's line. A dot marks the chosen point (``users`` x ``context``).
     """
 
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib
 
     fig, (a, b) = subplots(1, 2, figsize=(10, 3.6), sharey=True)
     total = curves.kv_bytes_total / GB
@@ -371,7 +368,7 @@ def capacity_calculator_ipywidget():
     }
 
     def render(**values):
-        from IPython.display import display
+        from IPython.display import display  # optional: IPython (Jupyter/Colab only)
 
         result = capacity_plans(**values)
         say(result.verdict)  # dollars as dollars: Jupyter reads $...$ as LaTeX

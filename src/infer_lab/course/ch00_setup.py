@@ -17,6 +17,7 @@ import torch
 
 from ..analysis.memory import ModelLike, as_shape
 from ..analysis.roofline import decode_ops
+from ..catalog import get_gpu, gpu_catalog_about, list_gpus, resolve_gpu_name
 from ..hardware import (
     Ceilings,
     DeviceInfo,
@@ -329,8 +330,6 @@ class GPURow:
 
 def gpu_rows() -> list[GPURow]:
     """The GPU catalog (``data/gpus.json``), one row per GPU."""
-    from ..catalog import get_gpu, list_gpus
-
     return [GPURow(g.name, g.memory_gib, g.memory_type, g.hbm_bandwidth_tbps, g.bf16_tflops, g.fp8_tflops,
                    g.ridge_point(), g.price_usd_per_hour, g.price_source) for g in map(get_gpu, list_gpus())]
 
@@ -340,8 +339,6 @@ def gpu_table():
 
 
 def catalog_note() -> str:
-    from ..catalog import gpu_catalog_about
-
     about = gpu_catalog_about()
     return f"Prices, recorded {about['price_date']}: {about['price_note']}"
 
@@ -358,7 +355,7 @@ def tables(result: Result) -> dict[str, Any]:
 
 def ceilings_figure(result: CeilingsResult, source: str):
     """Measured vs datasheet bandwidth and matmul rate, as bars (the datasheet bar only when there is one)."""
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib
 
     fig, axes = subplots(1, 2, figsize=(9, 3.2))
     for ax, row in zip(axes, result.rows[:2], strict=True):
@@ -388,8 +385,6 @@ def figures(result: Result) -> dict[str, Any]:
 
 def saved() -> SavedView | None:
     """The ceilings measured on an H200 by the anchor run, against the H200 datasheet."""
-    from ..catalog import get_gpu, resolve_gpu_name
-
     found = [s for s in load_saved("*.json") if "copy_TBps" in s.data and "bf16_matmul_TFLOPs" in s.data]
     if not found:
         return None

@@ -15,11 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import matplotlib
 import torch
 
 from ..analysis import capacity, memory
 from ..analysis.capacity import GPU_COUNTS, CapacityPlan, Workload
-from ..figures import finish
+from ..catalog import get_gpu, gpu_catalog_about
+from ..figures import finish, subplots
 from ..units import GB, human
 from .calculator import DEFAULTS_CAPACITY, CalculatorResult, capacity_plans, plans_table
 from .chapter import ChapterResult, choose_size, run_parts
@@ -132,8 +134,6 @@ def plan_presets(model: str, presets: list[str] | None = None) -> list[PresetRes
 def tradeoff(models: tuple[str, ...] | list[str], gpu: str = "H100-SXM", contexts: tuple[int, ...] | None = None,
              memory_fraction: float = 0.9) -> TradeoffResult:
     """Max users at each context on one ``gpu`` (bf16 weights and KV), for each model."""
-    from ..catalog import get_gpu
-
     spec = get_gpu(gpu)
     contexts = list(contexts or (1024 * 2**i for i in range(8)))
     points = [TradeoffPoint(model, **r) for model in models  # only contexts the model can read at all
@@ -252,8 +252,6 @@ def summary(result: Result) -> str:
 
 
 def price_note() -> str:
-    from ..catalog import gpu_catalog_about
-
     about = gpu_catalog_about()
     return f"{about['price_note']} (dated {about['price_date']})"
 
@@ -301,8 +299,6 @@ def tables(result: Result) -> dict[str, Any]:
 
 def cost_figure(plans: list[CapacityPlan], title: str):
     """$ per hour against $ per million output tokens, one point per configuration that fits (log-log)."""
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(7, 4))
     shown = [p for p in plans if p.usd_per_m_output_tokens is not None]
     for p in shown:
@@ -331,10 +327,6 @@ def calculator_figure(calc: CalculatorResult):
 
 def tradeoff_figure(result: TradeoffResult):
     """Max users against context, log-log from one user up; a context where nobody fits is marked."""
-    import matplotlib
-
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(6.5, 3.8))
     top = max([p.max_users for p in result.points] + [1])
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -163,6 +163,6 @@ def finding(outcome: str, claim: str, machine: MachineLoad | None, spread: str =
 def chapter_number(slug: str) -> str:
     """The number (``"05"``) of the chapter whose slug is ``slug``, from the course's registry
     (:func:`infer_lab.course.chapter`), so that renumbering the course renumbers the text."""
-    from . import chapter as course_chapter
+    from . import chapter as course_chapter  # import cycle: infer_lab.course imports this first
 
     return course_chapter(slug).NUMBER

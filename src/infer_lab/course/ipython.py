@@ -12,11 +12,13 @@ import io
 import textwrap
 from typing import Any
 
+import markdown
+
 
 def ipywidgets_module() -> Any:
     """The ``ipywidgets`` module, or an ImportError that says how to install it."""
     try:
-        import ipywidgets
+        import ipywidgets  # optional: ipywidgets
     except ImportError as exc:
         raise ImportError(
             "the Jupyter/Colab widgets need ipywidgets: pip install ipywidgets "
@@ -32,8 +34,7 @@ def say(text: str) -> None:
     area too), and backslash escapes do not survive every renderer. So the text goes out as HTML
     with each ``$`` in its own element, where no math delimiter can pair it with the next one.
     """
-    import markdown
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # optional: IPython (Jupyter/Colab only)
 
     body = markdown.markdown(textwrap.dedent(text).strip(), extensions=["tables", "sane_lists"])
     display(HTML(body.replace("$", "<span>$</span>")))
@@ -46,12 +47,12 @@ def show_figure(fig: Any) -> None:
     thread of the kernel (a subshell's post-run hook closing every pyplot figure) can touch one
     while it is saved here; a pyplot figure passed in is closed afterwards, as before.
     """
-    from IPython.display import Image, display
+    from IPython.display import Image, display  # optional: IPython (Jupyter/Colab only)
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     if getattr(fig.canvas, "manager", None) is not None:  # a pyplot figure: release it
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # defers matplotlib.pyplot
 
         plt.close(fig)
     display(Image(data=buf.getvalue()))

@@ -23,9 +23,12 @@ import re
 import textwrap
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
+from ..catalog import list_gpus, list_models
+from ..models import load_model
 from .chapter import choose_size, has_gpu, loadable_models, model_choice
 from .ipython import ipywidgets_module, say, show_figure  # noqa: F401 (show_figure: jupyter.show_figure stays)
 from .notebook_code import notebook_function, notebook_path
@@ -61,7 +64,7 @@ def md(text: str) -> None:
     A lone ``$`` is a dollar: it goes out as ``<span>$</span>`` (see :func:`say`), so the
     notebook's math renderer cannot pair it with the next one.
     """
-    from IPython.display import Markdown, display
+    from IPython.display import Markdown, display  # optional: IPython (Jupyter/Colab only)
 
     text = textwrap.dedent(text).strip()
     parts = re.split(r"(\$\$.*?\$\$)", text, flags=re.S)
@@ -72,7 +75,7 @@ def md(text: str) -> None:
 def show_experiment(number: str, name: str) -> None:
     """Show one experiment of notebook ``number`` (an ``@app.function``): the code its part's run
     button executes, read from the marimo notebook itself (:mod:`infer_lab.course.notebook_code`)."""
-    from IPython.display import Markdown, display
+    from IPython.display import Markdown, display  # optional: IPython (Jupyter/Colab only)
 
     code = inspect.getsource(notebook_function(number, name))
     display(Markdown(f"The experiment `{name}`, run from `infer_lab/notebooks/{notebook_path(number).name}` "
@@ -81,9 +84,9 @@ def show_experiment(number: str, name: str) -> None:
 
 def show_table(frame: Any, title: str = "") -> None:
     """Display a people table (display strings) without its index."""
-    from IPython.display import HTML, display
+    from IPython.display import HTML, display  # optional: IPython (Jupyter/Colab only)
 
-    from .tables import split_wide
+    from .tables import split_wide  # defers pandas (tables imports it)
 
     if title:
         say(f"**{title}**")
@@ -146,7 +149,7 @@ class ChapterPanel:
                 "Mistral-7B-shape model with random weights on a GPU).</i>")
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        from IPython.display import display  # optional: IPython (Jupyter/Colab only)
 
         display(self.header)
 
@@ -156,8 +159,6 @@ class ChapterPanel:
             return self._lm
         key = (self.model.value, self.weights.value)
         if key not in self._loaded:
-            from ..models import load_model
-
             self._loaded[key] = load_model(key[0], weights=key[1])
         return self._loaded[key]
 
@@ -170,7 +171,7 @@ class ChapterPanel:
 
     def part(self, key: str) -> None:
         """Display the part's run button and output area; with autorun, also run it now, in the cell."""
-        from IPython.display import clear_output, display
+        from IPython.display import clear_output, display  # optional: IPython (Jupyter/Colab only)
 
         w = _widgets()
         if key not in self.chapter.PARTS:
@@ -219,8 +220,7 @@ def explorer(render: Callable[..., None], controls: dict[str, Any], rows: int = 
 
 def memory_explorer() -> Any:
     """Chapter 03: the memory equation of one model, live (model, KV dtype, context, users, GPU)."""
-    from ..catalog import list_gpus, list_models
-    from . import ch03_memory_equation as ch03
+    from . import ch03_memory_equation as ch03  # defers matplotlib, pandas
 
     w = _widgets()
     s = ch03.sizes()
@@ -242,8 +242,7 @@ def memory_explorer() -> Any:
 
 def roofline_explorer() -> Any:
     """Chapter 04: prefill and decode of one model on a datasheet GPU, live."""
-    from ..catalog import list_gpus, list_models
-    from . import ch04_prefill_decode_roofline as ch04
+    from . import ch04_prefill_decode_roofline as ch04  # defers matplotlib, pandas
 
     w = _widgets()
     s = ch04.sizes("cpu", "quick")
@@ -266,8 +265,7 @@ def roofline_explorer() -> Any:
 
 def presets_explorer() -> Any:
     """Chapter 05: the workload presets for one model, and context against users on one GPU, live."""
-    from ..catalog import list_gpus
-    from . import ch05_capacity_planner as ch05
+    from . import ch05_capacity_planner as ch05  # defers matplotlib, pandas
 
     w = _widgets()
     controls = {
@@ -288,8 +286,7 @@ def presets_explorer() -> Any:
 
 def attention_memory_explorer() -> Any:
     """Chapter 07, part 2: KV memory per attention variant on a GPU at a context, live."""
-    from ..catalog import list_gpus
-    from . import ch07_attention_variants as ch07
+    from . import ch07_attention_variants as ch07  # defers matplotlib, pandas
 
     w = _widgets()
     controls = {
@@ -309,7 +306,7 @@ def attention_memory_explorer() -> Any:
 def dsa_explorer() -> Any:
     """Chapter 07, part 5: the states of architectures without a growing KV cache, and what a DSA
     decode step reads, at a context and a top-k, live."""
-    from . import ch07_attention_variants as ch07
+    from . import ch07_attention_variants as ch07  # defers matplotlib, pandas
 
     w = _widgets()
     low, high, step = ch07.DSA_TOP_K_RANGE
@@ -329,8 +326,7 @@ def dsa_explorer() -> Any:
 def flash_explorer() -> Any:
     """Chapter 07, part 6: FlashAttention's HBM bytes on a GPU, with the shared memory per thread block
     (it starts at the GPU's own figure, and moves to it when the GPU changes) and the causal mask, live."""
-    from ..catalog import list_gpus
-    from . import ch07_attention_variants as ch07
+    from . import ch07_attention_variants as ch07  # defers matplotlib, pandas
 
     w = _widgets()
     low, high, step = ch07.FLASH_SHARED_KIB_RANGE
@@ -360,7 +356,7 @@ def flash_explorer() -> Any:
 def scaling_explorer() -> Any:
     """Chapter 14: TP scaling on catalogued GPUs for one model, batch and context, live (the notebook's
     own ``tp_scaling`` experiment, through ``ch14.scaling_result``)."""
-    from . import ch14_tensor_parallel as ch14
+    from . import ch14_tensor_parallel as ch14  # defers matplotlib, pandas
 
     w = _widgets()
     s = ch14.sizes("cpu", "quick")
@@ -385,10 +381,7 @@ def scaling_explorer() -> Any:
 
 def where_next_explorer() -> Any:
     """Chapter 16: the four directions and the tiers race for one model, GPU and long request, live."""
-    from dataclasses import replace
-
-    from ..catalog import list_gpus, list_models
-    from . import ch16_where_next as ch16
+    from . import ch16_where_next as ch16  # defers matplotlib, pandas (the chapter imports them)
 
     w = _widgets()
     s = ch16.sizes()
@@ -410,7 +403,7 @@ def where_next_explorer() -> Any:
 
 def kv_visualizer() -> Any:
     """Chapter 03's KV visualizer (:func:`infer_lab.course.calculator.kv_visualizer_ipywidget`)."""
-    from . import calculator
+    from . import calculator  # defers pandas (calculator imports it)
 
     box = calculator.kv_visualizer_ipywidget()
     if autorun():
@@ -420,7 +413,7 @@ def kv_visualizer() -> Any:
 
 def capacity_calculator() -> Any:
     """Chapter 05's capacity calculator (:func:`infer_lab.course.calculator.capacity_calculator_ipywidget`)."""
-    from . import calculator
+    from . import calculator  # defers pandas (calculator imports it)
 
     box = calculator.capacity_calculator_ipywidget()
     if autorun():

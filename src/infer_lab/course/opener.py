@@ -21,11 +21,15 @@ Nothing here needs a GPU or a model: it is arithmetic on cited figures and the c
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from ..figures import finish
+from ..analysis.capacity import cheapest, compare_gpus, plan
+from ..analysis.params import param_counts
+from ..catalog import gpu_catalog_about
+from ..figures import finish, subplots
 from ..package_files import data_path
 from ..units import human
 from .tables import Column, people_table
@@ -94,8 +98,6 @@ class Growth:
 
     @property
     def doubling_months(self) -> float:
-        import math
-
         return math.log(2) / math.log(1 + self.monthly_growth)
 
 
@@ -225,8 +227,6 @@ def spending_text() -> str:
 
 def tokens_in_words(n: float) -> str:
     """'3.2 quadrillion', '480 trillion', '9.7 trillion' (short scale)."""
-    from ..units import human
-
     for scale, word in ((1e15, "quadrillion"), (1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
         if n >= scale:
             return f"{human(n / scale)} {word}"
@@ -244,9 +244,6 @@ def growth_steps(volumes: list[TokenVolume]) -> list[Growth]:
 
 def serving_cost(model: str, volume: float, context: int = CONTEXT, itl_slo_ms: float = ITL_SLO_MS) -> ServingCost:
     """The cheapest catalogued GPU configuration meeting the ITL SLO for ``model``, priced for ``volume``."""
-    from ..analysis.capacity import cheapest, compare_gpus
-    from ..catalog import gpu_catalog_about
-
     best = cheapest(compare_gpus(model, context=context, itl_slo_ms=itl_slo_ms))
     if best is None:
         raise ValueError(f"no catalogued GPU serves {model} at {context:,} tokens within {itl_slo_ms:g} ms")
@@ -257,8 +254,6 @@ def serving_cost(model: str, volume: float, context: int = CONTEXT, itl_slo_ms: 
 
 def cost_vs_batch(model: str = BATCH_MODEL, gpu: str = BATCH_GPU, context: int = CONTEXT) -> list[BatchCost]:
     """$ per million output tokens at 1, 2, 4, ... concurrent users, up to what memory holds."""
-    from ..analysis.capacity import plan
-
     most = plan(model, gpu, 1, context=context).max_users_memory
     users = sorted({*(2**i for i in range(12) if 2**i <= most), most})
     rows = []
@@ -270,8 +265,6 @@ def cost_vs_batch(model: str = BATCH_MODEL, gpu: str = BATCH_GPU, context: int =
 
 def training_vs_inference(volume: float) -> TrainingVsInference:
     """The cited training run (``training_reference`` in the data file) against ``volume`` tokens/month."""
-    from ..analysis.params import param_counts
-
     ref = _data()["training_reference"]
     return TrainingVsInference(ref["model"], param_counts(ref["model"]).active, ref["training_tokens"],
                                ref["qualifier"], f"{ref['who']}, {ref['where']} ({ref['date']})", ref["url"], volume)
@@ -298,16 +291,12 @@ def compute(cost_models: tuple[str, ...] = COST_MODELS, context: int = CONTEXT,
 
 def approx(x: float, digits: int = 2) -> str:
     """A large count to ``digits`` significant figures: 136,656 -> '140,000'."""
-    import math
-
     if x <= 0:
         return f"{x:,.0f}"
     return f"{round(x, digits - 1 - math.floor(math.log10(x))):,.0f}"
 
 
 def _usd(x: float) -> str:
-    from ..units import human
-
     for scale, word in ((1e12, " trillion"), (1e9, " billion"), (1e6, " million")):
         if x >= scale:
             return f"${human(x / scale)}{word}"
@@ -315,8 +304,6 @@ def _usd(x: float) -> str:
 
 
 def volumes_text(result: OpenerResult) -> str:
-    from ..units import human
-
     lines = [f"- **{v.label()}**: {v.who}, {v.where} (said {v.reported})." for v in result.volumes]
     lines += [f"- {g.earlier.as_of} → {g.later.as_of}: **{human(g.factor)}×** in {g.months} months, "
               f"{human(100 * g.monthly_growth, 3)}% a month compounded (doubling every {human(g.doubling_months, 2)} months)."
@@ -401,8 +388,6 @@ def tables(result: OpenerResult) -> dict[str, Any]:
 
 def volumes_figure(result: OpenerResult):
     """The reported volumes on a log axis against the month they refer to."""
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(7, 3.8))
     xs, ys = [v.as_of_year for v in result.volumes], [v.value for v in result.volumes]
     ax.semilogy(xs, ys, "o-", color="tab:red")
@@ -421,8 +406,6 @@ def volumes_figure(result: OpenerResult):
 
 def batch_figure(result: OpenerResult):
     """$ per million output tokens against concurrent users on one GPU, log-log, with the ITL."""
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(7, 3.8))
     users = [b.users for b in result.batch_costs]
     ax.loglog(users, [b.usd_per_m_tokens for b in result.batch_costs], "o-", label="$ per M output tokens")

@@ -85,7 +85,7 @@ class SavedView:
 
     def markdown(self) -> str:
         """The view as markdown (the tour's report)."""
-        from .tables import markdown
+        from .tables import markdown  # defers pandas (tables imports it)
 
         parts = [f"### {self.title}", "", f"_{self.label}_", ""]
         if self.warning:

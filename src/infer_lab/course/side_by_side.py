@@ -15,6 +15,9 @@ from typing import Any
 
 from ..bench import contenders
 from ..bench.contenders import CONTENDERS, LABELS, SideBySide, Workload  # noqa: F401  (the page's names)
+from ..bench.ledger import streamed_weight_bytes
+from ..bench.llama_cpp import streamed_bytes
+from ..models import EMBEDDED_NAME, embedded_gguf_path, load_model
 from ..package_files import results_dir
 from ..units import count, human
 from .tables import Column, people_table
@@ -125,10 +128,6 @@ def ranking_text(result: SideBySide) -> str:
 def prediction_bytes() -> dict[str, int]:
     """Weight bytes one decode token streams for the embedded model: fp32 (ours, HF, vLLM) and the
     GGUF file's own tensors (llama.cpp)."""
-    from ..bench.ledger import streamed_weight_bytes
-    from ..bench.llama_cpp import streamed_bytes
-    from ..models import EMBEDDED_NAME, embedded_gguf_path, load_model
-
     return {"fp32": streamed_weight_bytes(load_model(EMBEDDED_NAME)),
             "gguf": streamed_bytes(embedded_gguf_path())["bytes_per_token"]}
 
@@ -244,7 +243,7 @@ def contenders_table(result: SideBySide):
 
 def contenders_figure(result: SideBySide, source: str = ""):
     """Output tokens/s against concurrency, one line per contender, the rounds' spread as a band."""
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib
 
     fig, ax = subplots(figsize=(7, 4))
     for server in result.servers:

@@ -9,6 +9,7 @@ never ``None`` or ``NaN``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,8 +114,6 @@ def split_wide(frame: pd.DataFrame, max_columns: int = MAX_COLUMNS,
 
 
 def _numbers_only(column: Any) -> bool:
-    import re
-
     values = [str(v) for v in column]
     return bool(values) and all(re.match(r"^\s*[-+−]?[\d,.]+\s*(%|×|x|\w+)?\s*$|^\s*[—–-]\s*$", v) for v in values)
 

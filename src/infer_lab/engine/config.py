@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..quant.kernels import parse_method
+
 KV_MODES = ("nocache", "contiguous", "paged")
 PREFIX_CACHES = ("none", "hash", "radix")
 
@@ -134,8 +136,6 @@ class EngineConfig:
             raise ValueError("torch.compile cannot trace prepacked (oneDNN) weights: "
                              "turn off prepack_weights or compile_layers")
         if self.weight_quant is not None:
-            from ..quant.kernels import parse_method
-
             parse_method(self.weight_quant)
             if self.prepack_weights:
                 raise ValueError("quantized weights have their own kernels: turn off prepack_weights")

@@ -22,6 +22,7 @@ the tests check it token for token against transformers.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -200,8 +201,6 @@ class StaticDecodeRunner:
 
     def capture_all(self) -> float:
         """Capture every bucket now (instead of on first use); returns the seconds it took."""
-        import time
-
         t0 = time.perf_counter()
         if self.use_cuda_graphs:
             for b in self.batch_buckets:

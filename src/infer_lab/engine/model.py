@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..quant import kernels
 from ..quant.formats import quantize_int8_absmax
 from ..shape import ModelShape
 from .cpu import prepack
@@ -299,8 +300,6 @@ class EngineModel:
         Only the default's models are kept: another quantizer's model is made anew on every call
         and kept nowhere, so it never stands in for the library's.
         """
-        from ..quant import kernels
-
         source = self.plain
         if self.quant_method is not None:
             raise ValueError(f"this model is already quantized ({self.quant_method})")

@@ -28,7 +28,7 @@ TABLE_COLUMNS = (
 
 def results_table(results: dict[str, Any], pooled: bool = False):
     """A pandas DataFrame of the per-repeat rows (or the pooled rows), main columns first."""
-    import pandas as pd
+    import pandas as pd  # defers pandas
 
     df = pd.DataFrame(results["pooled" if pooled else "rows"])
     first = [c for c in TABLE_COLUMNS if c in df.columns]
@@ -64,7 +64,7 @@ def plot_latency_vs_load(results: dict[str, Any]):
     """TTFT, TPOT, ITL and E2E p50/p90/p99 (ms) against load, one panel per metric."""
 
     rows = sorted(results["pooled"], key=lambda r: r["load"])
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib (figures)
 
     fig, axes = subplots(1, 4, figsize=(15, 3.6))
     x = [r["load"] for r in rows]
@@ -86,7 +86,7 @@ def plot_throughput_vs_load(results: dict[str, Any]):
 
     rows = sorted(results["pooled"], key=lambda r: r["load"])
     x = [r["load"] for r in rows]
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib (figures)
 
     fig, (a1, a2) = subplots(1, 2, figsize=(10, 3.6))
     a1.plot(x, [r["output_tokens_per_s"] or 0 for r in rows], "-o")
@@ -120,7 +120,7 @@ def plot_pareto(results: dict[str, Any]):
         for r in results["pooled"]
         if r.get("tokens_per_s_per_user") and r.get("output_tokens_per_s")
     ]
-    from ..figures import subplots
+    from ..figures import subplots  # defers matplotlib (figures)
 
     fig, ax = subplots(figsize=(5.5, 4))
     pts = [(r["output_tokens_per_s"], r["tokens_per_s_per_user"]) for r in rows]
@@ -155,10 +155,10 @@ def _xlabel(rows: list[dict[str, Any]]) -> str:
 
 def save_plots(results: dict[str, Any], out_dir: str | Path, name: str = "loadgen") -> list[Path]:
     """Save the three plots as PNGs in ``out_dir`` and return their paths."""
-    import matplotlib
+    import matplotlib  # defers matplotlib
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # defers matplotlib
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,10 +26,11 @@ from typing import Any
 
 import httpx
 
+from .. import __version__
 from .client import ClientConfig, RequestRecord, stream_request
 from .metrics import SLO, summarize_records
 from .scrape import MetricsScraper, server_info
-from .workloads import Session, count_calls, describe
+from .workloads import Session, build_workload, count_calls, describe
 
 
 @dataclass
@@ -151,8 +152,6 @@ async def run_sessions(
 
 def client_environment() -> dict[str, Any]:
     """Where the load came from: date, client library versions, platform."""
-    from .. import __version__
-
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "infer_lab": __version__,
@@ -174,8 +173,6 @@ async def run_benchmark(
     ``sessions_for_repeat(repeat)`` builds the workload (default: :func:`build_workload` with the
     run's seed + repeat, so repeats use different prompts of the same shape).
     """
-    from .workloads import build_workload
-
     opts = dict(cfg.workload_options)
 
     def default_sessions(repeat: int) -> list[Session]:

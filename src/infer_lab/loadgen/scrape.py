@@ -68,7 +68,7 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Our names -> values from Prometheus text (labels summed, e.g. over vLLM's ``model_name``)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # optional: [serve] extra
 
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

@@ -32,8 +32,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch00_setup as ch00
+    from infer_lab.course import nb
     return ch00, mo, nb
 
 

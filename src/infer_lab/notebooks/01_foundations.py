@@ -49,9 +49,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch01_foundations as ch01
-    from infer_lab.course import opener
+    from infer_lab.course import nb, opener
     return ch01, mo, nb, opener
 
 
@@ -103,9 +102,9 @@ def _(mo, opener):
 
 @app.cell
 def why_cost_matters(ch01, mo, nb, opener, rate_guess):
-    cost_models = ("mistral-7b", "llama-3-70b")  # catalog models to price a month of tokens on
-    itl_slo_ms = 50.0  # the most a user waits between two tokens, ms
-    tokens_per_user = 4096  # tokens each user's request holds (prompt and output)
+    cost_models = opener.COST_MODELS  # catalog models to price a month of tokens on: try ("qwen2.5-7b",)
+    itl_slo_ms = opener.ITL_SLO_MS  # the most a user waits between two tokens, ms
+    tokens_per_user = opener.CONTEXT  # tokens each user's request holds (prompt and output): try 1024
     opening = opener.compute(cost_models, context=tokens_per_user, itl_slo_ms=itl_slo_ms)
     mo.vstack([
         mo.md(ch01.rate_guess_text(10.0 ** rate_guess.value, opening.latest)),
@@ -197,10 +196,10 @@ def engine_greedy(lm, ids, new_tokens):
 
 
 @app.cell
-def the_loop(ch01, lm, loop_button, mo, nb):
+def the_loop(ch01, lm, loop_button, mo, nb, sizes):
     mo.stop(not nb.pressed(loop_button), nb.placeholder(loop_button))
-    prompt = "The capital of France is"  # change it, then press the button again
-    new_tokens = 6  # tokens to write: one full forward pass each
+    prompt = sizes.loop_prompt  # write your own text here, then press the button again
+    new_tokens = sizes.loop_new_tokens  # tokens to write, one full forward pass each: try 3
     ids = lm.tokenizer.encode(prompt) if lm.tokenizer else lm.word_ids(prompt)[0].tolist()  # tokenize
     steps = generate_step_by_step(lm, ids, new_tokens)
     loop = ch01.loop_result(lm, prompt, ids, steps, engine_greedy(lm, ids, new_tokens))
@@ -244,9 +243,9 @@ def flop_shares(models, context):
 
 
 @app.cell
-def _(ch01, flops_button, flops_guess, lm, mo, nb):
+def _(ch01, flops_button, flops_guess, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(flops_button), nb.placeholder(flops_button))
-    context = 1024  # tokens the new token attends to: raise it and watch "attention scores" grow
+    context = sizes.flops_context  # tokens the new token attends to: raise it and watch "attention scores" grow
     shares = flop_shares(ch01.flops_models(lm), context)  # your model, and a 7B from the catalog
     mo.vstack([
         ch01.flops_figure(shares),

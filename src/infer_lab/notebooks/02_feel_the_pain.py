@@ -32,8 +32,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch02_feel_the_pain as ch02
+    from infer_lab.course import nb
     return ch02, mo, nb
 
 

@@ -34,9 +34,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.catalog import list_gpus, list_models
-    from infer_lab.course import calculator
+    from infer_lab.course import calculator, nb
     from infer_lab.course import ch03_memory_equation as ch03
     return calculator, ch03, list_gpus, list_models, mo, nb
 

@@ -40,9 +40,9 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.catalog import list_gpus, list_models
     from infer_lab.course import ch04_prefill_decode_roofline as ch04
+    from infer_lab.course import nb
     return ch04, list_gpus, list_models, mo, nb
 
 

@@ -25,9 +25,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.catalog import list_gpus
-    from infer_lab.course import calculator
+    from infer_lab.course import calculator, nb
     from infer_lab.course import ch05_capacity_planner as ch05
     return calculator, ch05, list_gpus, mo, nb
 

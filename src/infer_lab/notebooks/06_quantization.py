@@ -36,8 +36,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch06_quantization as ch06
+    from infer_lab.course import nb
     return ch06, mo, nb
 
 
@@ -126,8 +126,8 @@ def layer_errors(lm, methods, block_stride):
 @app.cell
 def formats_cell(ch06, formats_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(formats_button), nb.placeholder(formats_button))
-    group = 64  # weights per scale in the int4 and NF4 rows: try 32 or 128, then press again
-    _methods = ("q4_1-g32", "int4-g32", f"int4-g{group}", f"nf4-g{group}", "int8")
+    group = ch06.FORMAT_GROUP  # weights per scale in the int4 and NF4 rows: try 32 or 128, then press again
+    _methods = ch06.format_methods(group)  # Q4_1 and int4 at 32 weights per scale, int4 and NF4 at `group`, int8
     formats = ch06.formats_result(lm, layer_errors(lm, _methods, block_stride=sizes.format_block_stride))
     mo.vstack([
         ch06.formats_figure(formats, lm.describe()),
@@ -229,8 +229,8 @@ def outlier_features(lm, prompt, layer_filter):
 @app.cell
 def outliers_cell(ch06, lm, mo, nb, outliers_button):
     mo.stop(not nb.pressed(outliers_button), nb.placeholder(outliers_button))
-    prompt = "Explain what a KV cache is."  # any text: the outliers sit in the same features
-    layer = "q_proj"  # whose inputs: q_proj, gate_proj (after the norms) or down_proj
+    prompt = ch06.OUTLIER_PROMPT  # any text of yours: the outliers sit in the same features
+    layer = ch06.OUTLIER_LAYER  # whose inputs: "q_proj", "gate_proj" (after the norms) or "down_proj"
     outliers = ch06.outlier_rows(outlier_features(lm, prompt, layer))
     mo.vstack([
         ch06.outliers_figure(outliers, lm.describe()),
@@ -273,7 +273,7 @@ def kv_cache_quality(lm, eval_tokens, kv_dtypes):
 def kv_cell(ch06, kv_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(kv_button), nb.placeholder(kv_button))
     tokens = sizes.kv_eval_tokens  # tokens of text scored: more is steadier, and slower
-    kv_dtypes = ("int8", "fp8")  # the KV formats tried (quant.kv_formats.KV_DTYPES)
+    kv_dtypes = ch06.KV_DTYPES  # the KV formats tried: try ("int8",) alone
     kv = ch06.kv_result(lm, kv_cache_quality(lm, tokens, kv_dtypes), tokens)
     mo.vstack([mo.md(ch06.kv_text(kv, lm.source == "embedded")), nb.table(ch06.kv_table(kv))])
     return

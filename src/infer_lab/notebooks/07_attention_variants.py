@@ -43,9 +43,9 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.catalog import list_gpus
     from infer_lab.course import ch07_attention_variants as ch07
+    from infer_lab.course import nb
     return ch07, list_gpus, mo, nb
 
 
@@ -132,9 +132,9 @@ def against_sdpa(tokens, kv_heads, window, seed=0):
 @app.cell
 def equivalence_cell(ch07, equivalence_button, mo, nb):
     mo.stop(not nb.pressed(equivalence_button), nb.placeholder(equivalence_button))
-    tokens = 12  # sequence length: try 150 (the flash path then walks three 64-token tiles)
-    grouped_kv_heads = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
-    equivalence = ch07.equivalence_rows(against_sdpa(tokens, grouped_kv_heads, window=4))
+    tokens = ch07.EQUIVALENCE_TOKENS  # sequence length: try 150 (the flash path then walks three 64-token tiles)
+    grouped_kv_heads = ch07.EQUIVALENCE_KV_HEADS  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
+    equivalence = ch07.equivalence_rows(against_sdpa(tokens, grouped_kv_heads, window=ch07.EQUIVALENCE_WINDOW))
     mo.vstack([mo.md(ch07.equivalence_text(equivalence)), nb.table(ch07.equivalence_table(equivalence))])
     return (equivalence,)
 
@@ -218,7 +218,7 @@ def attention_quality(lm, eval_tokens, window, include):
 @app.cell
 def _(ch07, context, gpu, lm, mo, nb, quality_button, sizes):
     mo.stop(not nb.pressed(quality_button), nb.placeholder(quality_button))
-    window = 32  # tokens each query sees in the sliding-window row: try 8 or 96
+    window = ch07.QUALITY_WINDOW  # tokens each query sees in the sliding-window row: try 8 or 96
     _rows = attention_quality(lm, sizes.eval_tokens, window, include=sizes.quality_include)
     quality = ch07.quality_result(lm, _rows, sizes.eval_tokens)
     mo.vstack([

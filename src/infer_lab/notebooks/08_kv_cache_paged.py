@@ -34,8 +34,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch08_kv_cache_paged as ch08
+    from infer_lab.course import nb
     from infer_lab.units import GiB
     return GiB, ch08, mo, nb
 
@@ -289,7 +289,7 @@ def fill_until_full(cache, prompts, outputs):
 
 @app.cell
 def fill_the_budget(ch08, mo, nb, outputs, prompts, settings):
-    block_size = 16  # tokens per block (vLLM's default): try 1, 128 or 1024
+    block_size = ch08.FIT_BLOCK_SIZE  # tokens per block (vLLM's default): try 1, 128 or 1024
     caches = caches_in_budget(settings.shape, settings.budget_bytes, settings.max_model_len, block_size)
     held = {name: fill_until_full(cache, prompts, outputs) for name, cache in caches.items()}
     fit = ch08.fit_result(settings, block_size, held)

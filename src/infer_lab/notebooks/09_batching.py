@@ -41,8 +41,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch09_batching as ch09
+    from infer_lab.course import nb
     return ch09, mo, nb
 
 
@@ -195,12 +195,14 @@ def _(ch09, mo, nb, sizes):
     ## 3 · The Pareto frontier: per-user speed vs total throughput
 
     The experiment is `concurrency_sweep` below: continuous batching at
-    {", ".join(map(str, sizes.sweep_max_num_seqs))} requests at once (the engine's `max_num_seqs`), one point each. A serving
+    {", ".join(map(str, sizes.sweep_max_num_seqs))} requests at once (the engine's `max_num_seqs`), one point each.
+    Each point serves `max_num_seqs` × {sizes.sweep_waves} requests, all arriving at t = 0: the first
+    `max_num_seqs` decode together while the rest wait for a slot. A serving
     configuration is a point: how fast each user gets tokens, and how many the machine serves in
     total. The points that no other point beats on both axes make the frontier; the hardware, the
     model and the engine set where it lies.
 
-    **Predict first:** as concurrency rises, what happens to the total tokens/s (a decode step reads
+    **Predict first:** as `max_num_seqs` rises, what happens to the total tokens/s (a decode step reads
     the weights once for everyone) and to each user's tokens/s (each step has more to do)?
 
     {sweep_button} {nb.button_time(ch09, "sweep")}

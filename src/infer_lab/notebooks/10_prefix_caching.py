@@ -34,8 +34,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch10_prefix_caching as ch10
+    from infer_lab.course import nb
     return ch10, mo, nb
 
 

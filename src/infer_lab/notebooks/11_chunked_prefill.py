@@ -33,8 +33,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch11_chunked_prefill as ch11
+    from infer_lab.course import nb
     return ch11, mo, nb
 
 

@@ -34,8 +34,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch12_speculative_decoding as ch12
+    from infer_lab.course import nb
     return ch12, mo, nb
 
 
@@ -121,10 +121,10 @@ def _(alpha_slider, c_slider, ch12, k_slider, mo, v_slider):
 def _(ch12, mo, nb, sizes):
     passes_button = mo.ui.run_button(label=ch12.PARTS["passes"])
     passes_guess = mo.ui.number(start=1.0, stop=9.0, step=0.1, value=1.0,
-                                label="your guess: tokens per target pass at k = 4")
+                                label="your guess: tokens per target pass")
     mo.vstack([
         mo.md(f"""
-    ## 1 · One request, counted: target passes saved
+    ## {ch12.SECTIONS['passes']} · One request, counted: target passes saved
 
     The experiment is the function below, `count_passes`: it decodes one prompt greedily twice
     with the same engine, once plain and once with a proposer guessing k tokens per target pass,
@@ -133,7 +133,7 @@ def _(ch12, mo, nb, sizes):
     what comes next earlier in the prompt. Up to {sizes.passes_new_tokens} new tokens.
 
     **Predict first:** plain decoding takes one target pass per token. With n-gram guesses at
-    k = 4 on a copy task, how many tokens does one target pass yield (between 1 and 5)?<!-- marimo --> Enter
+    k = {ch12.PASSES_K} on a copy task, how many tokens does one target pass yield (between 1 and {ch12.PASSES_K + 1})?<!-- marimo --> Enter
     your guess, then press the button.<!-- /marimo -->
 
     Which guesses are kept is decided by the engine's acceptance rule, its real code
@@ -166,8 +166,8 @@ def count_passes(lm, prompt, max_new_tokens, proposer, k):
 def one_request(ch12, lm, mo, nb, passes_button, passes_guess, sizes):
     mo.stop(not nb.pressed(passes_button), nb.placeholder(passes_button))
     prompt = prompt_ids(lm, load_prompts("grounded", 1))[0]  # "copy two paragraphs", as token ids
-    proposer = "ngram"  # or "self:16": the target's own first 16 layers draft
-    k = 4  # guesses per target pass (1..8): change it, then press the button again
+    proposer = ch12.PASSES_PROPOSER  # "ngram", or "self:16": the target's own first 16 layers draft
+    k = ch12.PASSES_K  # guesses per target pass (1..8): change it, then press the button again
     runs = count_passes(lm, prompt, sizes.passes_new_tokens, proposer, k)
     passes = ch12.passes_result(runs, proposer, k)
     mo.vstack([ch12.passes_figure(passes, lm.describe()),
@@ -179,7 +179,7 @@ def one_request(ch12, lm, mo, nb, passes_button, passes_guess, sizes):
 def _(ch12, mo, nb):
     sweep_button = mo.ui.run_button(label=ch12.PARTS["sweep"])
     mo.md(f"""
-    ## 2 · Proposers and k: measured next to the prediction
+    ## {ch12.SECTIONS['sweep']} · Proposers and k: measured next to the prediction
 
     Each proposer at each k, on input-grounded prompts (copy a text, edit a function, quote a
     sentence) at batch 1, against plain decoding by the same engine on the same prompts. Plain
@@ -188,7 +188,7 @@ def _(ch12, mo, nb):
     passes per output token, the wall-clock speedup, and the prediction from α and from the
     costs c and v measured in this very run.
 
-    **Predict first:** with the α that section 1 showed, what are the best k and its speedup?<!-- marimo -->
+    **Predict first:** with an α whose E matches the tokens per pass that section {ch12.SECTIONS['passes']} measured, what are the best k and its speedup?<!-- marimo -->
     Set α with the sliders above and read them off.<!-- /marimo --> A CPU verifies k + 1 tokens at a real cost (v > 1), so expect a smaller
     speedup than the textbook's v = 1, and a smaller best k.
 
@@ -223,11 +223,11 @@ def _(ch12, lm, mo, nb, sizes, sweep_button):
 def _(ch12, mo, nb):
     workloads_button = mo.ui.run_button(label=ch12.PARTS["workloads"])
     mo.md(f"""
-    ## 3 · Where it pays, and where it costs
+    ## {ch12.SECTIONS['workloads']} · Where it pays, and where it costs
 
     A claim talks on inference often make: speculation works best on low-entropy, input-grounded text. Here is the
     same proposer on grounded prompts and on open-ended chat (a story, advice, a why question),
-    prompt by prompt, through the same experiment function as section 2. A wrong guess is not
+    prompt by prompt, through the same experiment function as section {ch12.SECTIONS['sweep']}. A wrong guess is not
     free: its verification still runs.
 
     **Predict first:** n-gram lookup proposes only what already appeared in the prompt or the
@@ -269,7 +269,7 @@ def _(ch12, lm, mo, nb, set_chat_workloads, sizes, workloads_button):
 def _(ch12, mo, nb):
     batch_button = mo.ui.run_button(label=ch12.PARTS["batch"])
     mo.md(f"""
-    ## 4 · Batch size: where the gain vanishes
+    ## {ch12.SECTIONS['batch']} · Batch size: where the gain vanishes
 
     Speculation fills the arithmetic a memory-bound decode step leaves idle. Batching fills it
     too. With b requests and k guesses each, a verification step carries b × (k + 1) tokens;
@@ -323,9 +323,9 @@ def _(ch12, get_batch, get_chat_workloads, mo, nb):
 
 
 @app.cell(hide_code=True)
-def _(mo):
-    mo.md(r"""
-    ## 5 · EAGLE, Medusa and multi-token prediction
+def _(ch12, mo):
+    mo.md(rf"""
+    ## {ch12.SECTIONS['variants']} · EAGLE, Medusa and multi-token prediction
 
     Three ways to get better guesses than n-gram lookup, all trained (so not run here):
 
@@ -342,7 +342,7 @@ def _(mo):
     Their extra parameters, KV bytes and draft cost are computed below from the catalog
     configs by `size_mechanisms`; their speedups and acceptance are **cited** from the papers
     (paper, year and section in the table). The n-gram and self-speculative numbers in sections
-    1–4 are the only ones **measured** here.
+    {ch12.SECTIONS['passes']}–{ch12.SECTIONS['batch']} are the only ones **measured** here.
     """)
     return
 

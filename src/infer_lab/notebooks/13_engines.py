@@ -38,8 +38,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch13_engines as ch13
+    from infer_lab.course import nb
     from infer_lab.course import side_by_side as ch13c
     return ch13, ch13c, mo, nb
 

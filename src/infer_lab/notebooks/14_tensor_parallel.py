@@ -37,8 +37,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch14_tensor_parallel as ch14
+    from infer_lab.course import nb
     return ch14, mo, nb
 
 
@@ -163,7 +163,7 @@ def tp_run(ch14, lm, mo, nb, sizes, tp_button):
     mo.stop(not nb.pressed(tp_button), nb.placeholder(tp_button))
     cpu_lm = ch14.tp_model(lm)  # the ranks are CPU processes, whatever device the page uses
     prompts = ch14.tp_prompts(cpu_lm, sizes)
-    world_size = 2  # ranks: SmolLM2's 3 KV heads allow 2 or 3; change it, then press the button again
+    world_size = ch14.TP_WORLD_SIZE  # ranks: SmolLM2's 3 KV heads allow 2 or 3; change it, then press the button again
     _runs = tensor_parallel(cpu_lm, prompts, sizes.tp_new_tokens, world_size, sizes.sweep_sizes, sizes.sweep_repeats)
     tp = ch14.tp_result(cpu_lm, prompts, sizes.tp_new_tokens, *_runs)
     mo.vstack([ch14.tp_figure(tp), mo.md(ch14.tp_lead(tp)), nb.details(ch14.tp_details(tp))])
@@ -171,11 +171,11 @@ def tp_run(ch14, lm, mo, nb, sizes, tp_button):
 
 
 @app.cell(hide_code=True)
-def _(mo):
+def _(ch14, mo):
     scaling_model = mo.ui.dropdown(options=["llama-3-70b", "llama-3-8b", "mistral-7b", "qwen2.5-7b"],
-                                   value="llama-3-70b", label="model")
-    scaling_batch = mo.ui.slider(1, 128, value=16, step=1, label="users (batch)", show_value=True)
-    scaling_context = mo.ui.dropdown(options=["1024", "4096", "8192", "32768"], value="8192",
+                                   value=ch14.SCALING_MODEL, label="model")
+    scaling_batch = mo.ui.slider(1, 128, value=ch14.SCALING_BATCH, step=1, label="users (batch)", show_value=True)
+    scaling_context = mo.ui.dropdown(options=["1024", "4096", "8192", "32768"], value=str(ch14.SCALING_CONTEXT),
                                      label="context (tokens)")
     mo.vstack([
         mo.md(r"""
@@ -204,7 +204,7 @@ def tp_scaling(model, batch, context, gpus, tps=(1, 2, 4, 8)):
 
 @app.cell
 def _(ch14, mo, nb, scaling_batch, scaling_context, scaling_model):
-    _gpus = ("H100-SXM", "H100-PCIe")  # the two links the text compares: NVLink (SXM) and PCIe
+    _gpus = ch14.SCALING_GPUS  # the two links the text compares: NVLink (H100-SXM) and PCIe (H100-PCIe)
     _computed = tp_scaling(scaling_model.value, scaling_batch.value, int(scaling_context.value), _gpus)
     scaling = ch14.scaling_result(scaling_model.value, scaling_batch.value, int(scaling_context.value), _computed)
     _text, _, _title, _table = ch14.scaling_finding(scaling, "sublinear")

@@ -34,8 +34,8 @@ with app.setup:
 def _():
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.course import ch15_cluster as ch15
+    from infer_lab.course import nb
     return ch15, mo, nb
 
 
@@ -116,7 +116,7 @@ def throughput_ceiling(model, gpu, n_gpus, requests):
 @app.cell
 def cluster_run(ch15, cluster_button, mo, nb, sizes):
     mo.stop(not nb.pressed(cluster_button), nb.placeholder(cluster_button))
-    n_gpus = 4  # GPUs in the cluster (2 or more): change it, then press the button again
+    n_gpus = ch15.CLUSTER_GPUS  # GPUs in the cluster (2 or more): change it, then press the button again
     _model, _gpu, _n = sizes.cluster_model, sizes.cluster_gpu, sizes.cluster_requests
     _runs = {w: serve_cluster(_model, _gpu, n_gpus, w, _n, ch15.SERVING_SLO) for w in ch15.WORKLOADS}
     cluster = ch15.cluster_result(sizes, n_gpus, _runs, throughput_ceiling(_model, _gpu, n_gpus, 2 * _n))
@@ -147,7 +147,7 @@ def _(mo):
 
 
 @app.function
-def heterogeneous(model, gpus, requests, slo, n_prefill=1, n_decode=3):
+def heterogeneous(model, gpus, requests, slo, n_prefill, n_decode):
     """The prefill GPU and the decode GPU by tokens per dollar-hour, then chat simulated on the mix,
     on each GPU alone (same P:D) and colocated on the decode GPU."""
     pick = hetero.heterogeneous_pick(model, gpus=list(gpus), by="usd")
@@ -164,10 +164,11 @@ def attention_ffn_split(model, gpu, n_gpus, context):
 
 @app.cell
 def _(ch15, mo, nb, sizes):
-    _gpus = ("H100-SXM", "H200")  # the GPU types to pick from (catalog names)
-    _pick, _reports = heterogeneous(sizes.cluster_model, _gpus, sizes.cluster_requests, ch15.SERVING_SLO, 1, 3)
+    _gpus = ch15.HETERO_GPUS  # the GPU types to pick from (catalog names)
+    _split = ch15.HETERO_SPLIT  # prefill GPUs, decode GPUs
+    _pick, _reports = heterogeneous(sizes.cluster_model, _gpus, sizes.cluster_requests, ch15.SERVING_SLO, *_split)
     _afd = attention_ffn_split(ch15.AFD_MODEL, ch15.AFD_GPU, ch15.AFD_GPUS, ch15.AFD_CONTEXT)
-    hetero_result = ch15.hetero_result(sizes.cluster_model, _pick, _reports, _afd, split=(1, 3))
+    hetero_result = ch15.hetero_result(sizes.cluster_model, _pick, _reports, _afd, split=_split)
     mo.vstack([
         mo.md(ch15.hetero_text(hetero_result)),
         *[item for name, frame in ch15.hetero_tables(hetero_result).items() for item in (mo.md(f"**{name}**"), nb.table(frame))],
@@ -199,7 +200,7 @@ def plan_cluster(model, gpu, context, itl_slo_ms, users):
 
 @app.cell
 def _(ch15, mo, nb, sizes):
-    users = 16  # concurrent users the deployment must hold: change it and watch the GPU count
+    users = sizes.plan_users  # concurrent users the deployment must hold: change it and watch the GPU count
     _rec, _commands = plan_cluster(sizes.plan_model, sizes.plan_gpu, sizes.plan_context, sizes.plan_itl_slo_ms, users)
     plan = ch15.plan_result(sizes, _rec, _commands, users=users)
     mo.vstack([
@@ -240,7 +241,7 @@ def simulator_vs_engine(lm, prompts, new_tokens, slots):
 def check_run(ch15, check_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(check_button), nb.placeholder(check_button))
     cpu_lm = ch15.check_model(lm)  # the check fits a CPU engine's steps
-    slots = 3  # batch slots (fewer than the prompts, so requests wait): change it, then press again
+    slots = ch15.CHECK_SLOTS  # batch slots (fewer than the prompts, so requests wait): change it, then press again
     check = simulator_vs_engine(cpu_lm, ch15.check_prompts(cpu_lm, sizes), sizes.check_new_tokens, slots)
     mo.vstack([mo.md(ch15.check_text(check)), nb.table(ch15.check_table(check))])
     return (check,)

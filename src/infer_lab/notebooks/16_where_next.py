@@ -23,9 +23,9 @@ def _():
 
     import marimo as mo
 
-    from infer_lab import nb
     from infer_lab.catalog import list_gpus, list_models
     from infer_lab.course import ch16_where_next as ch16
+    from infer_lab.course import nb
     return ch16, list_gpus, list_models, mo, nb, replace
 
 

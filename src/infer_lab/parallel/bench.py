@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..analysis.parallel import fit_allreduce, ring_allreduce_s
 from .comm import Communicator
 
 FP32 = 4  # bytes per element of the messages timed here
@@ -83,8 +84,6 @@ class AllReduceSweep:
     @classmethod
     def from_times(cls, world_size: int, backend: str, threads: int, sizes: tuple[int, ...],
                    times: list[list[float]]) -> AllReduceSweep:
-        from ..analysis.parallel import fit_allreduce
-
         points = []
         for size, ts in zip(sizes, times, strict=True):
             ordered = sorted(ts)
@@ -109,6 +108,4 @@ class AllReduceSweep:
 
     def predicted_s(self, message_bytes: int) -> float:
         """The ring model on the fitted link: one all-reduce of ``message_bytes``."""
-        from ..analysis.parallel import ring_allreduce_s
-
         return ring_allreduce_s(self.world_size, message_bytes, self.link)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,6 @@ class Communicator:
         """Sum ``t`` over the ranks, in place, and return it (counted and timed)."""
         if self.world_size == 1:
             return t
-        import torch.distributed as dist
 
         self._sync()
         t0 = time.perf_counter()
@@ -75,8 +75,6 @@ class Communicator:
     def barrier(self) -> None:
         """Wait for every rank (not counted: it carries no data)."""
         if self.world_size > 1:
-            import torch.distributed as dist
-
             dist.barrier(group=self.group)
 
     def stats(self) -> CommStats:

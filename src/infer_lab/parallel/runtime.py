@@ -22,17 +22,21 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import socket
 import statistics
 import sys
 import time
 import traceback
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
+from ..engine import EngineModel
 from .bench import AllReduceSweep, default_sizes, time_allreduces
 from .comm import Communicator
 from .layers import TPModel
@@ -208,10 +212,6 @@ def _rank_run(model: TPModel, backend: str, prompts, max_new_tokens, eos_token_i
 def tp_engine_model(lm: Any):
     """The engine's model over a loaded model's weights (shared, not copied), named as ``lm`` is,
     so messages say ``smollm2-135m`` rather than a cache path."""
-    from dataclasses import replace
-
-    from ..engine import EngineModel
-
     model = EngineModel.from_hf(lm.model)
     model.shape = replace(model.shape, name=lm.name)
     return model
@@ -247,8 +247,6 @@ def run_local(
 
 
 def _init_group(rank: int, world_size: int, init_method: str, backend: str, timeout_s: float) -> None:
-    import torch.distributed as dist
-
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout_s))
 
@@ -256,8 +254,6 @@ def _init_group(rank: int, world_size: int, init_method: str, backend: str, time
 def _worker(rank: int, world_size: int, init_method: str, backend: str, shard: ModelShard, threads: int,
             commands, results, timeout_s: float, layer=None) -> None:
     """One rank: join the group, then serve commands until "stop". Every answer is (rank, kind, payload)."""
-    import torch.distributed as dist
-
     try:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
         torch.set_num_threads(threads)
@@ -312,8 +308,6 @@ def _main_module_hidden():
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -370,8 +364,6 @@ class TPGroup:
         return self.shards[0].plan
 
     def start(self) -> TPGroup:
-        import torch.multiprocessing as mp
-
         if self._procs:
             return self
         ctx = mp.get_context("spawn")

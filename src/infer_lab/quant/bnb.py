@@ -38,7 +38,7 @@ def require_bitsandbytes(device: torch.device | str) -> None:
 
 def bnb_config(method: str, compute_dtype: torch.dtype = torch.bfloat16):
     """The transformers ``BitsAndBytesConfig`` for ``'bnb-int8'`` (LLM.int8) or ``'bnb-nf4'``."""
-    from transformers import BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig  # defers transformers
 
     if method == "bnb-int8":
         # 6.0 is LLM.int8's outlier threshold: features above it stay in 16-bit.
@@ -59,7 +59,7 @@ def load_quantized(lm: LoadedModel, method: str) -> LoadedModel:
     Embedded and hub models reload from their files; random-weight models are saved to a
     temporary folder first (true shapes, so the memory and speed are real).
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # defers transformers
 
     config = bnb_config(
         method, compute_dtype=lm.dtype if lm.dtype != torch.float32 else torch.bfloat16

@@ -34,6 +34,7 @@ from torch import nn
 
 from .. import fast_paths
 from .formats import Int4Weight, quantize_int8_absmax, quantize_q4_1, unpack_int4
+from .linear import DequantLinear
 
 ACT_DTYPE = torch.bfloat16  # what the kernels' vectorized paths multiply in
 INT4_GROUPS = (32, 64, 128, 256)
@@ -218,8 +219,6 @@ def kernel_linears(model: nn.Module) -> Iterator[list[str]]:
     does not take, or a kernel this machine refuses, :func:`verdict`). The kernel weights are built on entry and dropped on exit; the reference
     layers are unchanged afterwards.
     """
-    from .linear import DequantLinear
-
     swapped: list[nn.Module] = []
     kernels: list[str] = []
     try:

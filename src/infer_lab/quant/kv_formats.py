@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .formats import FP8_E4M3_MAX, INT8_MAX, require_fp8
 
@@ -75,8 +76,6 @@ def attention_output_error(
     ``q`` is ``(batch, heads, q_len, d)`` and ``k``/``v`` ``(batch, kv_heads, kv_len, d)``; the query
     attends to all keys (decode-style, no mask). Returns ``rel_fro`` (||ΔO|| / ||O||) and ``max_abs``.
     """
-    import torch.nn.functional as F
-
     gqa = q.shape[1] != k.shape[1]
     exact = F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
     approx = F.scaled_dot_product_attention(

@@ -81,7 +81,7 @@ class QuantReport:
 
     def layer_frame(self):
         """Per-layer error statistics as a pandas DataFrame."""
-        import pandas as pd
+        import pandas as pd  # defers pandas
 
         return pd.DataFrame(self.layers)
 

@@ -74,6 +74,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from .. import __version__
 from .backends import FINISH_CANCELLED, Backend, GenerationRequest, SamplingParams
 from .logprobs import chat_logprobs, completion_logprobs, score_tokens
 from .metrics import ServerMetrics
@@ -342,8 +343,6 @@ def create_app(backend: Backend, tokenizer: Any, config: ServerConfig) -> FastAP
 
     @app.get("/version", responses={401: _ERRORS[401]})
     async def version():
-        from .. import __version__
-
         return {"version": f"infer-lab {__version__}", **backend.info()}
 
     @app.get("/metrics", response_class=PlainTextResponse)

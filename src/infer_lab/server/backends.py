@@ -213,7 +213,7 @@ class HFBackend:
         }
 
     def info(self) -> dict[str, Any]:
-        import transformers
+        import transformers  # defers transformers
 
         return {
             "engine": "hf",
@@ -289,7 +289,7 @@ class HFBackend:
     @torch.inference_mode()
     def _generate(self, job: _HFJob) -> str | None:
         """Generate until a stop; None when the job was parked (paused) on the way."""
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # defers transformers
 
         request = job.request
         model, params = self.lm.model, request.params

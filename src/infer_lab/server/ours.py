@@ -16,6 +16,8 @@ import logging
 import threading
 from typing import Any
 
+import torch
+
 from .backends import FINISH_CANCELLED, GenerationRequest, OnFinish, OnToken, eos_token_ids
 
 logger = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class OursBackend:
 
     def __init__(self, lm: Any, parts: Any = None, **engine_options: Any):
         try:
-            from ..engine import Engine, EngineConfig
+            from ..engine import Engine, EngineConfig  # optional: --engine hf serves without it
         except ImportError as exc:
             raise EngineNotAvailableError(
                 f"the from-scratch engine cannot be imported ({exc}); serve with --engine hf"
@@ -132,7 +134,7 @@ class OursBackend:
         queued = sum(isinstance(cmd, _Add) for cmd in list(self._inbox))
         running, waiting = getattr(sched, "running", None), getattr(sched, "waiting", None)
         if running is None or waiting is None:  # a scheduler without the two lists: count by status instead
-            from ..engine.sequence import SequenceStatus
+            from ..engine.sequence import SequenceStatus  # optional: the engine, as in __init__
 
             try:
                 statuses = [s.status for s in list(self.engine.requests.values())]
@@ -160,8 +162,6 @@ class OursBackend:
         return out
 
     def info(self) -> dict[str, Any]:
-        import torch
-
         return {
             "engine": "ours",
             "model": self.lm.name,
@@ -241,7 +241,7 @@ class OursBackend:
         self._applying = False
 
     def _add(self, cmd: _Add) -> None:
-        from ..engine import SamplingParams
+        from ..engine import SamplingParams  # optional: the engine, as in __init__
 
         request, on_token, on_finish = cmd.request, cmd.on_token, cmd.on_finish
         p = request.params

@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 from .app import DEFAULT_MAX_BODY_BYTES, ServerConfig, create_app
+from .backends import HFBackend
+from .ours import OursBackend
 
 # ServerConfig fields build_app passes through (limits of the server, not of the engine).
 SERVER_LIMITS = (
@@ -48,12 +50,9 @@ def make_backend(lm: Any, engine: str = "hf", parts: Any = None, **engine_option
             raise ValueError(
                 f"the hf backend takes no engine options, got {sorted(engine_options)}"
             )
-        from .backends import HFBackend
 
         return HFBackend(lm)
     if engine == "ours":
-        from .ours import OursBackend
-
         return OursBackend(lm, parts=parts, **engine_options)
     raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
 
@@ -114,9 +113,9 @@ def uvicorn_server(app: Any, host: str, port: int, shutdown_timeout_s: float, lo
     bodies); uvicorn gets two more seconds before it cancels the tasks, so its bare 500s and
     cut streams are not what a client sees.
     """
-    import uvicorn
+    import uvicorn  # optional: uvicorn ([serve])
 
-    from .guard import GuardStats, accept_backlog, guarded_h11
+    from .guard import GuardStats, accept_backlog, guarded_h11  # defers uvicorn (guard)
 
     # Any ASGI app may be served (tests serve fakes); ours also reports the guard on /metrics.
     state = getattr(app, "state", None)

@@ -11,6 +11,7 @@ from ...bench.bandwidth import GIB, KIB, MIB, BandwidthPoint, CacheLevel, cache_
 from ...figures import finish, subplots
 from ...hardware import device_label
 from ...units import human
+from .. import ch04_prefill_decode_roofline as ch04
 from ..chapter import check_machine
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -53,8 +54,6 @@ def levels_text(device: Any = None) -> str:
 def gpu_memory_text() -> str:
     """A GPU's two memory levels, HBM and on-chip SRAM (shared memory), in sizes and bandwidths from
     the catalog: chapter 04's ``hierarchy_text`` for the GPU its deck slides use."""
-    from .. import ch04_prefill_decode_roofline as ch04
-
     gpu = ch04.sizes("cpu", "quick").gpu
     return ch04.hierarchy_text(ch04.hierarchy_rows([gpu]), gpu)
 

@@ -11,6 +11,7 @@ from ...analysis.compare import dtype_name, shape_of
 from ...analysis.roofline import StepPrediction, decode_ops
 from ...figures import finish, subplots
 from ...units import fmt_bytes, human
+from .. import ch04_prefill_decode_roofline as ch04
 from ..chapter import chapter_number
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 def gpu_decode_wait_text() -> str:
     """How much of a batch-1 decode step a datasheet GPU's compute units spend waiting on memory:
     chapter 04's ``decode_wait_text`` for the model, GPU and context of its deck slides."""
-    from .. import ch04_prefill_decode_roofline as ch04
-
     s = ch04.sizes("cpu", "quick")
     return ch04.decode_wait_text(s.model, s.gpu, s.context)
 

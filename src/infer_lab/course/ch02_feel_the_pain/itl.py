@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...analysis import memory
-from ...figures import finish
+from ...figures import finish, subplots
+from ...hardware import detect
 from ...timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ...units import GB, count, human
 from ..chapter import check_machine
@@ -67,8 +68,6 @@ def itl_plan_for(model: memory.ModelLike, dtype: str, contexts: tuple[int, ...],
 
 def itl_plan(lm: Any, contexts: tuple[int, ...], batches: tuple[int, ...], steps: int) -> ITLPlan:
     """:func:`itl_plan_for` with the loaded model's config and dtype and its device's total memory."""
-    from ...hardware import detect
-
     shape, dtype = _shape_dtype(lm)
     info = detect(lm.device)
     return itl_plan_for(shape, dtype, contexts, batches, steps, info.memory_total_bytes,
@@ -191,8 +190,6 @@ def itl_table(itl: list[ITLPoint]):
 
 def itl_figure(itl: list[ITLPoint], source: str):
     """Decode step p50 vs batch (one line per context), and total vs per-user tokens/s."""
-    from ...figures import subplots
-
     fig, axes = subplots(1, 2, figsize=(10, 3.6))
     for ctx in sorted({p.context for p in itl}):
         line = sorted((p for p in itl if p.context == ctx), key=lambda p: p.batch)

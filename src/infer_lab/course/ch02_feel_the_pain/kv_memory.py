@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...analysis import memory
-from ...figures import finish
+from ...figures import finish, subplots
+from ...hardware import detect
 from ...units import GB, human
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -83,8 +86,6 @@ def memory_panels_text(contexts: tuple[int, ...], users: tuple[int, ...]) -> str
 
 def memory_result(lm: Any, kv: dict[tuple[int, int], int]) -> MemoryResult:
     """The notebook's ``kv_after_prefill`` output ({(context, users): bytes}) as a :class:`MemoryResult`."""
-    from ...hardware import detect
-
     first = min(c for c, _ in kv)
     points = [MemoryPoint("context", c, u, b, lm.weight_bytes) for (c, u), b in sorted(kv.items()) if u == 1]
     points += [MemoryPoint("users", c, u, b, lm.weight_bytes) for (c, u), b in sorted(kv.items())
@@ -145,10 +146,6 @@ def memory_figure(memory: MemoryResult, source: str):
     says so, to show where the device memory runs out. In the users panel every user has the
     context the dots were measured at (:func:`users_panel_context`), so the dots sit on the line.
     """
-    import numpy as np
-
-    from ...figures import subplots
-
     per_token, weights = memory.kv_bytes_per_token, memory.weight_bytes
     budget = memory.device_memory_bytes
     users_context = users_panel_context(memory)

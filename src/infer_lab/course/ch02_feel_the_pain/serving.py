@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...analysis import roofline
-from ...figures import finish
+from ...figures import finish, subplots
 from ...timing import MachineLoad
 from ...units import human
 from ..chapter import chapter_number, check_machine
@@ -114,8 +114,6 @@ def serving_table(serving: ServingResult):
 
 def serving_figure(serving: ServingResult, source: str):
     """Each request's wait, prefill and decode: one at a time vs one batch."""
-    from ...figures import subplots
-
     fig, axes = subplots(1, 2, figsize=(10, 3.2), sharex=True)
     for ax, mode in zip(axes, ("sequential", "batched"), strict=True):
         rows = [r for r in serving.requests if r.mode == mode]

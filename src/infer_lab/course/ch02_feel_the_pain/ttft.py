@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...analysis import roofline
-from ...figures import finish
+from ...figures import finish, subplots
 from ...timing import MachineLoad, compare_spreads
 from ...units import human
 from ..chapter import check_machine
@@ -102,8 +102,6 @@ def ttft_table(ttft: list[TTFTPoint]):
 def ttft_figure(ttft: list[TTFTPoint], source: str, saved: list[dict[str, Any]] | None = None,
                 saved_label: str = ""):
     """TTFT p50 (band to p90) vs prompt length; optionally a saved GPU curve beside it."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(6, 3.6))
     x = [p.prompt_len for p in ttft]
     ax.plot(x, [p.p50_s * 1e3 for p in ttft], "o-", label="this machine (p50)")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ...analysis import memory
 from ...analysis.memory import ModelLike, as_shape
+from ...catalog import get_gpu
 from ...units import fmt_bytes
 from ..chapter import chapter_number
 from ..tables import Column, people_table
@@ -44,8 +45,6 @@ class FitView:
 def fit_view(model: ModelLike, gpu: str, context: int, users: int, kv_dtype: str = "bf16",
              contexts: list[int] | None = None) -> FitView:
     """Does ``users`` x ``context`` fit on one ``gpu``, and how context trades against users there."""
-    from ...catalog import get_gpu
-
     spec = get_gpu(gpu)
     shape = as_shape(model)
     contexts = contexts or [1024 * 2**i for i in range(8)]

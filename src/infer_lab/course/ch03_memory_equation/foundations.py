@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from ...analysis import memory
 from ...analysis.memory import ModelLike, as_shape
 from ...analysis.params import param_counts
-from ...figures import finish
+from ...analysis.roofline import decode_ops
+from ...catalog import list_models
+from ...figures import finish, subplots
 from ...units import human
 from ..chapter import chapter_number
 from ..tables import Column, people_table
@@ -72,8 +74,6 @@ def loop_stages(model: ModelLike = "mistral-7b", kv_dtype: str = "bf16") -> list
 
 def flop_share(model: ModelLike = "mistral-7b", context: int = 4096) -> FlopShare:
     """Where one decode step's FLOPs are (one sequence, ``context`` tokens), from the roofline's op count."""
-    from ...analysis.roofline import decode_ops
-
     shape = as_shape(model)
     ops = decode_ops(shape, 1, context)
     head = sum(o.flops for o in ops if o.name == "LM head")
@@ -85,8 +85,6 @@ def flop_share(model: ModelLike = "mistral-7b", context: int = 4096) -> FlopShar
 
 def flop_share_rows(context: int = 4096, models: list[str] | None = None) -> list[FlopShare]:
     """:func:`flop_share` for every catalogued model (or ``models``)."""
-    from ...catalog import list_models
-
     return [flop_share(m, context) for m in models or list_models()]
 
 
@@ -151,8 +149,6 @@ def flop_share_table(rows: list[FlopShare]):
 
 def flop_share_figure(rows: list[FlopShare]):
     """Stacked bars: share of a decode step's FLOPs in the layers (attention, the rest) and the LM head."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 3.6))
     names = [r.model for r in rows]
     att = [100 * r.attention_flops / r.total_flops for r in rows]

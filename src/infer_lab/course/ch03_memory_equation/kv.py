@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...analysis import memory
 from ...analysis.memory import ModelLike, as_shape
-from ...figures import finish
+from ...catalog import get_gpu
+from ...figures import finish, subplots
 from ...units import GB, KiB, fmt_bytes, human
 from ..library_code import code_block
 
@@ -106,10 +109,6 @@ def kv_formula_code() -> str:
 def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int, ...] = (1, 8, 32, 80),
                      max_tokens: int = 32768, gpu: str | None = None, weight_dtype: str = "bf16"):
     """KV bytes (GB = 1e9 B) vs tokens per user, one line per user count, on log axes; weights and GPU lines."""
-    import numpy as np
-
-    from ...figures import subplots
-
     shape = as_shape(model)
     tokens = np.unique(np.geomspace(128, max_tokens, 48).astype(int))
     fig, ax = subplots(figsize=(7, 4))
@@ -118,8 +117,6 @@ def kv_growth_figure(model: ModelLike, kv_dtype: str = "bf16", users: tuple[int,
     w = memory.weight_bytes(shape, weight_dtype).total / GB
     ax.axhline(w, color="k", ls="--", lw=1, label=f"weights ({weight_dtype}) {human(w, 3)} GB")
     if gpu:
-        from ...catalog import get_gpu
-
         spec = get_gpu(gpu)
         ax.axhline(spec.memory_bytes / GB, color="r", ls=":", lw=1,
                    label=f"{spec.name} memory {human(spec.memory_bytes / GB, 3)} GB")

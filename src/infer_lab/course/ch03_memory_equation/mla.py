@@ -8,6 +8,7 @@ from ...analysis import memory
 from ...analysis.memory import ModelLike, as_shape
 from ...attention.kv_sizing import mla_ratio_explained
 from ...units import human
+from ..ch07_attention_variants import TALK_MATCH, TALK_MLA_CORRECTED, ratio_matching
 from ..chapter import chapter_number
 from ..tables import Column, people_table
 
@@ -65,7 +66,6 @@ def mla_trap(model: ModelLike = MLA_EXAMPLE, kv_dtype: str = "bf16") -> MLATrap:
     if not shape.mla:
         raise ValueError(f"{shape.name} does not use MLA")
     variants = [VariantRow(**v) for v in memory.attention_variants(shape, kv_dtype)]
-    from ..ch07_attention_variants import TALK_MLA_CORRECTED, ratio_matching
 
     seven_b = "mistral-7b"
     ratios = mla_ratio_explained(shape.name, seven_b)
@@ -81,8 +81,6 @@ def mla_trap(model: ModelLike = MLA_EXAMPLE, kv_dtype: str = "bf16") -> MLATrap:
 def talk_figure_words(trap: MLATrap) -> str:
     """Whether the per-layer ratio is the workshop's corrected figure, as chapter 07 reads it: "probably",
     since the transcript does not say what the demo computed."""
-    from ..ch07_attention_variants import TALK_MATCH
-
     if trap.per_layer_7b_is_talk_figure:
         return f"probably the talk's corrected {trap.talk_corrected:g}× (talk 1, the workshop)"
     return f"not the talk's corrected {trap.talk_corrected:g}× (more than {TALK_MATCH:.0%} from it)"

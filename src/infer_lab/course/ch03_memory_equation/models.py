@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ...analysis import memory
 from ...analysis.memory import as_shape
 from ...analysis.params import param_counts
+from ...catalog import list_models
 from ..tables import Column, people_table
 
 
@@ -30,8 +31,6 @@ class ModelMemoryRow:
 def model_rows(context: int = 4096, kv_dtype: str = "bf16", weight_dtype: str = "bf16",
                models: list[str] | None = None) -> list[ModelMemoryRow]:
     """Every catalogued model (or ``models``) at the same context and dtypes."""
-    from ...catalog import list_models
-
     rows = []
     for name in models or list_models():
         r = memory.kv_report(name, context=context, kv_dtype=kv_dtype)

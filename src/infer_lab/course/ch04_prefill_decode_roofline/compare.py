@@ -11,9 +11,11 @@ import torch
 from ...analysis import roofline
 from ...analysis.compare import dtype_name, explain_gaps, shape_of
 from ...analysis.roofline import Roof, StepPrediction
-from ...figures import finish
+from ...bench.hf_predicted import save_results
+from ...figures import finish, subplots
 from ...units import human
 from ..notebook_code import notebook_function
+from ..saved import results_dir
 from ..tables import Column, people_table
 from .scenario import NUMBER, Sizes
 from .shared import COLORS, ComparisonRow, OpRow, op_rows, roofline_figure
@@ -83,9 +85,6 @@ def comparison_records(rows: list[ComparisonRow]) -> list[dict[str, Any]]:
 
 def save_compare(result: CompareResult, lm: Any):
     """Save a GPU comparison under ``infer_lab/results`` (what :func:`saved` shows elsewhere); return the path."""
-    from ...bench.hf_predicted import save_results
-    from ..saved import results_dir
-
     return save_results(comparison_records(result.rows), lm, result.roof, results_dir())
 
 
@@ -118,8 +117,6 @@ def compare_figure(result: CompareResult):
 
 def ratio_figure(rows: list[ComparisonRow], title: str):
     """Measured / predicted time per timed row, on a log axis (1 = the roofline is reached)."""
-    from ...figures import subplots
-
     timed = [r for r in rows if r.unit == "ms"]
     labels = [f"{r.phase or r.quantity.split(' ')[0]} b{r.batch} n{r.context:,}" for r in timed]
     ratios = [r.measured_over_predicted for r in timed]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from ...analysis import roofline
-from ...figures import finish
-from ...units import human
+from ...catalog import get_gpu, get_on_chip_memory, list_gpus, memory_hierarchy_about
+from ...figures import finish, subplots
+from ...units import fmt_bytes, human
 from ..tables import Column, people_table
 
 
@@ -55,8 +57,6 @@ class DecodeWait:
 
 def hierarchy_rows(gpus: list[str] | None = None) -> list[HierarchyRow]:
     """HBM and on-chip memory of every catalogued GPU (or ``gpus``), from the catalog."""
-    from ...catalog import get_gpu, get_on_chip_memory, list_gpus
-
     rows = []
     for name in gpus or list_gpus():
         spec, chip = get_gpu(name), get_on_chip_memory(name)
@@ -82,9 +82,6 @@ def decode_wait_curve(model: str = "mistral-7b", gpu: str = "H100-SXM", context:
 
 def hierarchy_text(rows: list[HierarchyRow], gpu: str = "H100-SXM") -> str:
     """The hierarchy of one GPU in words (HBM vs SRAM: size and bandwidth), from the catalog."""
-    from ...catalog import memory_hierarchy_about
-    from ...units import fmt_bytes
-
     r = next(x for x in rows if x.gpu == gpu)
     if r.sram_bytes is None:
         return f"{gpu}: no on-chip figures on file ({memory_hierarchy_about().get('missing', '')})"
@@ -150,8 +147,6 @@ def decode_wait_table(rows: list[DecodeWait]):
 
 def hierarchy_figure(rows: list[HierarchyRow]):
     """Capacity against bandwidth, log-log: each GPU's HBM (circles) and on-chip SRAM (triangles)."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 4.2))
     for i, r in enumerate(x for x in rows if x.sram_bytes):
         color = f"C{i % 10}"
@@ -162,7 +157,6 @@ def hierarchy_figure(rows: list[HierarchyRow]):
     ax.scatter([], [], marker="o", color="k", label="HBM / GDDR (off-chip)")
     ax.scatter([], [], marker="^", color="k", label="on-chip SRAM (L1/shared, derived bandwidth)")
     ax.set(xscale="log", yscale="log", xlabel="capacity (GB = 10⁹ B), log scale", ylabel="bandwidth (TB/s), log scale")
-    import statistics
 
     known = [x for x in rows if x.sram_bytes]
     size = statistics.median(x.hbm_over_sram_bytes for x in known)
@@ -178,8 +172,6 @@ def hierarchy_figure(rows: list[HierarchyRow]):
 
 def decode_wait_figure(curves: dict[str, list[DecodeWait]]):
     """Share of a decode step spent waiting on memory against the batch, one line per GPU (log x)."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 3.8))
     for gpu, rows in curves.items():
         ax.semilogx([r.batch for r in rows], [100 * r.waiting_fraction for r in rows], "o-", ms=3, label=gpu)

@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...analysis import roofline
 from ...analysis.roofline import Roof, StepPrediction
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import human
 
 
@@ -67,10 +69,6 @@ def roofline_figure(roof: Roof, steps: list[StepPrediction], ops: dict[str, list
     A measured step sits at its predicted intensity and the FLOP/s it actually achieved
     (predicted FLOPs / measured time).
     """
-    import numpy as np
-
-    from ...figures import subplots
-
     measured = [r for r in measured if r.unit == "ms" and r.flops]
     fig, ax = subplots(figsize=(7, 4.5))
     xs = [s.intensity for s in steps] + [o.intensity for g in ops.values() for o in g if o.flops and o.bytes]

@@ -7,7 +7,9 @@ from typing import Any
 
 import torch
 
+from ...analysis.compare import saved_baseline_vs_roofline
 from ...units import human
+from ..ch02_feel_the_pain import saved_batch1_text, saved_warning
 from ..chapter import ChapterResult, chapter_number, run_parts
 from ..saved import SavedView, load_saved
 from .compare import (
@@ -74,9 +76,6 @@ def figures(result: Result) -> dict[str, Any]:
 
 def saved() -> SavedView | None:
     """HF eager on an H200 against the roofline of that same run (and any saved comparison)."""
-    from ...analysis.compare import saved_baseline_vs_roofline
-    from ..ch02_feel_the_pain import saved_batch1_text, saved_warning
-
     found = load_saved("*hf-baseline*.json")
     if not found:
         return None

@@ -64,7 +64,6 @@ from .fit import (  # noqa: F401 (re-exported: the chapter's surface)
 )
 from .formats import (  # noqa: F401 (re-exported: the chapter's surface)
     FORMAT_COLUMNS,
-    FORMAT_GROUP,
     ORIGIN_GROUP,
     FormatsResult,
     FormatSummary,
@@ -81,6 +80,7 @@ from .formats import (  # noqa: F401 (re-exported: the chapter's surface)
 from .kv import (  # noqa: F401 (re-exported: the chapter's surface)
     DTYPE_BYTES,
     KV_COLUMNS,
+    KV_DTYPES,
     KVResult,
     dtype_label,
     kv_result,
@@ -104,12 +104,14 @@ from .outliers import (  # noqa: F401 (re-exported: the chapter's surface)
 )
 from .scenario import (  # noqa: F401 (re-exported: the chapter's surface)
     ALL_METHODS,
+    FORMAT_GROUP,
     NEEDS_MODEL,
     NUMBER,
     PARTS,
     SLUG,
     TITLE,
     Sizes,
+    format_methods,
     part_number,
     sizes,
 )

@@ -149,7 +149,7 @@ def compare_figure(comparison: Comparison, source: str):
     names = [r.method for r in rows]
     fig, ax = subplots(figsize=(7, 3.6))
     ax.bar(names, [r.weight_bytes / MB for r in rows], color="#4c72b0")
-    ax.set(ylabel="weight memory (MB = 1e6 B, exact)", ylim=(0, None))
+    ax.set(ylabel="weight memory (MB = 10⁶ B, exact)", ylim=(0, None))
     twin = ax.twinx()
     if rows[0].perplexity is not None:
         twin.plot(names, [r.perplexity for r in rows], "o-", color="#dd8452")

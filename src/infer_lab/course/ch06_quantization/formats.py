@@ -68,9 +68,6 @@ class FormatsResult:
         return {s.method: s for s in self.summary()}
 
 
-FORMAT_GROUP = 64  # weights per scale of the 4-bit rows; the notebook's formats cell starts at the same number
-
-
 def formats_result(lm: Any, errors: dict[str, dict[int, list[dict[str, Any]]]]) -> FormatsResult:
     """The notebook's ``layer_errors`` (method -> block -> per-layer stats) as a typed result."""
     rows = [LayerError(method, f"layers.{index}.{r['layer']}", r["out_features"] * r["in_features"],

@@ -22,6 +22,13 @@ PARTS = {
 
 
 ALL_METHODS = ("int8", "fp8", "int4-g128", "int4-g64", "int4-g128-sym", "nf4", "q4_1")
+FORMAT_GROUP = 64  # weights per scale of the 4-bit rows in "formats"; the notebook's formats cell reads it
+
+
+def format_methods(group: int = FORMAT_GROUP) -> tuple[str, ...]:
+    """The formats checked layer by layer in "formats": Q4_1 and int4 at 32 weights per scale, int4
+    and NF4 at ``group`` weights per scale, and int8 (one scale per row)."""
+    return ("q4_1-g32", "int4-g32", f"int4-g{group}", f"nf4-g{group}", "int8")
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     """``quick``: three methods on 128 tokens, seconds a part on 2 cores; ``full``: every method."""
     size = choose_size(device, size)
     on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
-    formats = ("q4_1-g32", "int4-g32", "int4-g64", "nf4-g64", "int8")
+    formats = format_methods()
     if size == "quick":
         return Sizes(size, methods=("int8", "q4_1", "int4-g64"), format_methods=formats, format_block_stride=10,
                      eval_tokens=128, eval_window=128, prompt_tokens=16, new_tokens=2, repeats=1,

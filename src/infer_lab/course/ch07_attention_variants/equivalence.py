@@ -29,7 +29,7 @@ class EquivalenceRow:
         return max(self.prefill_max_abs_diff, self.decode_max_abs_diff) <= EQUIVALENCE_TOL
 
 
-EQUIVALENCE_TOKENS = 12  # the notebook's equivalence cell starts at the same numbers
+EQUIVALENCE_TOKENS = 12  # the notebook's equivalence cell reads these three
 EQUIVALENCE_KV_HEADS = (2, 1)  # 4 query heads over 2 K/V heads (GQA), then over 1 (MQA)
 EQUIVALENCE_WINDOW = 4
 
@@ -53,14 +53,14 @@ def flash_tile_code() -> str:
 def equivalence_text(rows: list[EquivalenceRow]) -> str:
     worst = max(max(r.prefill_max_abs_diff, r.decode_max_abs_diff) for r in rows)
     equal = sum(r.equal for r in rows)
-    return (f"**{equal} of {len(rows)}** variant/path pairs equal SDPA within {EQUIVALENCE_TOL:g} (fp32) in prefill "
+    return (f"**{equal} of {len(rows)}** variant/path pairs equal SDPA within {human(EQUIVALENCE_TOL)} (fp32) in prefill "
             f"and in cached decode; the largest difference is {human(worst, 2)}.")
 
 
 EQUIVALENCE_COLUMNS = [
     Column("variant", "variant", "text"), Column("path", "path", "text"),
     Column("prefill_max_abs_diff", "prefill max |Δ| vs SDPA"), Column("decode_max_abs_diff", "cached decode max |Δ|"),
-    Column("equal", f"within {EQUIVALENCE_TOL:g}", "bool"),
+    Column("equal", f"within {human(EQUIVALENCE_TOL)}", "bool"),
 ]
 
 

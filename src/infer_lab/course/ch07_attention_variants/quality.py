@@ -23,7 +23,7 @@ class QualityResult:
     skipped: str = ""
 
 
-QUALITY_WINDOW = 32  # tokens each query sees in the sliding-window row
+QUALITY_WINDOW = 32  # tokens each query sees in the sliding-window row (the notebook's quality cell reads it)
 
 
 def quality_result(lm: Any, rows: list[VariantQuality], eval_tokens: int) -> QualityResult:

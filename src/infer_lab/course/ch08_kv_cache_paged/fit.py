@@ -71,7 +71,7 @@ class FitResult:
         return next(r for r in self.rows if r.layout == layout)
 
 
-FIT_BLOCK_SIZE = 16  # tokens per block; the notebook's part-3 cell starts at the same number
+FIT_BLOCK_SIZE = 16  # tokens per block (vLLM's default); the notebook's part-3 cell reads it
 
 
 def fit_result(settings: WasteSettings, block_size: int, held: dict[str, tuple[int, Any]]) -> FitResult:

@@ -15,7 +15,7 @@ runs the very same functions for the tour, the tests and the Jupyter edition (``
    policy) at the same number of batch slots; every contender's tokens are checked against the
    engine's continuous batching.
 3. **The Pareto frontier** (measured; ``concurrency_sweep``): total tokens/s vs tokens/s per user
-   as concurrency grows.
+   as ``max_num_seqs`` grows.
 4. **Predicted vs measured decode step** (measured; ``predicted_vs_measured``): the roofline on
    this machine's measured ceilings (:mod:`infer_lab.bench.predicted`) next to the engine's step.
 5. **Decode paths** (measured; ``decode_paths``): the same decode through each path this device

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...figures import finish
+from ...analysis.compare import saved_baseline_vs_roofline
+from ...analysis.params import param_counts
+from ...figures import finish, subplots
 from ...units import GB
+from ..ch02_feel_the_pain import saved_batch1_text
 from ..saved import SavedResult, load_saved
 from .shared import _plain_log_ticks
 
@@ -50,9 +53,6 @@ def launch_overhead_text() -> str:
                 "Python launches hundreds of kernels one by one and the GPU waits for each.")
     src = found[0]
     d = src.data
-    from ...analysis.compare import saved_baseline_vs_roofline
-    from ...analysis.params import param_counts
-    from ..ch02_feel_the_pain import saved_batch1_text
 
     model = str(src.raw.get("model"))
     counts = param_counts(model)
@@ -73,8 +73,6 @@ def launch_overhead_text() -> str:
 
 
 def _anchor_figure(rows: list[AnchorRow], device: str, model: str):
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(6.5, 4))
     batches = [r.batch for r in rows]
     ax.plot(batches, [r.graph_step_ms for r in rows], "o-", label="naive decode in a CUDA graph")

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import matplotlib
+import numpy as np
+
 from ...bench import baselines
 from ...bench.engine import workload
 from ...bench.engine_run import EngineRun
-from ...figures import finish
+from ...figures import finish, subplots
 from ...timing import CONTRADICTED, INCONCLUSIVE, SUPPORTED, MachineLoad
 from ..chapter import SINGLE_RUN_NOISE, check_machine, finding
 from ..notebook_code import notebook_function
@@ -288,11 +291,6 @@ def batching_table(batching: BatchingResult):
 
 def batching_figure(batching: BatchingResult, source: str):
     """One bar per contender: throughput, idle slots, and TTFT / ITL at p50, p90, p99 (ms)."""
-    import matplotlib
-    import numpy as np
-
-    from ...figures import subplots
-
     rows = batching.rows
     names = [textwrap.fill(r.name, 24) for r in rows]
     colours = [matplotlib.colormaps["tab10"](i) for i in range(len(rows))]

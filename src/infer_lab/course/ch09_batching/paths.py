@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...figures import finish
+from ...figures import finish, subplots
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER
@@ -87,8 +87,6 @@ def paths_table(paths: list[PathRow]):
 
 def paths_figure(paths: list[PathRow], source: str):
     """Tokens/s per user (1 / ITL p50) of each decode path, with the ITL in ms on each bar."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 0.5 * len(paths) + 1.8))
     ax.barh([r.label for r in paths], [r.tokens_per_s_per_user for r in paths])
     for i, r in enumerate(paths):

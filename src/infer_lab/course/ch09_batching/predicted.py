@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...figures import finish
+from ...figures import finish, subplots
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER
@@ -78,8 +78,6 @@ def predicted_table(predicted: PredictedResult):
 
 def predicted_figure(predicted: PredictedResult, source: str):
     """Predicted (roofline) and measured engine decode step time vs batch size, log-log."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(6.5, 4))
     batches = [p.batch for p in predicted.points]
     ax.plot(batches, [p.predicted_ms for p in predicted.points], "*-",

@@ -16,7 +16,7 @@ NEEDS_MODEL = True
 PARTS = {
     "steps": "Run static and continuous batching, step by step",
     "batching": "Serve the workload with every contender",
-    "sweep": "Run the concurrency sweep",
+    "sweep": "Run the max_num_seqs sweep",
     "predicted": "Measure predicted vs measured decode steps",
     "paths": "Run every decode path",
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
 
 def _wrap(text: str, width: int = 90) -> str:
     return textwrap.fill(text, width, break_on_hyphens=False)
@@ -12,8 +14,6 @@ def _wrap(text: str, width: int = 90) -> str:
 
 def _plain_log_ticks(ax: Any, batches: list[int]) -> None:
     """Log axes labelled with plain numbers: the batch sizes on x, ``0.5``/``20``/``400`` on y."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     ax.set_xticks(batches, [str(b) for b in batches])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

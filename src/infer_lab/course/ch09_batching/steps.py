@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...bench.engine import workload
+from ...engine.scheduler import Scheduler
 from ...figures import finish, subplots
 from ..library_code import code_block
 from ..notebook_code import notebook_function
@@ -65,8 +66,6 @@ def idle_slot_steps(records: Sequence[Any]) -> int:
 def admission_code() -> str:
     """The scheduler's admission step, the library's real code (its docstring left out, the words
     around it on the page say the same), as a markdown code block."""
-    from ...engine.scheduler import Scheduler
-
     return code_block(Scheduler.admit)
 
 

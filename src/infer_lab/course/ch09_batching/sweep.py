@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import count
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -21,13 +22,18 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class SweepPoint:
     """One level of continuous batching (``max_num_seqs`` requests at once): total vs per-user speed
-    (tokens/s), times in ms."""
+    (tokens/s), times in ms.
+
+    Every request arrives at t = 0, ``max_num_seqs`` × waves of them, so the first ``max_num_seqs`` get a
+    slot at once and the others queue for one: their TTFTs are kept apart, because a median over both
+    groups is a time no request saw."""
 
     max_num_seqs: int
     requests: int
     output_tokens_per_s: float
     tokens_per_s_per_user: float  # 1 / mean ITL
-    ttft_ms_p50: float
+    first_ttft_ms_p50: float  # the requests that got a slot at t = 0
+    queued_ttft_ms_p50: float | None  # the requests that waited for a slot (None: one wave, nobody waited)
     itl_ms_p50: float
     itl_ms_p99: float
 
@@ -36,8 +42,13 @@ def sweep_points(runs: dict[int, EngineBenchmark], waves: int) -> list[SweepPoin
     """The sweep's points from the notebook's ``concurrency_sweep``: one engine benchmark
     (:func:`~infer_lab.bench.engine.run_engine_benchmark`) per ``max_num_seqs``, of ``max_num_seqs`` × ``waves``
     requests."""
-    return [SweepPoint(n, n * waves, r.output_tokens_per_s, 1e3 / r.run.itl_ms.mean, r.run.ttft_ms.p50,
+    return [SweepPoint(n, n * waves, r.output_tokens_per_s, 1e3 / r.run.itl_ms.mean,
+                       _median_ms(r.run.ttft_samples_s[:n]), _median_ms(r.run.ttft_samples_s[n:]),
                        r.run.itl_ms.p50, r.run.itl_ms.p99) for n, r in runs.items()]
+
+
+def _median_ms(samples_s: Sequence[float]) -> float | None:
+    return statistics.median(samples_s) * 1e3 if samples_s else None
 
 
 def run_sweep(lm: Any, sizes: Sizes) -> list[SweepPoint]:
@@ -70,19 +81,19 @@ def sweep_text(sweep: list[SweepPoint]) -> str:
             f"{lo.tokens_per_s_per_user:.1f} to {hi.tokens_per_s_per_user:.1f} tokens/s.")
     if len(sweep) < 3:
         return text + (f" With {count(len(sweep), 'point')} this is a segment, not yet a curve: add "
-                       "concurrencies to see the frontier's shape.")
+                       "levels to `sweep_max_num_seqs` to see the frontier's shape.")
     totals = [p.output_tokens_per_s for p in sweep]
     per_user = [p.tokens_per_s_per_user for p in sweep]
     if _every_step(totals, rising=True) and _every_step(per_user, rising=False):
-        trade = (f"At each of the {len(sweep) - 1} steps up in concurrency, total throughput rose and each "
+        trade = (f"At each of the {len(sweep) - 1} steps up in max_num_seqs, total throughput rose and each "
                  "user's speed fell: every point is a different trade, on one frontier.")
     else:
-        trade = ("Not every step up in concurrency traded per-user speed for total throughput on this run "
+        trade = ("Not every step up in max_num_seqs traded per-user speed for total throughput on this run "
                  "(one run per point: a busy machine bends the curve).")
     off = dominated_points(sweep)
     if off:
         trade += " Off the frontier: " + "; ".join(
-            f"{p.max_num_seqs} at once ({q.max_num_seqs} at once was at least as fast for each user and in total)"
+            f"{p.max_num_seqs} requests at once ({q.max_num_seqs} at once was at least as fast for each user and in total)"
             for p, q in off) + "."
     return f"{text} {trade}"
 
@@ -90,7 +101,9 @@ def sweep_text(sweep: list[SweepPoint]) -> str:
 SWEEP_COLUMNS = [
     Column("max_num_seqs", "requests at once (max_num_seqs)", "int"), Column("requests", "requests", "int"),
     Column("tokens_per_s_per_user", "tokens/s per user"), Column("output_tokens_per_s", "tokens/s total"),
-    Column("ttft_ms_p50", "TTFT p50 (ms)"), Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
+    Column("first_ttft_ms_p50", "TTFT p50, slot at t = 0 (ms)"),
+    Column("queued_ttft_ms_p50", "TTFT p50, queued for a slot (ms)"),
+    Column("itl_ms_p50", "ITL p50 (ms)"), Column("itl_ms_p99", "ITL p99 (ms)"),
 ]
 
 
@@ -108,9 +121,7 @@ def _log_if_wide(ax: Any, axis: str, values: list[float]) -> None:
 
 
 def sweep_figure(sweep: list[SweepPoint], source: str):
-    """Total output tokens/s vs tokens/s per user, one point per concurrency (the serving frontier)."""
-    from ...figures import subplots
-
+    """Total output tokens/s vs tokens/s per user, one point per ``max_num_seqs`` (the serving frontier)."""
     fig, ax = subplots(figsize=(6.5, 4))
     xs, ys = [p.tokens_per_s_per_user for p in sweep], [p.output_tokens_per_s for p in sweep]
     ax.plot(xs, ys, "o-")
@@ -120,6 +131,6 @@ def sweep_figure(sweep: list[SweepPoint], source: str):
     _log_if_wide(ax, "y", ys)
     ax.set(xlabel="tokens/s per user (1 / mean ITL)", ylabel="total output tokens/s")
     ax.grid(alpha=0.3)
-    ax.set_title(f"Concurrency sweep (labels: concurrent requests)\n{_wrap(source, 70)}", fontsize=10)
+    ax.set_title(f"max_num_seqs sweep (labels: requests decoding at once)\n{_wrap(source, 70)}", fontsize=10)
     finish(fig)
     return fig

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ...units import GB, count
+from ..ch02_feel_the_pain import saved_warning
 from ..chapter import NO_MODEL, ChapterResult, run_parts
 from ..saved import SavedView, load_saved
 from ..tables import Column, people_table
@@ -72,7 +73,7 @@ def tables(result: Result) -> dict[str, Any]:
     if result.batching:
         out["Contenders on one workload"] = batching_table(result.batching)
     if result.sweep:
-        out["Concurrency sweep (continuous batching)"] = sweep_table(result.sweep)
+        out["max_num_seqs sweep (continuous batching)"] = sweep_table(result.sweep)
     if result.predicted:
         out["Decode step: predicted vs measured"] = predicted_table(result.predicted)
     if result.paths:
@@ -116,8 +117,6 @@ def saved() -> SavedView | None:
     notes = [str(sol.raw.get("description", "")), f"Command: {sol.command}"]
     warning = None
     if baseline:
-        from ..ch02_feel_the_pain import saved_warning
-
         d = baseline.data
         roof = d["copy_TBps"] * 1e12 / sol.data["weight_bytes"]
         b1 = rows[0]

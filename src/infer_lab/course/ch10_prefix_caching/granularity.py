@@ -199,7 +199,7 @@ def granularity_table(match: MatchResult):
 def granularity_figure(match: MatchResult, source: str):
     """Tokens reused vs tokens shared: the prediction of each cache as a dotted staircase (reuse only
     changes at whole tokens), the measurement as markers, block edges in grey."""
-    from ...figures import subplots
+    from ...figures import subplots  # defers matplotlib
 
     fig, ax = subplots(figsize=(6.5, 3.8))
     ks = match.shared_values()

@@ -6,6 +6,8 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...bench.prefix_workloads import Wave, prefix_sharing_workloads
 from ...progress import progress
 from ...timing import summarize
@@ -250,9 +252,7 @@ def workloads_table(w: WorkloadsResult):
 
 def workloads_figure(w: WorkloadsResult, source: str):
     """Hit rate, prefill tokens computed and TTFT p50 per workload, one bar per cache."""
-    import numpy as np
-
-    from ...figures import subplots
+    from ...figures import subplots  # defers matplotlib
 
     names = w.workloads()
     caches = ("none", *CACHES)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ...analysis import memory, roofline
+from ...catalog import get_gpu
+from ..ch15_cluster import SERVING_SLO
+
 AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
 AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
 AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
@@ -64,9 +68,6 @@ def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: 
     """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
     chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
     the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
-    from ...analysis import memory, roofline
-    from ...catalog import get_gpu
-
     spec = get_gpu(gpu)
     rows = []
     for prompt in prompts:
@@ -86,8 +87,6 @@ def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: 
 
 def serving_tpot_slo_s() -> float:
     """The per-token latency target (seconds) the course serves to: chapter 15's TPOT objective."""
-    from ..ch15_cluster import SERVING_SLO
-
     return SERVING_SLO.tpot_ms / 1e3
 
 
@@ -142,7 +141,8 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
             f"instead while the prompt lasts")
     slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
     return ("**Coding agents.** An agent that puts a repository into its prompt sends "
-            f"{min(AGENT_PROMPTS):,} to {max(AGENT_PROMPTS):,} tokens ({AGENT_MODEL}, which reads that many "
+            f"{min(AGENT_PROMPTS):,} to {max(AGENT_PROMPTS):,} tokens (talk 2; {AGENT_MODEL}, which reads that many "
             "positions; roofline bounds with dense attention, so real engines take longer and sparse-attention "
-            "models less): " + "; ".join(parts) + ". "
-            + chunking_verdict_text(rows, slo))
+            "models less): " + "; ".join(parts) + ". In an agent's loop most of that context was already in the "
+            "previous turn's prompt, so a prefix cache (chapter 10) keeps its K/V: these whole prefills are a first "
+            "turn's, or a cache miss's. " + chunking_verdict_text(rows, slo))

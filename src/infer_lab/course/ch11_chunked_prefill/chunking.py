@@ -9,7 +9,7 @@ from typing import Any
 from ...bench.baselines import Workload
 from ...bench.long_prompt import long_prompt_among_decoders
 from ...engine.scheduler import Scheduler, split_budget
-from ...figures import finish
+from ...figures import finish, subplots
 from ...progress import progress
 from ...timing import CONTRADICTED, SUPPORTED, MachineLoad, compare_spreads, summarize
 from ..chapter import check_machine, finding
@@ -268,8 +268,6 @@ def steps_table(c: ChunkingResult):
 
 def chunking_figure(c: ChunkingResult, source: str):
     """Step time (= the decoders' ITL) per engine step, and the tokens each step computed."""
-    from ...figures import subplots
-
     fig, (left, right) = subplots(1, 2, figsize=(12, 3.8))
     for chunking, colour in ((False, "tab:red"), (True, "tab:blue")):
         steps, label = c.steps_of(chunking), c.run(chunking).label

@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...analysis.compare import dtype_name, shape_of
 from ...analysis.plausibility import caution, speedup_flags
+from ...analysis.roofline import gpu_roof
 from ...analysis.speculation import roofline_verify_ratio
 from ...bench.speculative import Comparison
-from ...figures import finish
+from ...figures import finish, subplots
 from ..chapter import SINGLE_RUN_NOISE
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
-from .scenario import NUMBER, PARTS
+from .scenario import NUMBER, PARTS, SECTIONS
 from .shared import COLORS, _hardware, _x, prompts_note
 
 if TYPE_CHECKING:
@@ -84,9 +86,6 @@ def batch_result(ids: list[list[int]], runs: dict[int, Comparison], roof: Any, l
                  sizes: Sizes) -> BatchResult:
     """What ``speedup_by_batch`` returned, next to the roofline's prediction of where the gain vanishes
     (on this machine's measured roof, and analytically for a 7B model on an H200)."""
-    from ...analysis.compare import dtype_name, shape_of
-    from ...analysis.roofline import gpu_roof
-
     shape, dtype = shape_of(lm), dtype_name(lm)
     max_new = next(iter(runs.values())).max_new_tokens
     context = round(sum(len(p) for p in ids) / len(ids) + max_new / 2)
@@ -141,10 +140,12 @@ def frontier_shift_text(curve: RooflineCurve, chat_tokens_per_pass: float | None
 
     if chat_tokens_per_pass is not None:
         chat = chat_tokens_per_pass / ratio0
-        other = (f"The same proposer kept {chat_tokens_per_pass:.2f} tokens per pass on open-ended chat (section 3): "
+        other = (f"The same proposer kept {chat_tokens_per_pass:.2f} tokens per pass on open-ended chat "
+                 f"(section {SECTIONS['workloads']}): "
                  f"there the same roofline gives {chat:.2f}× at batch {b0}" + verdict(chat))
     else:
-        other = (f"On open-ended chat a proposer keeps fewer (section 3 measures it): with nothing kept, 1 token per "
+        other = (f"On open-ended chat a proposer keeps fewer (section {SECTIONS['workloads']} measures it): "
+                 "with nothing kept, 1 token per "
                  f"pass, the same roofline gives {1 / ratio0:.2f}× at batch {b0}" + verdict(1 / ratio0))
     return (
         f"**A shift of the frontier, not a point on it.** Batching trades each user's speed for total throughput "
@@ -152,8 +153,8 @@ def frontier_shift_text(curve: RooflineCurve, chat_tokens_per_pass: float | None
         f"and that depends on the task. At the {curve.tokens_per_pass:.2f} tokens per pass measured here on {task}, "
         f"the roofline of {curve.label} gives the same batch {s0:.2f}× the tokens per step at batch {b0}: on such a "
         f"task each user would be {s0:.2f}× faster *and* the GPU would serve {s0:.2f}× the tokens, with no extra GPUs, "
-        "before the draft's cost and the engine's own verification overhead (both left out here; section 2 "
-        f"measures them on this machine). {other} " + shift_reach_text(curve) + " Speculation moves the fast, "
+        f"before the draft's cost and the engine's own verification overhead (both left out here; section "
+        f"{SECTIONS['sweep']} measures them on this machine). {other} " + shift_reach_text(curve) + " Speculation moves the fast, "
         "small-batch end of the frontier outward, where fast modes live (chapter 14)."
     )
 
@@ -212,7 +213,7 @@ def small_batch_text(first: BatchPoint) -> str:
     of a verification pass) or not, from the two numbers."""
     if first.roofline_speedup > first.speedup:
         return (f"At batch {first.batch} it predicts more than is measured ({_x(first.roofline_speedup)} vs "
-                f"{_x(first.speedup)}): it misses the engine's own cost of a verification pass (v in section 2).")
+                f"{_x(first.speedup)}): it misses the engine's own cost of a verification pass (v in section {SECTIONS['sweep']}).")
     return (f"At batch {first.batch} the measurement reached it ({_x(first.speedup)} vs {_x(first.roofline_speedup)} "
             "predicted): the engine's own cost of a verification pass did not show on this run.")
 
@@ -238,7 +239,7 @@ def batch_derivation(result: BatchResult, chat_tokens_per_pass: float | None = N
 def chat_case_note(proposer: str, k: int) -> str:
     """What the page adds once section 3 has measured this section's ``proposer`` and ``k`` on open-ended chat
     (markdown): their measured chat case in the shift paragraph."""
-    return (f"*Section 3 has not measured {proposer} at k = {k} on open-ended chat yet: with that pair in "
+    return (f"*Section {SECTIONS['workloads']} has not measured {proposer} at k = {k} on open-ended chat yet: with that pair in "
             f"`_configs` in its cell (it is there by default), press **{PARTS['workloads']}**, and the shift paragraph "
             "above adds its tokens per pass there, with the roofline's projection at that number.*")
 
@@ -301,8 +302,6 @@ def batch_details(result: BatchResult, chat_tokens_per_pass: float | None = None
 
 def batch_figure(result: BatchResult, source: str):
     """Measured speedup vs batch with the roofline's, and the analytic verification cost to batch 1024."""
-    from ...figures import subplots
-
     fig, axes = subplots(1, 2, figsize=(11, 4))
     b = [p.batch for p in result.points]
     axes[0].plot(b, [p.speedup for p in result.points], "o-", label="measured (wall)")

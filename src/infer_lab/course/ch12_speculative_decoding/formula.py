@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...analysis.speculation import predicted_speedup_with_verify
 from ...engine.acceptance import expected_tokens_per_pass
-from ...figures import finish
+from ...figures import finish, subplots
 from .scenario import K_RANGE
 
 
@@ -24,8 +24,6 @@ def formula_text(alpha: float, k: int, cost_ratio: float, verify_ratio: float = 
 
 def formula_figure(alpha: float, cost_ratio: float, verify_ratio: float = 1.0):
     """Analytic: tokens per pass and speedup vs k at one alpha, c and v, with neighbouring alphas."""
-    from ...figures import subplots
-
     fig, axes = subplots(1, 2, figsize=(10, 3.4))
     ks = list(K_RANGE)
     for a in sorted({round(alpha, 2), 0.5, 0.7, 0.9}):

@@ -13,11 +13,11 @@ from ...engine.acceptance import (
     verify_greedy,
     verify_sampling,
 )
-from ...figures import finish
+from ...figures import finish, subplots
 from ..library_code import code_block
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
-from .scenario import NUMBER
+from .scenario import NUMBER, PASSES_K, PASSES_PROPOSER, SECTIONS
 
 if TYPE_CHECKING:
     from .scenario import Sizes
@@ -67,7 +67,7 @@ def passes_result(runs: dict[str, tuple[Any, list[Any]]], proposer: str, k: int)
                         plain.token_ids == spec.token_ids)
 
 
-def run_passes(lm: Any, sizes: Sizes, proposer: str = "ngram", k: int = 4) -> PassesResult:
+def run_passes(lm: Any, sizes: Sizes, proposer: str = PASSES_PROPOSER, k: int = PASSES_K) -> PassesResult:
     """Run the notebook's ``count_passes`` on the first grounded prompt (the copy task)."""
     count = notebook_function(NUMBER, "count_passes")
     runs = count(lm, grounded_prompt_ids(lm, 1)[0], sizes.passes_new_tokens, proposer, k)
@@ -112,8 +112,8 @@ def passes_text(p: PassesResult, guess: float | None = None) -> str:
     if guess is not None:
         lines.append(f"You guessed {guess:.1f} tokens per pass; measured {p.decode_tokens_per_pass:.2f}.")
     lines.append("A copy task is the best case: the text to produce is already in the prompt. Fewer passes is not "
-                 "yet less time, because each pass verifies k + 1 tokens and the proposer runs too: section 2 times "
-                 "it. Change `k` or `proposer` in the cell above and press the button again.")
+                 "yet less time, because each pass verifies k + 1 tokens and the proposer runs too: section "
+                 f"{SECTIONS['sweep']} times it. Change `k` or `proposer` in the cell above and press the button again.")
     return "\n\n".join(lines)
 
 
@@ -127,8 +127,6 @@ def passes_table(p: PassesResult):
 
 def passes_figure(p: PassesResult, source: str):
     """Output tokens against target passes, plain and speculative (the engine's own step records)."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(8, 3.4))
     ax.step(range(p.plain_passes + 1), range(p.plain_passes + 1), where="post", color="tab:gray",
             label="plain: 1 token per pass")

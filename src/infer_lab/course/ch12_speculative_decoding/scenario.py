@@ -24,6 +24,14 @@ PARTS = {
     "variants": "Size EAGLE, Medusa and MTP",
 }
 
+# The page's numbered sections: 0 is the textbook model (computed, nothing to run), then one per part, in
+# order. The headings and every "section N" of the learner's text read their number here.
+SECTIONS = {key: number for number, key in enumerate(PARTS, start=1)}
+
+# The one counted request of part "passes": its proposer and its guesses per target pass (the notebook's
+# cell reads both).
+PASSES_PROPOSER, PASSES_K = "ngram", 4
+
 # Parts that need no model and measure nothing here (computed or simulated): the saved-only deck keeps them.
 ANALYTIC_PARTS = ("variants",)
 

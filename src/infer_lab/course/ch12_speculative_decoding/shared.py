@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...hardware import device_label
+
 
 def _hardware(lm: Any) -> str:
-    from ...hardware import device_label
-
     return device_label(lm.device)
 
 

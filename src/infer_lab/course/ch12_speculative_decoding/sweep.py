@@ -27,7 +27,7 @@ from ...engine.acceptance import (
     expected_tokens_per_pass,
     predicted_speedup,
 )
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import count
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -288,8 +288,6 @@ def detail_table(sweep: SweepResult):
 def sweep_figure(sweep: SweepResult, source: str, rows: str = "both"):
     """Tokens per pass and speedup vs k (measured dots, predicted lines: ``rows="speed"``), and the
     acceptance shape (``rows="acceptance"``); ``"both"`` stacks them."""
-    from ...figures import subplots
-
     if rows not in ("both", "speed", "acceptance"):
         raise ValueError(f"rows must be 'both', 'speed' or 'acceptance', got {rows!r}")
     if rows == "both":

@@ -13,7 +13,7 @@ from ...analysis.speculation import (
     draft_mechanisms,
 )
 from ...engine.acceptance import predicted_speedup
-from ...figures import finish
+from ...figures import finish, subplots
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER
@@ -161,8 +161,6 @@ def _mechanism_cost(method: str) -> float:
 def variants_figure(result: VariantsResult, sweep: SweepResult | None = None, source: str = ""):
     """Speedup vs draft cost c: the papers (hollow, cited, at c computed from a catalog config) and
     our proposers (stars, measured); and the extra parameters each mechanism adds (computed)."""
-    from ...figures import subplots
-
     fig, axes = subplots(1, 2, figsize=(12, 4.9))
     ax = axes[0]
     x_max = 0.62

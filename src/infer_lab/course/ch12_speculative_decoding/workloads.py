@@ -14,7 +14,7 @@ from ...bench.speculative import (
     SpecRow,
     rows,
 )
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import count
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -127,8 +127,6 @@ def workloads_details(result: WorkloadResult) -> dict[str, list[Any]]:
 
 def workloads_figure(result: WorkloadResult, source: str):
     """Per-prompt speedup and tokens per pass, grounded vs chat."""
-    from ...figures import subplots
-
     configs = list(dict.fromkeys((p.proposer, p.k) for p in result.points))
     fig, axes = subplots(1, 2, figsize=(11, 0.9 + 0.32 * len(result.points)), sharey=True)
     labels = [f"{p.workload}: {p.prompt} ({p.proposer}, k={p.k})" for p in result.points]

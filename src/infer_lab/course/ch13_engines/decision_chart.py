@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from ..ch10_prefix_caching import SGLANG_AGENTIC_CLAIM
 from .scenario import HF_VARIANT
 from .variants import VariantsResult
@@ -138,8 +140,6 @@ def decision_chart_frame(measured: list[dict[str, Any]] | None = None):
     ``output_tokens_per_s`` in tokens/s, ``ttft_ms_p50`` in ms, ``prefix_hit_rate`` a fraction or
     ``None``) adds this machine's numbers to the rows they bear on, in a column that says they are
     our engine's or HF's, not the named engine's."""
-    import pandas as pd
-
     df = pd.DataFrame([dataclasses.asdict(c) for c in DECISION_CHART])
     if measured:
         by_variant = {r["variant"]: r for r in measured}
@@ -149,7 +149,7 @@ def decision_chart_frame(measured: list[dict[str, Any]] | None = None):
 
 def plot_decision_chart():
     """A flowchart-style figure: questions on the left, the engine each answer leads to on the right."""
-    from ...figures import subplots
+    from ...figures import subplots  # defers matplotlib
 
     fig, ax = subplots(figsize=(10, 0.75 * len(DECISION_CHART) + 0.8))
     ax.set_xlim(0, 10)

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ...models import EMBEDDED_NAME, load_model
 from ..tables import Column
 
 
@@ -57,7 +58,6 @@ def servable_model(lm: Any) -> tuple[Any, str]:
     """
     if lm.tokenizer is not None:
         return lm, ""
-    from ...models import EMBEDDED_NAME, load_model
 
     key = str(lm.device)
     if key not in _EMBEDDED:

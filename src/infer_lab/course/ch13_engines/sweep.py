@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ...loadgen import report
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import NUMBER, OUR_VARIANTS, WORKLOAD, Sizes
@@ -76,8 +77,6 @@ def as_loadgen_results(s: SweepResult, source: str) -> dict[str, Any]:
 
 def sweep_figures(s: SweepResult, source: str) -> dict[str, Any]:
     """Latency percentiles, throughput and the Pareto frontier against concurrency (loadgen's plots)."""
-    from ...loadgen import report
-
     results = as_loadgen_results(s, source)
     figs = {"sweep_latency": report.plot_latency_vs_load(results),
             "sweep_throughput": report.plot_throughput_vs_load(results),

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...bench.served import server_counters
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -129,9 +131,7 @@ def variants_table(v: VariantsResult):
 
 def variants_figure(v: VariantsResult, source: str):
     """Output tokens/s and TTFT p50/p99 per variant, under the same load."""
-    import numpy as np
-
-    from ...figures import subplots
+    from ...figures import subplots  # defers matplotlib
 
     names = [r.variant for r in v.runs]
     y = np.arange(len(names))

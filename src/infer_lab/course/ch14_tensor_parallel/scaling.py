@@ -8,7 +8,15 @@ from typing import Any
 from ...analysis.parallel import FastMode, FrontierPoint
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
-from .scenario import NUMBER, TALK_FAST_MODE_COMPUTE, TALK_FAST_MODE_SPEEDUP, Sizes
+from .scenario import (
+    NUMBER,
+    SCALING_BATCH,
+    SCALING_CONTEXT,
+    SCALING_MODEL,
+    TALK_FAST_MODE_COMPUTE,
+    TALK_FAST_MODE_SPEEDUP,
+    Sizes,
+)
 
 
 @dataclass(frozen=True)
@@ -119,10 +127,10 @@ def run_scaling(lm: Any, sizes: Sizes) -> ScalingResult:
     return scaling_result(sizes.scaling_model, sizes.scaling_batch, sizes.scaling_context)
 
 
-SCALING_GPUS = ("H100-SXM", "H100-PCIe")
+SCALING_GPUS = ("H100-SXM", "H100-PCIe")  # NVLink (SXM) and PCIe: the two links part 2 compares; the notebook reads it
 
 
-def scaling_result(model: str = "llama-3-70b", batch: int = 16, context: int = 8192,
+def scaling_result(model: str = SCALING_MODEL, batch: int = SCALING_BATCH, context: int = SCALING_CONTEXT,
                    computed: tuple[list[dict[str, Any]], list[FrontierPoint]] | None = None) -> ScalingResult:
     """TP 1/2/4/8 on H100 SXM and PCIe (``computed``: what the notebook's ``tp_scaling`` returned;
     run here when not given), next to the fixed references: a small model, TP vs replicas, fast mode."""

@@ -22,10 +22,10 @@ def tp_scaling_title(s: ScalingResult) -> str:
 
 
 def tp_scaling_figure(s: ScalingResult):
-    """ITL per TP size and GPU (:func:`~infer_lab.analysis.parallel_figures.plot_tp_scaling`), with the bars
+    """ITL per TP size and GPU (:func:`~infer_lab.course.parallel_figures.plot_tp_scaling`), with the bars
     of layouts that do not fit their memory drawn faint and labelled "does not fit"."""
-    from ...analysis.parallel_figures import plot_tp_scaling
     from ...figures import finish
+    from ..parallel_figures import plot_tp_scaling
 
     fig = plot_tp_scaling([vars(r) for r in s.rows], title=tp_scaling_title(s))
     ax = fig.axes[0]
@@ -84,7 +84,7 @@ def _place_clear_of_lines(ax: Any, label: Any, top: float, lines: list[Any]) -> 
 
 
 def frontier_figure(s: ScalingResult):
-    from ...analysis.parallel_figures import plot_frontier
+    from ..parallel_figures import plot_frontier
 
     return plot_frontier(s.frontier, s.fast, title=f"analytic: {s.model} on H100 SXM, {s.context:,}-token "
                                                    "context: speed vs throughput per GPU")

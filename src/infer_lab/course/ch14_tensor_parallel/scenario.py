@@ -19,7 +19,9 @@ PARTS = {
 }
 # Parts that need no model and measure nothing here (computed): the saved-only deck keeps them.
 ANALYTIC_PARTS = ("scaling",)
-TP_WORLD_SIZE = 2  # the ranks of the notebook's experiment cell (``world_size = 2``)
+TP_WORLD_SIZE = 2  # the ranks of part 1; the notebook's experiment cell reads it
+# Part 2's model, users (batch) and context: the notebook's controls start at them.
+SCALING_MODEL, SCALING_BATCH, SCALING_CONTEXT = "llama-3-70b", 16, 8192
 
 # Claims quoted in a public talk on LLM inference, kept as cited numbers to compare the model with.
 TALK_FAST_MODE_COMPUTE = 6.0  # "what seems to be 6 times as many tokens to process a single token" (read as a price) ...
@@ -60,7 +62,8 @@ class Sizes:
 def sizes(device: torch.device | str | None = None, size: str | None = None) -> Sizes:
     """Quick: a few prompts and tokens (about 20 s on 2 busy cores, mostly starting 2 processes)."""
     size = choose_size(device, size)
-    common = dict(world_size=TP_WORLD_SIZE, scaling_model="llama-3-70b", scaling_batch=16, scaling_context=8192)
+    common = dict(world_size=TP_WORLD_SIZE, scaling_model=SCALING_MODEL, scaling_batch=SCALING_BATCH,
+                  scaling_context=SCALING_CONTEXT)
     if size == "quick":
         return Sizes(size, tp_prompts=4, tp_new_tokens=6, sweep_quick=True, sweep_repeats=15, **common)
     return Sizes(size, tp_prompts=8, tp_new_tokens=16, sweep_quick=False, sweep_repeats=40, **common)

@@ -24,10 +24,11 @@ PARTS = {
 ANALYTIC_PARTS = ("cluster", "hetero", "plan")
 WORKLOADS = ("summarize", "story")  # prefill-heavy, decode-heavy
 SERVING_SLO = SLO(2000.0, 50.0)  # TTFT 2 s, TPOT 50 ms
-CLUSTER_GPUS = 4  # the notebook's experiment cell (``n_gpus = 4``)
-CHECK_SLOTS = 3  # the notebook's experiment cell (``slots = 3``)
-HETERO_GPUS = ("H100-SXM", "H200")
-HETERO_SPLIT = (1, 3)  # prefill GPUs, decode GPUs
+# What the page's cells start at (each cell reads its own here, and so does the chapter's runner):
+CLUSTER_GPUS = 4  # GPUs of the simulated cluster ("cluster")
+CHECK_SLOTS = 3  # batch slots of the engine and the simulator, fewer than the prompts ("check")
+HETERO_GPUS = ("H100-SXM", "H200")  # the GPU types the heterogeneous pick chooses from ("hetero")
+HETERO_SPLIT = (1, 3)  # prefill GPUs, decode GPUs ("hetero")
 AFD_MODEL, AFD_GPU, AFD_GPUS, AFD_CONTEXT = "deepseek-v3", "H100-SXM", 16, 8192
 CHECK_QUESTIONS = TP_QUESTIONS  # the same chat questions as chapter 14's TP run
 

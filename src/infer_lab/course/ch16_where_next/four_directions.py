@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...analysis import memory, roofline
+from ...attention.kv_sizing import mla_ratio_explained
+from ...catalog import get_gpu, get_interconnect
 from ...units import count, human
+from ..ch04_prefill_decode_roofline import decode_wait
 from ..tables import Column, people_table
 from .kernel_gap import sol_decode_rows
 from .memory_tiers import tiers
@@ -26,9 +29,6 @@ class Direction:
 
 
 def eviction_direction(sizes: Sizes) -> Direction:
-    from ...attention.kv_sizing import mla_ratio_explained
-    from ...catalog import get_gpu
-
     report = memory.kv_report(sizes.model, context=sizes.long_context, users=1, kv_dtype="bf16")
     fp8 = memory.kv_bytes(sizes.model, sizes.long_context, 1, "fp8")
     hbm = get_gpu(sizes.gpu).memory_bytes
@@ -78,8 +78,6 @@ def kv_transfer_text(kv_bytes: float, transfer_s: float, prefill_s: float, link:
 def links_words(name: str, link: str, n_gpus: int) -> str:
     """``n_gpus`` catalog links ``link`` (named ``name``) used side by side, one per GPU, with each one's
     line rate in Gb/s from the catalog, e.g. "8 InfiniBand NDR links of 400 Gb/s (one per GPU)"."""
-    from ...catalog import get_interconnect
-
     gbit = get_interconnect(link).per_direction_gbps * 8  # GB/s per direction -> Gb/s
     per_gpu = " (one per GPU)" if n_gpus > 1 else ""
     return f"{count(n_gpus, name + ' link')} of {gbit:,.0f} Gb/s{per_gpu}"
@@ -128,8 +126,6 @@ def kernel_agents_text(claim: dict[str, Any] = TALK_KERNEL_AGENT) -> str:
 
 
 def kernels_direction(sizes: Sizes) -> Direction:
-    from ..ch04_prefill_decode_roofline import decode_wait
-
     wait = decode_wait("mistral-7b", sizes.gpu, 1, 4096)
     sol = sol_decode_rows()
     if sol:

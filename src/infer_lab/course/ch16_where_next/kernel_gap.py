@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...analysis import roofline
-from ...figures import finish
+from ...catalog import resolve_gpu_name
+from ...figures import finish, subplots
 from ..saved import load_saved
 from ..tables import Column
 
@@ -29,8 +30,6 @@ class SolRow:
 
 def sol_decode_rows() -> list[SolRow]:
     """The newest saved ``*sol-decode*`` file's steps next to their roofline prediction (context as saved: 512)."""
-    from ...catalog import resolve_gpu_name
-
     found = load_saved("*sol-decode*.json")
     if not found:
         return []
@@ -56,8 +55,6 @@ SOL_COLUMNS = [
 
 def sol_figure(rows: list[SolRow]):
     """Saved step times next to the roofline, by batch (log x)."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 3.6))
     xs = [r.batch for r in rows]
     ax.semilogx(xs, [r.measured_ms for r in rows], "x-", label="measured: CUDA-graph decode (saved)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...analysis import memory, roofline
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import human
 from ..tables import Column, people_table
 from .scenario import TIER_LINKS
@@ -72,8 +72,6 @@ def tiers_table(result: TiersResult):
 
 def tiers_figure(result: TiersResult):
     """Recompute (prefill) vs fetch over each link, against the prefix length, log-log."""
-    from ...figures import subplots
-
     fig, ax = subplots(figsize=(7, 4))
     xs = [r.context for r in result.rows]
     ax.loglog(xs, [r.recompute_s * 1e3 for r in result.rows], "o-", color="k", label=f"recompute: prefill on {result.roof}")

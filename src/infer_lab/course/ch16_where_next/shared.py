@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...analysis import memory
+from ...catalog import get_gpu, get_interconnect
+from .. import chapter, chapter_names
 from .scenario import GPU_COUNTS, Sizes
 
 
 def chapter_refs(*slugs: str) -> tuple[str, ...]:
     """'NN · title' of the course chapters whose slug is given, for those present in this checkout."""
-    from .. import chapter, chapter_names
-
     present = {n[5:]: n for n in chapter_names()}
     return tuple(chapter(present[s][2:4]).TITLE for s in slugs if s in present)
 
@@ -19,8 +19,6 @@ def chapter_refs(*slugs: str) -> tuple[str, ...]:
 def serving_gpus(model: str, gpu: str, context: int, kv_dtype: str = "bf16", users: int = 1) -> int:
     """The fewest GPUs (1, 2, 4, 8) of ``gpu`` whose memory holds the weights and ``users`` users of
     ``context`` tokens each; a ValueError (with the planner's reason) when not even 8 do."""
-    from ...catalog import get_gpu
-
     spec = get_gpu(gpu)
     for n in GPU_COUNTS:
         if memory.fit(model, spec.memory_bytes, context, users=users, n_gpus=n, kv_dtype=kv_dtype).fits:
@@ -32,8 +30,6 @@ def serving_gpus(model: str, gpu: str, context: int, kv_dtype: str = "bf16", use
 
 def scenarios(sizes: Sizes) -> list[dict[str, Any]]:
     """Every serving scenario this chapter's text describes, as the planner's fit check takes them."""
-    from ...catalog import get_gpu
-
     mem = get_gpu(sizes.gpu).memory_bytes
     disagg = serving_gpus(sizes.model, sizes.gpu, sizes.prompt, users=sizes.decode_batch)
     return [
@@ -48,7 +44,5 @@ def scenarios(sizes: Sizes) -> list[dict[str, Any]]:
 
 def link_time_s(n_bytes: float, link: str, n_gpus: int = 1) -> float:
     """Seconds to move ``n_bytes`` one way over a catalog link, each of ``n_gpus`` GPUs moving its share."""
-    from ...catalog import get_interconnect
-
     spec = get_interconnect(link)
     return spec.base_latency_s + n_bytes / (spec.per_direction_Bps * n_gpus)

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from .. import chapter
 from .checking import CaseAborted, NotDoneYet, Outcome, Report
 
 KINDS = {"predict": "predict, then measure", "implement": "implement it",
@@ -173,8 +174,6 @@ def exercises(number: str | int) -> list[Exercise]:
 
 def chapter_title(number: str | int) -> str:
     """The chapter module's TITLE when the chapter exists, else the exercise module's own."""
-    from .. import chapter
-
     mod = exercise_module(number)
     try:
         return chapter(mod.NUMBER).TITLE

@@ -16,6 +16,9 @@ from typing import Any
 
 import torch
 
+from ...engine import Engine, EngineConfig, SamplingParams
+from ...models import load_model
+
 CHECK_MODEL = "smollm2-135m"
 NEW_TOKENS = 8  # per prompt: short, so a check runs in seconds on a CPU
 QUESTIONS = ("hi", "What is the capital of France?", "Write a haiku about the sea.",
@@ -27,8 +30,6 @@ BUILD_TIMEOUT_S = 900.0  # loading the model, its transformers reference and a f
 @lru_cache(maxsize=1)
 def loaded() -> Any:
     """The embedded model (real weights, fp32, CPU), loaded once per process."""
-    from ...models import load_model
-
     return load_model(CHECK_MODEL, device="cpu")
 
 
@@ -77,8 +78,6 @@ class EngineRun:
 
 def engine_config(**overrides: Any):
     """The checks' engine: paged KV in blocks of 4 (several blocks per prompt), plain weights, CPU."""
-    from ...engine import EngineConfig
-
     base = dict(kv_mode="paged", block_size=4, num_blocks=96, max_model_len=128, max_num_seqs=4,
                 static_decode=False, prepack_weights=False)
     base.update(overrides)
@@ -92,8 +91,6 @@ def run_engine(config: Any, prompts: Sequence[Sequence[int]], plug: Callable[[An
     Steps one at a time (at most ``max_steps``, so a part that stops the engine making progress
     is reported instead of hanging), and records the tokens scheduled per step.
     """
-    from ...engine import Engine, SamplingParams
-
     prompts = tuple(tuple(p) for p in prompts)
     engine = Engine.from_loaded(loaded(), config)
     if plug is not None:

@@ -16,6 +16,7 @@ shape) is refused with a message that names the function and what it returned.
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import math
 import numbers
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ...engine.scheduler import SchedulerOutput
+from ...engine.sequence import Sequence
 
 Adapter = Callable[[Any, tuple, dict], Any]  # (result, args, kwargs) -> the result the engine takes
 
@@ -47,9 +51,6 @@ class BadResult(ValueError):
 
 def describe(value: Any, limit: int = 60) -> str:
     """A short description of an argument or result: shapes and dtypes for tensors, values otherwise."""
-    from ...engine.scheduler import SchedulerOutput
-    from ...engine.sequence import Sequence
-
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
             return f"tensor({value.item()!r}, {str(value.dtype).replace('torch.', '')})"
@@ -132,8 +133,6 @@ def guard_function(fn: Callable[..., Any], label: str, path: Path, adapt: Adapte
     path = Path(path).resolve()
     if params is None:
         try:
-            import inspect
-
             params = [p for p in inspect.signature(fn).parameters if p != "self"]
         except (TypeError, ValueError):
             params = []

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 from ...engine import Engine, EngineConfig, EngineParts, SamplingParams
+from ...engine.model import fuse_projections
+from ...models import LoadedModel, build_random_model, load_model
 from ..exercises.checking import Report
 
 TIE_MARGIN = 1e-3  # logits: a reference step whose best two logits are closer than this is a near tie
@@ -69,17 +71,12 @@ class CheckModel:
 @lru_cache(maxsize=1)
 def embedded() -> CheckModel:
     """The embedded SmolLM2-135M-Instruct (fp32, CPU), loaded once per process."""
-    from ...models import load_model
-
     return CheckModel("smollm2-135m", load_model("smollm2-135m", device="cpu"))
 
 
 @lru_cache(maxsize=1)
 def hidden() -> CheckModel:
     """The hidden model: random weights of a shape the learner never sees in the course (see the module)."""
-    from ...engine.model import fuse_projections
-    from ...models import LoadedModel, build_random_model
-
     model = build_random_model(dict(HIDDEN_CONFIG), torch.device("cpu"), torch.float32, seed=1234)
     with torch.no_grad():
         model.lm_head.weight.mul_(HIDDEN_HEAD_SCALE)

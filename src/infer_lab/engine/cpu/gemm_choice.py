@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ...hardware import cpu_model
 from . import prepack
 
 ROW_BUCKETS = (1, 4, 16, 64, 256)
@@ -204,8 +205,6 @@ def plan_for(weights: Sequence[torch.Tensor], packed: Sequence[torch.Tensor] | N
     Measured once per process for each CPU, thread count, dtype and list of weight shapes, then
     reused: every engine of a chapter or a test suite shares one measurement.
     """
-    from ...hardware import cpu_model
-
     key = (cpu_model(), torch.get_num_threads(), weights[0].dtype, tuple(tuple(w.shape) for w in weights))
     if key not in _PLANS:
         _PLANS[key] = measure_plan(weights, packed)

@@ -19,14 +19,22 @@ import base64
 import io
 import json
 import re
+import tempfile
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..course.tables import people_table
-from ..package_files import data_path
+import torch
+
+from ...hardware import device_label
+from ...models import load_model, resolve_device
+from ...package_files import data_path
+from .. import chapter, chapters
+from ..nb import button_time
+from ..tables import people_table
 
 # ---------------------------------------------------------------------------------------------
 # The data
@@ -144,8 +152,6 @@ def assign_roles(slides: list[Slide], minutes: float) -> list[Slide]:
     """The section's slides, in their order, each marked "show" or "backup": the :func:`show_budget` most
     important ones (by ``priority``, taking each chapter's first slide of a priority before any chapter's
     second) are shown, the rest are backup. Title, agenda and closing slides are always shown."""
-    from dataclasses import replace
-
     counted = [i for i, sl in enumerate(slides) if sl.kind not in UNCOUNTED_KINDS]
     seen: dict[tuple[int, str], int] = {}
     order = []
@@ -187,23 +193,15 @@ class BuildContext:
 
     def load(self):
         if self._lm is None:
-            from ..models import load_model
-
             self._lm = load_model(self.model, weights=self.weights, device=self.device)
         return self._lm
 
     def resolved_device(self):
-        from ..models import resolve_device
-
         return self._lm.device if self._lm is not None else resolve_device(self.device)
 
     @property
     def hardware(self) -> str:
         if self._hardware is None:
-            import torch
-
-            from ..hardware import device_label
-
             dev = self.resolved_device()
             threads = torch.get_num_threads()
             self._hardware = f"{device_label(dev)}, {threads} torch thread{'' if threads == 1 else 's'}"
@@ -222,7 +220,7 @@ class BuildContext:
 
 def png_base64(fig: Any) -> str:
     """A matplotlib figure as a base64 PNG; the figure is closed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # defers matplotlib.pyplot
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -276,7 +274,7 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def opener_slides(ctx: BuildContext) -> list[Slide]:
-    from ..course import opener
+    from .. import opener  # defers matplotlib (opener imports it)
 
     r = opener.compute()
     figs = opener.figures(r)
@@ -312,8 +310,6 @@ def opener_slides(ctx: BuildContext) -> list[Slide]:
 
 def foundations_slides(number: str, ctx: BuildContext) -> list[Slide]:
     """The foundations narrative that belongs before chapter 03 (loop, FLOPs) and 03 (hierarchy, decode)."""
-    from ..course import chapter
-
     if number == "03":
         ch03 = chapter("03")
         model = ch03.sizes("cpu", "quick").model
@@ -383,8 +379,6 @@ def run_chapter(mod: ModuleType, ctx: BuildContext) -> tuple[Any, list[str]]:
 
 
 def chapter_notes(mod: ModuleType) -> str:
-    from ..nb import button_time
-
     lines = [first_paragraph(mod.__doc__), "", "Buttons in the notebook:"]
     for key, label in mod.PARTS.items():
         t = button_time(mod, key)
@@ -490,11 +484,6 @@ STAND_IN_CONFIG = {"model_type": "llama", "hidden_size": 32, "intermediate_size"
 def stand_in_model() -> Any:
     """A CPU model of :data:`STAND_IN_CONFIG`'s shape with random weights (its config written to a temporary
     folder, which is what ``load_model`` reads for random weights)."""
-    import tempfile
-    from pathlib import Path
-
-    from ..models import load_model
-
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "config.json"
         config.write_text(json.dumps(STAND_IN_CONFIG))
@@ -622,8 +611,6 @@ def closing_slide(ctx: BuildContext) -> Slide:
 
 def build_deck(ctx: BuildContext) -> Deck:
     """Every section of the agenda, in order, with the chapters of this checkout."""
-    from ..course import chapters
-
     agenda = load_agenda()
     mods = {m.NUMBER: m for m in chapters(ctx.only)}
     listed = {n for a in agenda for n in a.chapters}
@@ -649,8 +636,6 @@ def build_deck(ctx: BuildContext) -> Deck:
 def build_section(entry: AgendaEntry, mods: list[ModuleType], agenda: list[AgendaEntry], ctx: BuildContext,
                   failures: list[str]) -> Section:
     """The section's slides, each chapter's stamped with its number, marked show or backup for its minutes."""
-    from dataclasses import replace
-
     slides = [section_intro(entry, mods, agenda)]
     if entry.kind == "opener":
         slides += opener_slides(ctx)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..figures import finish
+import numpy as np
+
+from ..figures import finish, subplots
 
 
 def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
     """ITL vs TP size per GPU type (rows of :func:`~infer_lab.analysis.parallel.scaling_table`),
     with the all-reduce share stacked on top and the ideal 1/N line dashed."""
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(7, 4))
     gpus = list(dict.fromkeys(r["gpu"] for r in rows))
     width = 0.8 / len(gpus)
@@ -49,8 +49,6 @@ def plot_tp_scaling(rows: list[dict[str, Any]], title: str = ""):
 def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
     """Per-user tokens/s (x) vs tokens/s per GPU (y) for every (TP, batch) point, the Pareto
     frontier as a line, and a fast-mode pair (:func:`~infer_lab.analysis.parallel.fast_mode`)."""
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(8.2, 4.5))
     for tp in sorted({p.tp for p in points}):
         mine = [p for p in points if p.tp == tp]
@@ -96,10 +94,6 @@ def plot_frontier(points: list[Any], fast: Any = None, title: str = ""):
 def plot_itl_cdf(results: dict[str, Any], title: str = ""):
     """The distribution of every inter-token gap of simulated runs (``{label: SimResult}``),
     as a CDF on a log time axis: prefill interference shows up as the tail."""
-    import numpy as np
-
-    from ..figures import subplots
-
     fig, ax = subplots(figsize=(7, 4))
     for label, res in results.items():
         gaps = np.sort([g * 1e3 for r in res.requests for g in r.itl_s])

