@@ -160,7 +160,7 @@ def test_08_checks_the_machine_itself_when_no_check_is_given(hog):
 
 
 def _chunking(whole_max_s: float, chunked_max_s: float, noise_s: float, machine: MachineLoad) -> ch11.ChunkingResult:
-    sizes = replace(ch11.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=4, chunk_tokens=16,
+    sizes = replace(ch11.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=4, max_num_batched_tokens=16,
                     arrive_at_step=1)
     steps = [ch11.StepPoint(chunking, i, 0.010 + (noise_s if i == 0 else 0.0), 0, 2)
              for chunking in (False, True) for i in range(3)]
@@ -187,7 +187,7 @@ def test_10_a_gain_beyond_the_noise_states_the_lesson():
 
 
 def test_10_measured_under_the_hog_says_the_machine_is_busy(embedded, hog, one_thread):
-    tiny = replace(ch11.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, chunk_tokens=16,
+    tiny = replace(ch11.sizes("cpu", "quick"), long_prompt=32, decoders=2, decode_tokens=4, max_num_batched_tokens=16,
                    arrive_at_step=1)
     c = ch11.run_chunking(embedded, tiny)
     assert c.machine is not None and c.machine.busy

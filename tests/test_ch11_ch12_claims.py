@@ -18,7 +18,7 @@ QUIET = MachineLoad(others_cores=0.02, cores=2, load1=0.1, sample_s=0.3)
 def _chunking(prefill_step_s: float, slow_decode_step_s: float) -> ch11.ChunkingResult:
     """An unchunked run whose step 3 carries the 48-token prefill, with one decode-only step (5) timed at
     ``slow_decode_step_s``; the chunked run beside it is ordinary."""
-    sizes = replace(ch11.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=6, chunk_tokens=16,
+    sizes = replace(ch11.sizes("cpu", "quick"), long_prompt=48, decoders=2, decode_tokens=6, max_num_batched_tokens=16,
                     arrive_at_step=3)
     whole = [ch11.StepPoint(False, i, 0.010, 0, 2) for i in range(3)]
     whole += [ch11.StepPoint(False, 3, prefill_step_s, 48, 2), ch11.StepPoint(False, 4, 0.011, 0, 2),
@@ -68,11 +68,11 @@ def test_a_smaller_budget_that_meets_the_target_is_named_with_its_prefill_time()
     assert row.chunked_step_s > slo  # this row misses the target at 2,048 tokens
     fit = ch11.largest_budget_meeting(row, slo)
     assert fit is not None and fit.chunked_step_s <= slo
-    larger = [b for b in ch11.AGENT_BUDGETS if b > fit.chunk_tokens]
+    larger = [b for b in ch11.AGENT_BUDGETS if b > fit.max_num_batched_tokens]
     assert all(row.at_budget(b).chunked_step_s > slo for b in larger)  # the largest budget that meets it
     assert fit.chunked_prefill_s > row.prefill_s  # the trade: more steps, a longer prefill
     text = ch11.chunking_verdict_text([row], slo)
-    assert f"the largest that meets it is {fit.chunk_tokens:,} tokens per step" in text
+    assert f"the largest that meets it is {fit.max_num_batched_tokens:,} tokens per step" in text
     assert f"the decoders' steps then take {fit.chunked_step_s * 1e3:,.1f} ms on average" in text
     assert f"prefill takes {fit.chunked_prefill_s:,.1f} s instead of {row.prefill_s:,.1f} s" in text
     # a prompt whose share of the prefill alone misses the target: no budget meets it, and the text says so
@@ -91,8 +91,8 @@ def test_the_course_numbers_for_coding_agents_miss_the_target_at_the_default_bud
     for r in rows:  # the course's own model finds a smaller budget for each prompt, and the page names it
         fit = ch11.largest_budget_meeting(r, slo)
         assert fit is not None and fit == ch11.agent_prompt_rows("H100-SXM", prompts=(r.prompt_tokens,),
-                                                                 chunk=fit.chunk_tokens)[0]
-        assert f"the largest that meets it is {fit.chunk_tokens:,} tokens per step" in text
+                                                                 chunk=fit.max_num_batched_tokens)[0]
+        assert f"the largest that meets it is {fit.max_num_batched_tokens:,} tokens per step" in text
 
 
 def test_the_worst_gap_is_held_against_the_token_bound_both_ways():

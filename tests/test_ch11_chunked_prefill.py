@@ -23,6 +23,6 @@ def test_the_long_prompt_arrives_last_among_short_decoders(embedded):
 def test_the_prediction_is_the_whole_prompt_in_one_step_or_the_budget():
     assert ch11.predicted_step_tokens(256, 3, 32) == {False: 259, True: 32}
     assert ch11.predicted_step_tokens(20, 3, 32) == {False: 23, True: 23}  # shorter than the budget: no chunks
-    scenario = replace(ch11.sizes("cpu", "quick"), long_prompt=256, decoders=3, chunk_tokens=32)
+    scenario = replace(ch11.sizes("cpu", "quick"), long_prompt=256, decoders=3, max_num_batched_tokens=32)
     text = ch11.prediction_text(scenario)
     assert "256 + 3 = **259 tokens**" in text and "**32 tokens**" in text and "at least 9 steps" in text

@@ -20,15 +20,15 @@ def test_the_chapter_runs_the_notebooks_experiment_without_and_with_the_budget(m
     sizes = ch11.sizes("cpu", "quick")
     calls = []
 
-    def serve(lm, workload, token_budget):
-        calls.append((lm, workload, token_budget))
+    def serve(lm, workload, max_num_batched_tokens):
+        calls.append((lm, workload, max_num_batched_tokens))
         return [], []
 
     part = importlib.import_module(f"{ch11.__name__}.chunking")  # the package's file that runs the experiment
     monkeypatch.setattr(part, "notebook_function", lambda number, name: {("11", "serve"): serve}[(number, name)])
     monkeypatch.setattr(part, "chunking_result", lambda *args: args)  # what the runner hands on, unshaped
     ch11.run_chunking(embedded, sizes)
-    assert [budget for _, _, budget in calls] == [None, sizes.chunk_tokens]  # whole, then the cell's budget
+    assert [budget for _, _, budget in calls] == [None, sizes.max_num_batched_tokens]  # whole, then the cell's budget
     lm, workload, _ = calls[0]
     assert lm is embedded and all(w is workload for _, w, _ in calls)  # the same requests both times
     assert len(workload.prompts) == sizes.decoders + 1 and max(map(len, workload.prompts)) == sizes.long_prompt
@@ -75,21 +75,21 @@ def test_chunking_keeps_every_step_small_and_the_decoders_decoding_at_quick_size
     s = ch11.sizes("cpu", "quick")
     whole, chunked = quick.run(False), quick.run(True)
     # without chunking one step computes the whole prompt beside every decoder's token
-    assert whole.long_prefill_steps == 1 and whole.chunk_tokens is None
+    assert whole.long_prefill_steps == 1 and whole.max_num_batched_tokens is None
     assert max(p.prefill_tokens for p in quick.steps_of(False)) == s.long_prompt
     assert whole.max_step_tokens == s.long_prompt + s.decoders
     # with chunking no step is over the budget, at least 5x smaller than that step...
-    assert chunked.max_step_tokens <= s.chunk_tokens and whole.max_step_tokens >= 5 * chunked.max_step_tokens
+    assert chunked.max_step_tokens <= s.max_num_batched_tokens and whole.max_step_tokens >= 5 * chunked.max_step_tokens
     after = [p for p in quick.steps_of(True) if p.step >= s.arrive_at_step]
     assert sum(p.prefill_tokens for p in after) == s.long_prompt  # ...the whole prompt, in chunks
-    assert chunked.long_prefill_steps >= math.ceil(s.long_prompt / (s.chunk_tokens - s.decoders))
+    assert chunked.long_prefill_steps >= math.ceil(s.long_prompt / (s.max_num_batched_tokens - s.decoders))
     # ...and every chunk rode along with the decoders: none of them skipped a step while it lasted
     prefill_steps = [p for p in after if p.prefill_tokens]
     assert all(p.decode_tokens == s.decoders for p in prefill_steps[1:])
     for run in quick.runs:
         assert run.decoder_itl_max_s >= run.decoder_itl_p50_s > 0 and run.long_ttft_s > 0
     text = ch11.chunking_text(quick)
-    predicted = ch11.predicted_step_tokens(s.long_prompt, s.decoders, s.chunk_tokens)
+    predicted = ch11.predicted_step_tokens(s.long_prompt, s.decoders, s.max_num_batched_tokens)
     assert (f"predicted vs measured: {predicted[False]:,} vs {predicted[False]:,} tokens whole, "
             f"{predicted[True]} vs {predicted[True]} chunked") in text
     # the spike named is the step that carried the long prefill, found by its tokens
@@ -106,11 +106,11 @@ def test_a_bigger_budget_gives_fewer_bigger_chunks_as_the_chapter_says(embedded,
     from infer_lab.course import nb
 
     sizes = ch11.sizes("cpu", "quick")
-    bigger_budget = 2 * sizes.chunk_tokens
-    cell = edited_notebook("11", tmp_path, budget=bigger_budget).chunking_experiment
+    bigger_budget = 2 * sizes.max_num_batched_tokens
+    cell = edited_notebook("11", tmp_path, max_num_batched_tokens=bigger_budget).chunking_experiment
     _, defs = cell.run(ch11=ch11, lm=embedded, mo=mo, nb=nb, sizes=sizes, chunk_button=SimpleNamespace(value=True))
     bigger = defs["chunking"]
-    assert bigger.sizes.chunk_tokens == bigger_budget
+    assert bigger.sizes.max_num_batched_tokens == bigger_budget
     before, after = quick.run(True), bigger.run(True)
     assert after.max_step_tokens == bigger_budget > before.max_step_tokens  # bigger chunks...
     assert math.ceil(sizes.long_prompt / (bigger_budget - sizes.decoders)) == after.long_prefill_steps

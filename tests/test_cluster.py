@@ -152,9 +152,9 @@ def summarize_modes():
 def test_disaggregation_removes_the_tail_itl_of_prefill_interference(summarize_modes):
     m = summarize_modes
     disagg = m.best_disaggregated
-    assert m.colocated.itl_ms_p99 > 5 * disagg.itl_ms_p99
-    assert disagg.itl_ms_p99 < m.colocated_chunked.itl_ms_p99 < m.colocated.itl_ms_p99
-    assert disagg.itl_ms_p99 < 2 * disagg.itl_ms_p50  # no spikes left
+    assert m.colocated.itl_ms.p99 > 5 * disagg.itl_ms.p99
+    assert disagg.itl_ms.p99 < m.colocated_chunked.itl_ms.p99 < m.colocated.itl_ms.p99
+    assert disagg.itl_ms.p99 < 2 * disagg.itl_ms.p50  # no spikes left
     assert m.as_dict()["best_pd_ratio"] == disagg.layout
 
 
@@ -179,7 +179,7 @@ def test_report_percentiles_and_goodput():
     res = sim.simulate([one("colocated")], [TraceRequest(i, i * 0.5, 50, 4) for i in range(4)])
     r = report.summarize(res, report.SLO(ttft_ms=15.1, tpot_ms=20))
     assert r.completed == 4 and r.slo_attainment == 1.0  # each alone: 15 ms TTFT, 10.1 ms steps
-    assert r.itl_ms_p50 == pytest.approx(10.1) and r.ttft_ms_p99 == pytest.approx(15.0)
+    assert r.itl_ms.p50 == pytest.approx(10.1) and r.ttft_ms.p99 == pytest.approx(15.0)
     strict = report.summarize(res, report.SLO(ttft_ms=14.0, tpot_ms=None))
     assert strict.goodput_rps == 0 and strict.slo_attainment == 0
 
@@ -206,7 +206,7 @@ def test_heterogeneous_pick_prefills_on_compute_and_decodes_on_bandwidth():
     trace = scenarios.trace_for("llama-3-8b", "chat", "H100-SXM", 4, requests=40, load=0.6)
     reports = hetero.compare_heterogeneous("llama-3-8b", trace, "H100-SXM", "H200", 1, 3)
     assert reports[0].layout.startswith("1P H100-SXM : 3D H200")
-    assert reports[0].itl_ms_p50 < reports[1].itl_ms_p50  # H200 decodes faster than H100
+    assert reports[0].itl_ms.p50 < reports[1].itl_ms.p50  # H200 decodes faster than H100
 
 
 def test_wafer_scale_point_is_labelled_and_computed():

@@ -1,7 +1,8 @@
 """Timing that can be trusted: synchronize the device, warm up, repeat, report percentiles.
 
 Used by the hardware micro-benchmarks and by the measurement harness; depends on nothing else
-of the package, so both can import it.
+of the package, and imports torch only to synchronize a GPU, so both (and the torch-free cluster
+simulator) can import it.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued GPU work, so wall-clock timing measures the work and not its launch."""
+    import torch  # defers torch: Stats and summarize serve torch-free modules (the cluster simulator)
+
     dev = torch.device(device) if device is not None else None
     if (dev is None and torch.cuda.is_available()) or (dev is not None and dev.type == "cuda"):
         torch.cuda.synchronize(dev)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
+from ..timing import Stats
+from ..timing import summarize as summarize_samples
 from .sim import SimResult
 
 
@@ -36,17 +36,15 @@ class SLO:
         return True
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100, linear interpolation); None for no values."""
-    if not values:
-        return None
-
-    return float(np.percentile(np.asarray(values, dtype=float), q))
+def stats(values: list[float]) -> Stats | None:
+    """Count, mean, spread and p50/p90/p99 of ``values`` (``timing.summarize``); None for no values."""
+    return summarize_samples(values) if values else None
 
 
 @dataclass(frozen=True)
 class ClusterReport:
-    """The summary of one run. Times in ms, rates per second."""
+    """The summary of one run. Latencies are ``timing.Stats`` in ms (``None`` when no request had
+    one: no transfers in a colocated run), rates per second."""
 
     mode: str
     layout: str
@@ -54,15 +52,9 @@ class ClusterReport:
     requests: int
     completed: int
     makespan_s: float
-    ttft_ms_p50: float | None
-    ttft_ms_p90: float | None
-    ttft_ms_p99: float | None
-    itl_ms_p50: float | None
-    itl_ms_p90: float | None
-    itl_ms_p99: float | None
-    itl_ms_max: float | None
-    tpot_ms_p50: float | None
-    tpot_ms_p90: float | None
+    ttft_ms: Stats | None
+    itl_ms: Stats | None  # every gap between two tokens of a request, pooled over requests
+    tpot_ms: Stats | None
     output_tokens_per_s: float
     output_tokens_per_s_per_gpu: float
     goodput_rps: float
@@ -71,7 +63,7 @@ class ClusterReport:
     slo_ttft_ms: float | None
     slo_tpot_ms: float | None
     kv_bytes_transferred: int
-    kv_transfer_ms_p50: float | None
+    kv_transfer_ms: Stats | None
     utilization: dict[str, float]
     usd_per_hour: float
     goodput_per_usd_hour: float | None
@@ -103,15 +95,9 @@ def summarize(result: SimResult, slo: SLO | None = None) -> ClusterReport:
         requests=result.n_arrived,
         completed=len(reqs),
         makespan_s=result.makespan_s,
-        ttft_ms_p50=percentile(ttft, 50),
-        ttft_ms_p90=percentile(ttft, 90),
-        ttft_ms_p99=percentile(ttft, 99),
-        itl_ms_p50=percentile(itl, 50),
-        itl_ms_p90=percentile(itl, 90),
-        itl_ms_p99=percentile(itl, 99),
-        itl_ms_max=max(itl) if itl else None,
-        tpot_ms_p50=percentile(tpot, 50),
-        tpot_ms_p90=percentile(tpot, 90),
+        ttft_ms=stats(ttft),
+        itl_ms=stats(itl),
+        tpot_ms=stats(tpot),
         output_tokens_per_s=tokens / span,
         output_tokens_per_s_per_gpu=tokens / span / result.n_gpus,
         goodput_rps=goodput,
@@ -120,7 +106,7 @@ def summarize(result: SimResult, slo: SLO | None = None) -> ClusterReport:
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
         kv_bytes_transferred=result.kv_bytes_transferred,
-        kv_transfer_ms_p50=percentile(transfers, 50),
+        kv_transfer_ms=stats(transfers),
         utilization={role: sum(v) / len(v) for role, v in busy.items()},
         usd_per_hour=usd,
         goodput_per_usd_hour=goodput * 3600 / usd if usd else None,
@@ -136,12 +122,12 @@ def table(reports: list[ClusterReport]) -> str:
     lines = [head]
     for r in reports:
         lines.append(
-            f"{r.layout:>34s} {r.n_gpus:4d} {_ms(r.ttft_ms_p50):>9s} {_ms(r.ttft_ms_p99):>9s} "
-            f"{_ms(r.itl_ms_p50):>8s} {_ms(r.itl_ms_p99):>8s} {_ms(r.tpot_ms_p50):>9s} "
+            f"{r.layout:>34s} {r.n_gpus:4d} {_ms(r.ttft_ms, 'p50'):>9s} {_ms(r.ttft_ms, 'p99'):>9s} "
+            f"{_ms(r.itl_ms, 'p50'):>8s} {_ms(r.itl_ms, 'p99'):>8s} {_ms(r.tpot_ms, 'p50'):>9s} "
             f"{r.output_tokens_per_s_per_gpu:10,.0f} {r.goodput_rps_per_gpu:11.3f} {r.slo_attainment:8.0%}"
         )
     return "\n".join(lines)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
+def _ms(value: Stats | None, which: str) -> str:
+    return "-" if value is None else f"{getattr(value, which):,.1f}"

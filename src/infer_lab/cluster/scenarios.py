@@ -291,7 +291,7 @@ class ModeComparison:
 
 
 def _goodput_key(r: ClusterReport) -> tuple:
-    return (r.goodput_rps_per_gpu, r.slo_attainment, -(r.itl_ms_p99 or 0.0))
+    return (r.goodput_rps_per_gpu, r.slo_attainment, -(r.itl_ms.p99 if r.itl_ms else 0.0))
 
 
 def best_pd_ratio(

@@ -130,7 +130,7 @@ def run(args) -> int:
             )
             splits.append(report.summarize(res, slo))
         best = max(
-            splits, key=lambda r: (r.goodput_rps_per_gpu, r.slo_attainment, -(r.itl_ms_p99 or 0))
+            splits, key=lambda r: (r.goodput_rps_per_gpu, r.slo_attainment, -(r.itl_ms.p99 if r.itl_ms else 0))
         )
         reports += splits
     sat = None
@@ -143,9 +143,9 @@ def run(args) -> int:
             args.model, args.workload, args.gpu, args.gpus, seed=args.seed, tp=args.tp
         )
     tail = {
-        "colocated_itl_ms_p99": plain.itl_ms_p99,
-        "chunked_itl_ms_p99": chunked.itl_ms_p99,
-        "disaggregated_itl_ms_p99": best.itl_ms_p99 if best else None,
+        "colocated_itl_ms_p99": plain.itl_ms.p99 if plain.itl_ms else None,
+        "chunked_itl_ms_p99": chunked.itl_ms.p99 if chunked.itl_ms else None,
+        "disaggregated_itl_ms_p99": best.itl_ms.p99 if best and best.itl_ms else None,
     }
     if args.json:
         out = {
@@ -174,8 +174,8 @@ def run(args) -> int:
     if best:
         print(f"\nbest P:D by goodput per GPU: {best.layout}")
         print(
-            f"tail ITL p99: colocated {plain.itl_ms_p99:.1f} ms, chunked prefill {chunked.itl_ms_p99:.1f} ms, "
-            f"disaggregated {best.itl_ms_p99:.1f} ms"
+            f"tail ITL p99: colocated {plain.itl_ms.p99:.1f} ms, chunked prefill {chunked.itl_ms.p99:.1f} ms, "
+            f"disaggregated {best.itl_ms.p99:.1f} ms"
         )
     if sat:
         print(

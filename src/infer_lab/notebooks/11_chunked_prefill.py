@@ -48,7 +48,8 @@ def _(mo):
     step into a long prefill, and every running request waits for it: a spike in their
     inter-token latency (ITL), the stutter users notice.
 
-    **Chunked prefill** caps the tokens of one step (the *token budget*): the long prompt is
+    **Chunked prefill** caps the tokens of one step (the *token budget*, `max_num_batched_tokens`
+    in vLLM's and this engine's `EngineConfig`): the long prompt is
     split into chunks spread over several steps, each mixed with the running decodes. The
     running requests see many slightly slower steps instead of one very slow one; the long
     request usually pays with a later first token (TTFT), since its prefill now shares steps
@@ -84,7 +85,7 @@ def _(ch11, mo, nb, sizes):
     {sizes.decode_tokens} tokens each; at step {sizes.arrive_at_step} a {sizes.long_prompt:,}-token
     prompt arrives. The experiment is `serve` below: a fresh engine serves these requests and
     keeps its own record of every step. The cell after it runs `serve` twice, once with the whole
-    prompt in one step and once with chunked prefill under a {sizes.chunk_tokens}-token budget.
+    prompt in one step and once with chunked prefill under a {sizes.max_num_batched_tokens}-token budget.
 
     Which tokens go into a step is the scheduler's decision, the engine's real code
     (`Scheduler.schedule` in `src/infer_lab/engine/scheduler.py`): the running requests first,
@@ -101,12 +102,12 @@ def _(ch11, mo, nb, sizes):
 
 
 @app.function
-def serve(lm, workload, token_budget):
+def serve(lm, workload, max_num_batched_tokens):
     """Serve the workload (prompts, output lengths, arrival steps) on a fresh engine after a warm-up.
-    ``token_budget`` None computes a prompt whole in one step; a number turns on chunked prefill
-    with that many tokens per step. Returns the engine's step records and the outputs."""
-    config = EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=token_budget is not None,
-                          max_num_batched_tokens=token_budget or 512,
+    ``max_num_batched_tokens`` None computes a prompt whole in one step; a number turns on chunked
+    prefill with that many tokens per step. Returns the engine's step records and the outputs."""
+    config = EngineConfig(max_num_seqs=len(workload.prompts), chunked_prefill=max_num_batched_tokens is not None,
+                          max_num_batched_tokens=max_num_batched_tokens or 512,
                           max_model_len=max(map(len, workload.prompts)) + max(workload.output_lens) + 1)
     Engine.from_loaded(lm, config).generate([workload.prompts[0][:4]], SamplingParams(max_tokens=2))  # warm-up
     engine = Engine.from_loaded(lm, config)
@@ -119,11 +120,11 @@ def serve(lm, workload, token_budget):
 def chunking_experiment(ch11, chunk_button, lm, mo, nb, sizes):
     mo.stop(not nb.pressed(chunk_button), nb.placeholder(chunk_button))
     long_prompt = sizes.long_prompt  # tokens of the late prompt: change it, then press the button again
-    budget = sizes.chunk_tokens  # chunked prefill's token budget per step
+    max_num_batched_tokens = sizes.max_num_batched_tokens  # chunked prefill's token budget per step
     workload = long_prompt_among_decoders(lm, sizes.decoders, long_prompt, sizes.arrive_at_step,
                                           sizes.decoder_prompt, sizes.decode_tokens, sizes.long_output)
-    runs = {chunked: serve(lm, workload, budget if chunked else None) for chunked in (False, True)}
-    chunking = ch11.chunking_result(sizes, workload, budget, runs)
+    runs = {chunked: serve(lm, workload, max_num_batched_tokens if chunked else None) for chunked in (False, True)}
+    chunking = ch11.chunking_result(sizes, workload, max_num_batched_tokens, runs)
     mo.vstack([
         ch11.chunking_figure(chunking, lm.describe()),
         mo.md(ch11.chunking_text(chunking)),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import MB, count, fmt_bytes, human
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -143,7 +143,6 @@ def compare_table(comparison: Comparison):
 
 def compare_figure(comparison: Comparison, source: str):
     """Bars of exact weight MB per method, with perplexity (or top-1 agreement) on a second axis."""
-    from ...figures import subplots
 
     rows = comparison.rows
     names = [r.method for r in rows]

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...figures import finish
+from matplotlib.ticker import MaxNLocator
+
+from ...figures import finish, subplots
 from ...models import EMBEDDED_GGUF
 from ...quant.formats import quantize_q4_1
 from ...units import human
@@ -146,9 +148,7 @@ def formats_table(formats: FormatsResult):
 
 def formats_figure(formats: FormatsResult, source: str):
     """Relative reconstruction error of every checked layer, one marker series per format."""
-    from matplotlib.ticker import MaxNLocator
 
-    from ...figures import subplots
 
     fig, ax = subplots(figsize=(8, 3.6))
     for s in formats.summary():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...figures import finish
+from ...figures import finish, subplots
 from ...quant.formats import INT8_MAX
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -103,7 +103,6 @@ def outliers_table(outliers: list[OutlierRow], top: int = 8):
 
 def outliers_figure(outliers: list[OutlierRow], source: str):
     """Largest / median input feature per layer (a log axis when the ratios span a decade or more)."""
-    from ...figures import subplots
 
     ratios = [r.max_over_median for r in outliers]
     fig, ax = subplots(figsize=(7, 3))

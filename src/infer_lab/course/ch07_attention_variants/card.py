@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...attention.kv_sizing import ScorecardRow, scorecard
-from ...figures import finish
+from ...figures import finish, subplots
 from ..tables import Column, people_table
 from .quality import QualityResult, perplexity_change_text
 from .scenario import DEFAULT_CONTEXT, DEFAULT_GPU
@@ -40,7 +40,6 @@ def scorecard_table(rows: list[ScorecardRow]):
 
 def scorecard_figure(rows: list[ScorecardRow], title: str):
     """Two panels per variant: KV bytes per token (memory) and predicted decode tokens/s at max users."""
-    from ...figures import subplots
 
     names = [f"{r.model} · {r.variant}" for r in rows]
     fig, (left, right) = subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)

@@ -13,7 +13,7 @@ from ...attention import (
     tiled_attention_hbm_bytes,
 )
 from ...catalog import OnChipMemory, get_gpu, get_on_chip_memory, gpu_catalog_about
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import fmt_bytes
 from ..tables import Column, people_table
 from .scenario import DEFAULT_GPU
@@ -251,7 +251,6 @@ def flash_title(f: FlashResult) -> str:
 
 def hbm_figure(f: FlashResult, title: str | None = None):
     """Naive vs tiled attention HBM traffic against sequence length (log-log), both tiled bounds."""
-    from ...figures import subplots
 
     fig, ax = subplots(figsize=(6.4, 3.8))
     x = [r.seq_len for r in f.rows]

@@ -9,7 +9,7 @@ from ...attention.kv_sizing import (
     mla_ratio_explained,
     variant_memory_table,
 )
-from ...figures import finish
+from ...figures import finish, subplots
 from ...units import fmt_bytes
 from ..tables import Column, people_table
 from .scenario import DEFAULT_CONTEXT, DEFAULT_GPU
@@ -64,7 +64,6 @@ def memory_table(rows: list[VariantMemory]):
 
 def kv_figure(rows: list[VariantMemory], title: str):
     """Horizontal bars of KV bytes per token (all layers, log scale) per model and variant."""
-    from ...figures import subplots
 
     labels = [f"{r.model} · {r.variant}" for r in rows]
     fig, ax = subplots(figsize=(7, 0.3 * len(rows) + 1.2))

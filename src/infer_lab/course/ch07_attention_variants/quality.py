@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...attention.quality import VariantQuality
-from ...figures import finish
+from ...figures import finish, subplots
 from ..ch06_quantization import baseline_note
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -80,7 +80,6 @@ def quality_table(quality: QualityResult):
 
 def quality_figure(quality: QualityResult, source: str):
     """Perplexity of each variant relative to the model as trained (log axis: MQA without uptraining is far off)."""
-    from ...figures import subplots
 
     rows = quality.rows
     fig, ax = subplots(figsize=(7, 0.45 * len(rows) + 1.2))

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ...bench.attention import BackendTime, DecodeAttentionTime
-from ...figures import finish
+from ...figures import finish, subplots
 from ...hardware import device_label
 from ...units import human
 from ..notebook_code import notebook_function
@@ -102,9 +103,7 @@ def decode_table(timing: TimingResult):
 
 def timing_figure(timing: TimingResult):
     """SDPA backend time vs length, and decode attention time vs KV heads with its bandwidth prediction."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    from ...figures import subplots
 
     plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
     fig, (left, right) = subplots(1, 2, figsize=(10, 3.6))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...figures import subplots
 from ...harness import progress
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -135,7 +136,6 @@ def cache_table(cache: CacheResult):
 
 def cache_figure(cache: CacheResult, source: str):
     """Decode step time vs position, and cumulative work (2 × params × tokens) vs position, per KV mode."""
-    from ...figures import subplots
 
     fig, (left, right) = subplots(1, 2, figsize=(11, 3.8))
     unit, unit_name = (1e12, "TFLOP") if sum(p.flops for p in cache.points) > 1e13 else (1e9, "GFLOP")

@@ -7,6 +7,8 @@ from typing import Any
 
 from ...analysis.memory import kv_bytes_per_token
 from ...bench.kv_allocators import caches_in_budget
+from ...engine.block_manager import BlockManager, paged_blocks_needed
+from ...engine.kv_store import paged_slots
 from ...units import GiB
 from ..chapter import chapter_number
 from ..library_code import source_without_docstring
@@ -95,8 +97,6 @@ def paging_code() -> str:
     """The engine's real paging code, docstrings left out, as a markdown code block: the slot
     lookup through a block table (``paged_slots``), the count of new blocks a request needs, and
     the block manager growing a request's table from its free list."""
-    from ...engine.block_manager import BlockManager, paged_blocks_needed
-    from ...engine.kv_store import paged_slots
 
     code = ["# kv_store.paged_slots: position -> slot through the block table", source_without_docstring(paged_slots),
             "", "# block_manager.paged_blocks_needed: new blocks for num_new_tokens more tokens",

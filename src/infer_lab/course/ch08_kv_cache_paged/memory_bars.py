@@ -6,6 +6,7 @@ import textwrap
 
 from ...analysis.kv_waste import LayoutWaste
 from ...bench.kv_allocators import AllocatorWaste
+from ...figures import subplots
 from ...units import GB
 from .fit import FitResult, FitRow
 from .waste import WasteResult
@@ -33,7 +34,6 @@ def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste] | list[FitRow
     end of each request's life) or :class:`FitRow` (the same, plus the budget left free). Each
     segment wide enough is labelled with its share of the bar, and each bar with its wasted fraction.
     """
-    from ...figures import subplots
 
     timeline = bool(rows) and isinstance(rows[0], LayoutWaste)
     filled = bool(rows) and isinstance(rows[0], FitRow)

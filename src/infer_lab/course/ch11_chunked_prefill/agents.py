@@ -35,23 +35,23 @@ class AgentPromptRow:
     decode_step_s: float  # the decoders' step without the prompt
     steps_missed: float  # prefill_s / decode_step_s
     chunked_step_s: float  # a decode step with one chunk of the prompt in it, on average over the chunks
-    chunk_tokens: int
+    max_num_batched_tokens: int
 
     @property
     def chunks(self) -> int:
         """How many steps the chunked prefill takes: the prompt over the budget, rounded up."""
-        return -(-self.prompt_tokens // self.chunk_tokens)
+        return -(-self.prompt_tokens // self.max_num_batched_tokens)
 
     @property
     def chunked_prefill_s(self) -> float:
         """The prompt's prefill spread over its chunks (seconds): every chunked step, decodes included."""
         return self.chunks * self.chunked_step_s
 
-    def at_budget(self, chunk_tokens: int) -> AgentPromptRow:
-        """The same prompt, GPUs and decoders chunked at ``chunk_tokens`` per step (same model: the step
+    def at_budget(self, max_num_batched_tokens: int) -> AgentPromptRow:
+        """The same prompt, GPUs and decoders chunked at ``max_num_batched_tokens`` per step (same model: the step
         without the prompt plus the chunk's share of the whole prefill)."""
-        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * chunk_tokens / self.prompt_tokens,
-                       chunk_tokens=chunk_tokens)
+        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * max_num_batched_tokens / self.prompt_tokens,
+                       max_num_batched_tokens=max_num_batched_tokens)
 
 
 def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
@@ -59,7 +59,7 @@ def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
     """The largest token budget of ``budgets`` whose chunked step meets ``tpot_slo_s`` (seconds per token)
     for ``row``'s prompt, as a row at that budget; ``None`` when even the smallest does not."""
     fitting = [row.at_budget(b) for b in budgets if row.at_budget(b).chunked_step_s <= tpot_slo_s]
-    return max(fitting, key=lambda r: r.chunk_tokens, default=None)
+    return max(fitting, key=lambda r: r.max_num_batched_tokens, default=None)
 
 
 def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
@@ -98,7 +98,7 @@ def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
     lack of one; disaggregation is the way to keep decoders at their normal step without that trade."""
     over = [r for r in rows if r.chunked_step_s > tpot_slo_s]
     slo = f"{tpot_slo_s * 1e3:,.0f} ms"
-    budget = " and ".join(dict.fromkeys(f"{r.chunk_tokens:,}" for r in rows))
+    budget = " and ".join(dict.fromkeys(f"{r.max_num_batched_tokens:,}" for r in rows))
     if not over:
         return (f"At a {budget}-token budget every chunked step stays under a {slo} per-token target on average "
                 "(the one chapter 15 serves to): here chunking is enough to keep the decoders interactive while "
@@ -117,7 +117,7 @@ def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
             words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {min(budgets):,} tokens meets "
                       "it: its share of the prefill alone is too slow.")
         else:
-            words += (f" For the {r.prompt_tokens:,}-token prompt the largest that meets it is {fit.chunk_tokens:,} "
+            words += (f" For the {r.prompt_tokens:,}-token prompt the largest that meets it is {fit.max_num_batched_tokens:,} "
                       f"tokens per step: the decoders' steps then take {fit.chunked_step_s * 1e3:,.1f} ms on average, "
                       f"and the prompt's prefill takes {fit.chunked_prefill_s:,.1f} s instead of {r.prefill_s:,.1f} s "
                       "in one go.")
@@ -137,7 +137,7 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
             f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
             f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
             f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
-            f"{r.chunk_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
+            f"{r.max_num_batched_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
             f"instead while the prompt lasts")
     slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
     return ("**Coding agents.** An agent that puts a repository into its prompt sends "

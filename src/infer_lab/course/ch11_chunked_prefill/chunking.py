@@ -42,7 +42,7 @@ class RunSummary:
     """One run: the decoders' ITL and the long request's TTFT (seconds), from the engine's timings."""
 
     chunking: bool
-    chunk_tokens: int | None  # the step budget (None: the whole prompt in one step)
+    max_num_batched_tokens: int | None  # the step budget (None: the whole prompt in one step)
     steps: int
     max_step_tokens: int
     long_prefill_steps: int  # steps that ran part of the long prompt
@@ -52,7 +52,7 @@ class RunSummary:
 
     @property
     def label(self) -> str:
-        return f"chunked ({self.chunk_tokens} tokens/step)" if self.chunking else "whole prompt in one step"
+        return f"chunked ({self.max_num_batched_tokens} tokens/step)" if self.chunking else "whole prompt in one step"
 
 
 @dataclass(frozen=True)
@@ -99,27 +99,27 @@ class ChunkingResult:
 # The experiment (the notebook's `serve`), its prediction and the scheduler's code
 
 
-def run_summary(chunking: bool, chunk_tokens: int, arrive_at_step: int, step_log: Sequence[Any],
+def run_summary(chunking: bool, max_num_batched_tokens: int, arrive_at_step: int, step_log: Sequence[Any],
                 outputs: Sequence[Any]) -> tuple[list[StepPoint], RunSummary]:
     """One run of ``serve`` tidied: every step, the decoders' ITL (all requests but the last) and the
     long request's TTFT (the last one, timed from its arrival)."""
     steps = [StepPoint(chunking, r.step, r.duration_s, r.prefill_tokens, r.decode_tokens) for r in step_log]
     itl = [x for o in outputs[:-1] for x in o.itl_s]
     long_steps = sum(1 for p in steps if p.step >= arrive_at_step and p.prefill_tokens > 0)
-    return steps, RunSummary(chunking, chunk_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
+    return steps, RunSummary(chunking, max_num_batched_tokens if chunking else None, len(steps), max(p.tokens for p in steps),
                              long_steps, summarize(itl).p50, max(itl), outputs[-1].ttft_s)
 
 
-def chunking_result(sizes: Sizes, workload: Workload, chunk_tokens: int,
+def chunking_result(sizes: Sizes, workload: Workload, max_num_batched_tokens: int,
                     runs: dict[bool, tuple[Sequence[Any], Sequence[Any]]],
                     machine: MachineLoad | None = None) -> ChunkingResult:
     """The experiment cell's ``{chunked: serve(...)}`` as a :class:`ChunkingResult`; its sizes are the
     numbers the cell ran (the long prompt, the budget, the decoders, the arrival step)."""
     ran = replace(sizes, long_prompt=len(workload.prompts[-1]), decoders=len(workload.prompts) - 1,
-                  chunk_tokens=chunk_tokens, arrive_at_step=(workload.arrival_steps or [0])[-1])
+                  max_num_batched_tokens=max_num_batched_tokens, arrive_at_step=(workload.arrival_steps or [0])[-1])
     steps, summaries = [], []
     for chunked in (False, True):
-        run_steps, summary = run_summary(chunked, chunk_tokens, ran.arrive_at_step, *runs[chunked])
+        run_steps, summary = run_summary(chunked, max_num_batched_tokens, ran.arrive_at_step, *runs[chunked])
         steps += run_steps
         summaries.append(summary)
     return ChunkingResult(ran, steps, summaries, machine)
@@ -132,25 +132,25 @@ def run_chunking(lm: Any, sizes: Sizes) -> ChunkingResult:
     workload = long_prompt_among_decoders(lm, sizes.decoders, sizes.long_prompt, sizes.arrive_at_step,
                                           sizes.decoder_prompt, sizes.decode_tokens, sizes.long_output)
     before = check_machine()
-    runs = {chunked: serve(lm, workload, sizes.chunk_tokens if chunked else None)
+    runs = {chunked: serve(lm, workload, sizes.max_num_batched_tokens if chunked else None)
             for chunked in progress((False, True), desc="without and with chunking")}
-    return chunking_result(sizes, workload, sizes.chunk_tokens, runs, before.worst(check_machine()))
+    return chunking_result(sizes, workload, sizes.max_num_batched_tokens, runs, before.worst(check_machine()))
 
 
-def predicted_step_tokens(long_prompt: int, decoders: int, chunk_tokens: int) -> dict[bool, int]:
+def predicted_step_tokens(long_prompt: int, decoders: int, max_num_batched_tokens: int) -> dict[bool, int]:
     """The prediction: the most tokens one step computes while the long prompt is prefilled. Whole, the
     admitting step computes the prompt and one token per decoder; chunked, never more than the budget."""
-    return {False: long_prompt + decoders, True: min(chunk_tokens, long_prompt + decoders)}
+    return {False: long_prompt + decoders, True: min(max_num_batched_tokens, long_prompt + decoders)}
 
 
 def prediction_text(sizes: Sizes) -> str:
     """The prediction, on the page before the run (markdown)."""
-    p = predicted_step_tokens(sizes.long_prompt, sizes.decoders, sizes.chunk_tokens)
+    p = predicted_step_tokens(sizes.long_prompt, sizes.decoders, sizes.max_num_batched_tokens)
     return (f"**Predict first:** without chunking, the step that admits the long prompt computes "
             f"{sizes.long_prompt:,} + {sizes.decoders} = **{p[False]:,} tokens**, and each decoder's next token "
-            f"waits for all of it. With a {sizes.chunk_tokens}-token budget no step computes more than "
+            f"waits for all of it. With a {sizes.max_num_batched_tokens}-token budget no step computes more than "
             f"**{p[True]} tokens**, and the prompt needs at least "
-            f"{-(-sizes.long_prompt // max(1, sizes.chunk_tokens - sizes.decoders))} steps (the decoders take "
+            f"{-(-sizes.long_prompt // max(1, sizes.max_num_batched_tokens - sizes.decoders))} steps (the decoders take "
             f"{sizes.decoders} tokens of every budget first). A step's time grows with its tokens plus a fixed cost "
             f"per forward pass, so the decoders' worst gap should shrink by at most {p[False] / p[True]:.1f}× "
             "(the token ratio), and less, by that fixed cost; the long request's first token should come later.")
@@ -198,11 +198,11 @@ def chunking_text(c: ChunkingResult, machine: MachineLoad | None = None) -> str:
     machine = machine or c.machine or check_machine()
     verdict = finding(c.outcome(), "chunking lowers the decoding requests' worst gap between two tokens", machine,
                       f"by more than the {c.decode_step_spread_s() * 1e3:,.1f} ms that decode-only steps varied")
-    predicted = predicted_step_tokens(c.sizes.long_prompt, c.sizes.decoders, c.sizes.chunk_tokens)
+    predicted = predicted_step_tokens(c.sizes.long_prompt, c.sizes.decoders, c.sizes.max_num_batched_tokens)
     return verdict + " " + spike_text(c) + " " + (
         f"The {c.sizes.decoders} decoding "
         f"requests' worst gap between two tokens was **{whole.decoder_itl_max_s * 1e3:,.0f} ms** "
-        f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.chunk_tokens}-token budget the long "
+        f"(p50 {whole.decoder_itl_p50_s * 1e3:,.0f} ms). With a {chunked.max_num_batched_tokens}-token budget the long "
         f"prefill was spread over {chunked.long_prefill_steps} steps of at most {chunked.max_step_tokens} tokens; "
         f"the worst gap was **{chunked.decoder_itl_max_s * 1e3:,.0f} ms** (p50 "
         f"{chunked.decoder_itl_p50_s * 1e3:,.0f} ms). Largest step, predicted vs measured: {predicted[False]:,} vs "
@@ -278,7 +278,7 @@ def chunking_figure(c: ChunkingResult, source: str):
         ax.axvline(c.sizes.arrive_at_step, color="gray", ls=":", label="long prompt arrives")
         ax.set(xlabel="engine step", xlim=(-0.5, last + 0.5))
         ax.grid(alpha=0.3)
-    right.axhline(c.sizes.chunk_tokens, color="tab:blue", ls="--", lw=1, label="token budget per step")
+    right.axhline(c.sizes.max_num_batched_tokens, color="tab:blue", ls="--", lw=1, label="token budget per step")
     left.set(ylabel="step time = ITL of running requests (ms)", ylim=(0, None))
     right.set(ylabel="tokens computed in the step (log scale)", yscale="log",
               ylim=(0.8, 2 * max(p.tokens for p in c.steps)))

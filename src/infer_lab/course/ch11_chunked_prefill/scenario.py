@@ -23,7 +23,7 @@ class Sizes:
     long_prompt: int  # tokens of the prompt that arrives late
     decoders: int  # requests already decoding when it arrives
     decode_tokens: int  # tokens each decoder generates
-    chunk_tokens: int  # token budget of one step with chunked prefill
+    max_num_batched_tokens: int  # token budget of one step with chunked prefill
     arrive_at_step: int  # engine step at which the long prompt arrives
     decoder_prompt: int = 16  # prompt tokens of each decoder
     long_output: int = 4  # tokens the long request generates
@@ -36,7 +36,7 @@ def sizes(device: torch.device | str | None = None, size: str | None = None) -> 
     size = choose_size(device, size)
     on_gpu = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
     if size == "quick":
-        return Sizes(size, long_prompt=1024, decoders=3, decode_tokens=16, chunk_tokens=128, arrive_at_step=4)
+        return Sizes(size, long_prompt=1024, decoders=3, decode_tokens=16, max_num_batched_tokens=128, arrive_at_step=4)
     if on_gpu:
-        return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, chunk_tokens=512, arrive_at_step=8)
-    return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, chunk_tokens=64, arrive_at_step=8)
+        return Sizes(size, long_prompt=4096, decoders=8, decode_tokens=64, max_num_batched_tokens=512, arrive_at_step=8)
+    return Sizes(size, long_prompt=1024, decoders=4, decode_tokens=48, max_num_batched_tokens=64, arrive_at_step=8)

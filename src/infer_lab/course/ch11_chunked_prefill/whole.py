@@ -72,6 +72,6 @@ def gpu_note() -> str:
     return (
         "**No saved GPU run of this chapter exists yet**: the numbers above are from this machine. "
         f"On a GPU the full scenario is a {full.long_prompt:,}-token prompt arriving among {full.decoders} "
-        f"decoding requests, with a {full.chunk_tokens}-token budget per step: press the button there to see "
+        f"decoding requests, with a {full.max_num_batched_tokens}-token budget per step: press the button there to see "
         "the spike and its chunks at a real model's scale."
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...analysis.parallel import FastMode, FrontierPoint
+from ...analysis.capacity import plan_layouts
+from ...analysis.memory import as_shape
+from ...analysis.parallel import FastMode, FrontierPoint, fast_mode, scaling_table
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import (
@@ -91,13 +93,11 @@ def _scaling_row(model: str, r: dict[str, Any]) -> ScalingRow:
 
 
 def _scaling_rows(model: str, gpus: tuple[str, ...], batch: int, context: int, tps=(1, 2, 4, 8)) -> list[ScalingRow]:
-    from ...analysis.parallel import scaling_table
 
     return [_scaling_row(model, r) for r in scaling_table(model, gpus, batch, context, tps)]
 
 
 def _layout_rows(model: str, gpu: str, n: int, context: int, slo: float) -> list[LayoutRow]:
-    from ...analysis.capacity import plan_layouts
 
     return [LayoutRow(p.gpu, p.parallelism, p.n_gpus, p.interconnect or "—", p.itl_ms, p.tokens_per_s,
                       p.input_tokens_per_s, p.allreduce_ms_per_step, p.meets_slo, p.usd_per_m_output_tokens,
@@ -134,8 +134,6 @@ def scaling_result(model: str = SCALING_MODEL, batch: int = SCALING_BATCH, conte
                    computed: tuple[list[dict[str, Any]], list[FrontierPoint]] | None = None) -> ScalingResult:
     """TP 1/2/4/8 on H100 SXM and PCIe (``computed``: what the notebook's ``tp_scaling`` returned;
     run here when not given), next to the fixed references: a small model, TP vs replicas, fast mode."""
-    from ...analysis.memory import as_shape
-    from ...analysis.parallel import fast_mode
 
     table, points = computed or notebook_function(NUMBER, "tp_scaling")(model, batch, context, SCALING_GPUS)
     rows = [_scaling_row(model, r) for r in table]

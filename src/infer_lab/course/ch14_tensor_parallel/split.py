@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...analysis.collectives import TPComm, tp_allreduces
+from ...analysis.memory import as_shape
+from ...parallel.layers import tp_decoder_layer
+from ...parallel.shard import plan_shards
 from ..library_code import code_block
 from ..tables import Column, people_table
 
@@ -25,8 +28,6 @@ class SplitRow:
 
 def split_rows(model: str = "smollm2-135m") -> tuple[list[SplitRow], str]:
     """Every world size the rule allows for ``model``, rank by rank, and why the next one fails."""
-    from ...analysis.memory import as_shape
-    from ...parallel.shard import plan_shards
 
     shape = as_shape(model)
     rows = []
@@ -46,8 +47,6 @@ def split_rows(model: str = "smollm2-135m") -> tuple[list[SplitRow], str]:
 
 def split_text(model: str = "smollm2-135m", world_size: int = 2) -> str:
     """The rule applied to ``model`` at ``world_size``, in words, every number from the shape."""
-    from ...analysis.memory import as_shape
-    from ...parallel.shard import plan_shards
 
     shape = as_shape(model)
     plan = plan_shards(shape, world_size)
@@ -81,7 +80,6 @@ def collectives_per_step(layers: int, vocab_parallel: bool) -> int:
 def replicated_vocab_text(model: str = "smollm2-135m") -> str:
     """Why this engine's TP step makes no message besides the layers' all-reduces, and the two more a
     production engine makes because it shards the vocabulary; the counts from ``model``'s shape."""
-    from ...analysis.memory import as_shape
 
     layers = as_shape(model).layers
     ours, theirs = collectives_per_step(layers, False), collectives_per_step(layers, True)
@@ -108,7 +106,6 @@ def split_table(model: str = "smollm2-135m"):
 def layer_code() -> str:
     """The tensor-parallel decoder layer, the library's real code (its docstring left out: the
     words around it on the page say the same), as a markdown code block."""
-    from ...parallel.layers import tp_decoder_layer
 
     return code_block(tp_decoder_layer)
 
@@ -116,7 +113,6 @@ def layer_code() -> str:
 def model_shape_of(model: Any) -> Any:
     """The shape of ``model``: a catalog name or shape as it is; a loaded model by its catalog entry,
     or by its own config when the catalog does not know it."""
-    from ...analysis.memory import as_shape
 
     if not hasattr(model, "model"):
         return as_shape(model)

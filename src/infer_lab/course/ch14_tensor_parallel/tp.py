@@ -6,9 +6,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
-from ...figures import finish
+from ...analysis.parallel import ring_allreduce_s
+from ...figures import finish, subplots
+from ...models import load_model
 from ...parallel.bench import AllReduceSweep
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
@@ -110,7 +113,6 @@ class TPResult:
 def tp_model(lm: Any) -> Any:
     """The model the TP part splits: ``lm`` when it is a Llama-family model on the CPU, else the
     embedded SmolLM2 (the demonstration runs on CPU processes, whatever device the page uses)."""
-    from ...models import load_model
 
     if lm is None or lm.device.type != "cpu" or lm.config.model_type not in ("llama", "mistral", "qwen2"):
         lm = load_model("smollm2-135m", device="cpu")
@@ -216,10 +218,7 @@ def sweep_table(tp: TPResult):
 def tp_figure(tp: TPResult):
     """Left: all-reduce time vs message size (measured, fitted, and NVLink's model for scale).
     Right: the decode step split into compute and all-reduces, per run, and the prediction."""
-    import numpy as np
 
-    from ...analysis.parallel import ring_allreduce_s
-    from ...figures import subplots
 
     fig, (ax, bx) = subplots(1, 2, figsize=(11, 3.9))
     pts = tp.sweep.points

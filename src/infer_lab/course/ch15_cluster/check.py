@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...analysis.plausibility import R2_FLOOR
+from ...analysis.plausibility import R2_FLOOR, caution, line_fit_flags
 from ...cluster.engine_check import TOLERANCES, SimVsEngine
+from ...models import load_model
 from ..notebook_code import notebook_function
 from ..tables import Column, people_table
 from .scenario import CHECK_QUESTIONS, CHECK_SLOTS, NUMBER
@@ -19,7 +20,6 @@ def check_model(lm: Any) -> Any:
     (the check fits a CPU engine's step times; a GPU's are measured the same way by the CLI)."""
     if lm is not None and lm.device.type == "cpu":
         return lm
-    from ...models import load_model
 
     return load_model("smollm2-135m", device="cpu")
 
@@ -41,7 +41,6 @@ def run_check(lm: Any, sizes: Sizes, slots: int = CHECK_SLOTS) -> SimVsEngine:
 def check_text(c: SimVsEngine) -> str:
     """Part 4 in words: what the check can show (the same steps as the engine's) first, then the
     times, with a verdict on them only when the fitted step cost explains the steps."""
-    from ...analysis.plausibility import caution, line_fit_flags
 
     r = c.ratios()
     flags = line_fit_flags("the engine's step time", c.fit.a_s, c.fit.b_s_per_token, c.fit.r2, r2_floor=R2_FLOOR)

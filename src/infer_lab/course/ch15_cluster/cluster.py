@@ -7,8 +7,11 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ...cluster.report import SLO, ClusterReport, summarize
-from ...figures import finish
+from ...figures import finish, subplots
+from ...timing import Stats
 from ..notebook_code import notebook_function
 from ..tables import Column
 from .scenario import CLUSTER_GPUS, NUMBER, SERVING_SLO, WORKLOADS
@@ -35,8 +38,12 @@ class ModeRow:
 
 
 def _mode_row(workload: str, label: str, r: ClusterReport) -> ModeRow:
-    return ModeRow(workload, label, r.layout, r.ttft_ms_p50, r.ttft_ms_p99, r.itl_ms_p50, r.itl_ms_p99,
-                   r.itl_ms_max, r.output_tokens_per_s_per_gpu, r.goodput_rps_per_gpu, r.slo_attainment)
+    def at(stats: Stats | None, which: str) -> float | None:
+        return getattr(stats, which) if stats is not None else None
+
+    return ModeRow(workload, label, r.layout, at(r.ttft_ms, "p50"), at(r.ttft_ms, "p99"), at(r.itl_ms, "p50"),
+                   at(r.itl_ms, "p99"), at(r.itl_ms, "max"), r.output_tokens_per_s_per_gpu, r.goodput_rps_per_gpu,
+                   r.slo_attainment)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,6 @@ QUANTILES = 101
 
 
 def _itl_quantiles(res: Any) -> list[float]:
-    import numpy as np
 
     gaps = [g * 1e3 for r in res.requests for g in r.itl_s]
     return [float(v) for v in np.quantile(gaps, np.linspace(0, 1, QUANTILES))] if gaps else []
@@ -177,9 +183,7 @@ MODE_COLUMNS = [
 
 def cluster_figure(c: ClusterResult):
     """ITL CDFs per workload and mode: prefill interference is the tail."""
-    import numpy as np
 
-    from ...figures import subplots
 
     fig, axes = subplots(1, len(c.workloads), figsize=(11, 3.8))
     q = np.linspace(0, 1, QUANTILES)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...catalog import get_cited_chip, get_cited_system_claim, get_gpu
+from ...cluster import hetero
 from ...cluster.attention_ffn import AFDPoint
 from ...cluster.hetero import PhaseFitness
 from ...cluster.report import ClusterReport
@@ -75,8 +77,6 @@ class HeteroResult:
 
 def wafer_point(model: str = "llama-3-70b") -> WaferPoint:
     """The cited wafer-scale claims and what the vendor's figures compute (:func:`infer_lab.cluster.hetero.wafer_scale_data_point`)."""
-    from ...catalog import get_gpu
-    from ...cluster import hetero
 
     gpu = get_gpu("H100-SXM")
     w = hetero.wafer_scale_data_point(model, gpu=gpu.name)
@@ -141,7 +141,6 @@ def run_hetero(lm: Any, sizes: Sizes) -> HeteroResult:
 def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> str:
     """The talk's heterogeneous claims (cited, from ``data/cited_chips.json``), each with its speaker and
     baseline, beside what the course computes."""
-    from ...catalog import get_cited_chip, get_cited_system_claim
 
     c = get_cited_chip(chip)
     pair = c.talk_claims["pairing"]
@@ -165,7 +164,6 @@ def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> s
 
 def cluster_usd_per_hour(gpus: dict[str, int]) -> float:
     """$ per hour of a cluster of ``{gpu: count}`` at the catalog's indicative prices."""
-    from ...catalog import get_gpu
 
     return sum(get_gpu(g).price_usd_per_hour * n for g, n in gpus.items())
 
