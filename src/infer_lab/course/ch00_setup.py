@@ -27,7 +27,7 @@ from ..hardware import (
 )
 from ..models import EMBEDDED_NAME
 from ..units import fmt_bytes, human
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, Page, Part, choose_size
 from .notebook_code import notebook_function
 from .saved import SavedView, load_saved
 from .tables import Column, people_table
@@ -242,13 +242,9 @@ def run_hello(lm: Any, sizes: Sizes, question: str = QUESTION) -> HelloResult:
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row on ``lm``'s device (``parts`` picks some of :data:`PARTS`)."""
-    device = lm.device if lm is not None else None
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "", device=detect(device))
-    model = lm.name if lm is not None else EMBEDDED_NAME
-    return run_parts(result, parts, PARTS, {
-        "ceilings": lambda: run_ceilings(device, sizes, model),
-        "hello": lambda: run_hello(lm, sizes),
-    })
+    device = detect(lm.device if lm is not None else None)
+    return PAGE.measure(Result(size=sizes.size, model=lm.describe() if lm is not None else "", device=device),
+                        lm, sizes, parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,17 +290,6 @@ def hello_text(hello: HelloResult) -> str:
     )
 
 
-def summary(result: Result) -> str:
-    lines = []
-    if result.device is not None:
-        lines.append(f"Device: **{device_label_of(result.device)}**; torch threads: {result.threads}.")
-    if result.ceilings:
-        lines.append(ceilings_text(result.ceilings))
-    if result.hello:
-        lines.append(hello_text(result.hello))
-    return "\n\n".join(lines)
-
-
 GPU_COLUMNS = [
     Column("name", "GPU", "text"), Column("memory_gib", "memory (GiB)"), Column("memory_type", "memory", "text"),
     Column("hbm_bandwidth_tbps", "bandwidth (TB/s)"),
@@ -343,16 +328,6 @@ def catalog_note() -> str:
     return f"Prices, recorded {about['price_date']}: {about['price_note']}"
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.device is not None:
-        out["This device"] = device_table(result.device)
-    if result.ceilings:
-        out["Measured ceilings vs the datasheet"] = ceilings_table(result.ceilings)
-    out["The GPU catalog (datasheet peaks, dense)"] = gpu_table()
-    return out
-
-
 def ceilings_figure(result: CeilingsResult, source: str):
     """Measured vs datasheet bandwidth and matmul rate, as bars (the datasheet bar only when there is one)."""
     from ..figures import subplots  # defers matplotlib
@@ -372,11 +347,29 @@ def ceilings_figure(result: CeilingsResult, source: str):
     return fig
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.ceilings:
-        out["ceilings"] = ceilings_figure(result.ceilings, result.ceilings.ceilings.device_name)
-    return out
+PAGE = Page(
+    PARTS,
+    Part("device (analytic)",
+         tables=lambda r: {"This device": device_table(r.device)} if r.device is not None else {}),
+    Part("ceilings",
+         lambda lm, sizes: run_ceilings(lm.device if lm is not None else None, sizes,
+                                        lm.name if lm is not None else EMBEDDED_NAME),
+         text=lambda r: ceilings_text(r.ceilings),
+         tables=lambda r: {"Measured ceilings vs the datasheet": ceilings_table(r.ceilings)},
+         figures=lambda r: {"ceilings": ceilings_figure(r.ceilings, r.ceilings.ceilings.device_name)}),
+    Part("catalog (analytic)", tables=lambda r: {"The GPU catalog (datasheet peaks, dense)": gpu_table()}),
+    Part("hello", run_hello, text=lambda r: hello_text(r.hello)),
+)
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    header = (f"Device: **{device_label_of(result.device)}**; torch threads: {result.threads}."
+              if result.device is not None else "")
+    return PAGE.summary(result, header)
+
+
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..catalog import get_gpu, gpu_catalog_about
 from ..figures import finish, subplots
 from ..units import GB, human
 from .calculator import DEFAULTS_CAPACITY, CalculatorResult, capacity_plans, plans_table
-from .chapter import ChapterResult, choose_size, run_parts
+from .chapter import ChapterResult, Page, Part, choose_size
 from .library_code import code_block
 from .tables import Column, people_table
 
@@ -144,12 +144,7 @@ def tradeoff(models: tuple[str, ...] | list[str], gpu: str = "H100-SXM", context
 
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row; ``lm`` is not used (pass ``None``)."""
-    result = Result(size=sizes.size)
-    return run_parts(result, parts, PARTS, {
-        "calculator": lambda: capacity_plans(**{**DEFAULTS_CAPACITY, "model": sizes.models[0]}),
-        "presets": lambda: [p for m in sizes.models for p in plan_presets(m)],
-        "tradeoff": lambda: tradeoff(sizes.models, sizes.tradeoff_gpu, sizes.contexts),
-    })
+    return PAGE.measure(Result(size=sizes.size), lm, sizes, parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,18 +234,6 @@ def tradeoff_text(result: TradeoffResult) -> str:
     return "\n".join(lines)
 
 
-def summary(result: Result) -> str:
-    lines = []
-    if result.calculator:
-        c = result.calculator
-        lines.append(f"Calculator, {c.model} at {c.context:,} tokens: {c.verdict}")
-    if result.presets:
-        lines += [preset_line(p) for p in result.presets]
-    if result.tradeoff:
-        lines.append(tradeoff_text(result.tradeoff))
-    return "\n\n".join(lines)
-
-
 def price_note() -> str:
     about = gpu_catalog_about()
     return f"{about['price_note']} (dated {about['price_date']})"
@@ -281,20 +264,6 @@ def workloads_table():
 
 def tradeoff_table(result: TradeoffResult):
     return people_table(result.points, TRADEOFF_COLUMNS)
-
-
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.calculator:
-        c = result.calculator
-        out[f"Calculator: {c.model} at {c.context:,} tokens on the catalog"] = plans_table(c.plans)
-    if result.presets:
-        out["The workload presets"] = workloads_table()
-        for p in result.presets:
-            out[f"{p.preset}, {p.model}"] = plans_table(p.plans)
-    if result.tradeoff:
-        out[f"Context against users on one {result.tradeoff.gpu}"] = tradeoff_table(result.tradeoff)
-    return out
 
 
 def cost_figure(plans: list[CapacityPlan], title: str):
@@ -355,13 +324,36 @@ def tradeoff_figure(result: TradeoffResult):
     return fig
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.calculator:
-        out["cost"] = calculator_figure(result.calculator)
-    if result.tradeoff:
-        out["tradeoff"] = tradeoff_figure(result.tradeoff)
-    return out
+def _calculator_tables(result: Result) -> dict[str, Any]:
+    c = result.calculator
+    return {f"Calculator: {c.model} at {c.context:,} tokens on the catalog": plans_table(c.plans)}
+
+
+def _presets_tables(result: Result) -> dict[str, Any]:
+    return {"The workload presets": workloads_table(),
+            **{f"{p.preset}, {p.model}": plans_table(p.plans) for p in result.presets}}
+
+
+PAGE = Page(
+    PARTS,
+    Part("calculator", lambda lm, sizes: capacity_plans(**{**DEFAULTS_CAPACITY, "model": sizes.models[0]}),
+         text=lambda r: f"Calculator, {r.calculator.model} at {r.calculator.context:,} tokens: {r.calculator.verdict}",
+         tables=_calculator_tables, figures=lambda r: {"cost": calculator_figure(r.calculator)}),
+    Part("presets", lambda lm, sizes: [p for m in sizes.models for p in plan_presets(m)],
+         text=lambda r: [preset_line(p) for p in r.presets], tables=_presets_tables),
+    Part("tradeoff", lambda lm, sizes: tradeoff(sizes.models, sizes.tradeoff_gpu, sizes.contexts),
+         text=lambda r: tradeoff_text(r.tradeoff),
+         tables=lambda r: {f"Context against users on one {r.tradeoff.gpu}": tradeoff_table(r.tradeoff)},
+         figures=lambda r: {"tradeoff": tradeoff_figure(r.tradeoff)}),
+)
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    return PAGE.summary(result, "")
+
+
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> None:

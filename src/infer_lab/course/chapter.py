@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +111,78 @@ def run_parts(
         setattr(result, key, functions[key]())
         result.seconds[key] = time.perf_counter() - t0
     return result
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a chapter's page, in page order: how it runs and what it shows.
+
+    A measured part has ``run``: its ``key`` is its entry in the chapter's ``PARTS`` (its run button's
+    label) and the attribute of the chapter's ``Result`` that holds what ``run(lm, sizes)`` returned; it
+    shows once that value is there. A part without ``run`` is analytic: nothing to measure, shown on every
+    page, its ``key`` only a name. ``text``, ``tables`` and ``figures`` take the whole result, so a part
+    can quote another's numbers; ``text`` may give several paragraphs, and an empty one is left out.
+    """
+
+    key: str
+    run: Callable[[Any, Any], Any] | None = None
+    text: Callable[[Any], str | Sequence[str] | None] | None = None
+    tables: Callable[[Any], dict[str, Any]] | None = None
+    figures: Callable[[Any], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """A chapter's page as a list of parts, in page order, and what the chapter's surface does with it:
+    ``measure`` runs the measured parts, ``summary``, ``tables`` and ``figures`` gather what each shown
+    part says, in page order. ``labels`` is the chapter's ``PARTS``: every measured part once, in its order.
+    """
+
+    labels: dict[str, str]
+    parts: tuple[Part, ...]
+
+    def __init__(self, labels: dict[str, str], *parts: Part) -> None:
+        measured = [p.key for p in parts if p.run is not None]
+        if measured != list(labels):
+            raise ValueError(f"the page's measured parts {measured} must be PARTS {list(labels)}, in that order")
+        keys = [p.key for p in parts]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a part's key appears twice on the page: {keys}")
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "parts", parts)
+
+    def measure(self, result: ChapterResult, lm: Any, sizes: Any, parts: Iterable[str] | None = None) -> Any:
+        """Run the selected measured parts (all when ``parts`` is None) on ``lm`` at ``sizes`` into ``result``."""
+        runs = {p.key: p.run for p in self.parts if p.run is not None}
+        return run_parts(result, parts, self.labels,
+                         {key: (lambda run=run: run(lm, sizes)) for key, run in runs.items()})
+
+    def shown(self, result: ChapterResult) -> list[Part]:
+        """The parts ``result`` can show: every analytic part, and each measured part that ran."""
+        return [p for p in self.parts if p.run is None or getattr(result, p.key, None)]
+
+    def summary(self, result: ChapterResult, header: str) -> str:
+        """``header``, then each shown part's text, as paragraphs (markdown)."""
+        paragraphs = [header]
+        for part in self.shown(result):
+            words = part.text(result) if part.text else None
+            paragraphs += [words] if isinstance(words, str) else list(words or [])
+        return "\n\n".join(p for p in paragraphs if p)
+
+    def tables(self, result: ChapterResult) -> dict[str, Any]:
+        """Each shown part's tables, by title."""
+        return {title: table for part in self.shown(result) if part.tables
+                for title, table in part.tables(result).items()}
+
+    def figures(self, result: ChapterResult) -> dict[str, Any]:
+        """Each shown part's figures, by name."""
+        return {name: fig for part in self.shown(result) if part.figures
+                for name, fig in part.figures(result).items()}
+
+
+def model_name(lm: Any) -> str:
+    """What a chapter's result names as its model: ``lm.describe()``, or :data:`NO_MODEL` without one."""
+    return lm.describe() if lm is not None else NO_MODEL
 
 
 def check_machine(sample_s: float = 0.3) -> MachineLoad:

@@ -9,7 +9,7 @@ import torch
 
 from ...analysis.flops import ComponentFlops
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView
 from .bandwidth import (
     BandwidthResult,
@@ -36,54 +36,38 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("loop", run_loop,
+         text=lambda r: loop_text(r.loop),
+         tables=lambda r: {"The loop, pass by pass": loop_table(r.loop)}),
+    Part("flops", run_flops,
+         text=lambda r: flops_text(r.flops),
+         tables=lambda r: {"One token's FLOPs by component": flops_table(r.flops)},
+         figures=lambda r: {"flops": flops_figure(r.flops)}),
+    Part("bandwidth", run_bandwidth,
+         text=lambda r: bandwidth_text(r.bandwidth.points, r.bandwidth.device_type),
+         tables=lambda r: {"Copy bandwidth by working set": bandwidth_table(r.bandwidth)},
+         figures=lambda r: {"bandwidth": bandwidth_figure(r.bandwidth.points, r.bandwidth.device_type)}),
+    Part("decode", run_decode,
+         text=lambda r: [budget_text(r.decode.step, (r.decode.weight_bytes, r.decode.kv_bytes)),
+                         decode_text(r.decode.step, r.decode.measured)],
+         tables=lambda r: {"One decode step: predicted and measured": decode_table(r.decode.step, r.decode.measured)},
+         figures=lambda r: {"decode": budget_figure(r.decode.step, r.model)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "loop": lambda: run_loop(lm, sizes),
-        "flops": lambda: run_flops(lm, sizes),
-        "bandwidth": lambda: run_bandwidth(lm, sizes),
-        "decode": lambda: run_decode(lm, sizes),
-    })
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.flops:
-        out["flops"] = flops_figure(result.flops)
-    if result.bandwidth:
-        out["bandwidth"] = bandwidth_figure(result.bandwidth.points, result.bandwidth.device_type)
-    if result.decode:
-        out["decode"] = budget_figure(result.decode.step, result.model)
-    return out
-
-
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.loop:
-        out["The loop, pass by pass"] = loop_table(result.loop)
-    if result.flops:
-        out["One token's FLOPs by component"] = flops_table(result.flops)
-    if result.bandwidth:
-        out["Copy bandwidth by working set"] = bandwidth_table(result.bandwidth)
-    if result.decode:
-        out["One decode step: predicted and measured"] = decode_table(result.decode.step, result.decode.measured)
-    return out
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.loop:
-        lines.append(loop_text(result.loop))
-    if result.flops:
-        lines.append(flops_text(result.flops))
-    if result.bandwidth:
-        lines.append(bandwidth_text(result.bandwidth.points, result.bandwidth.device_type))
-    if result.decode:
-        lines.append(budget_text(result.decode.step, (result.decode.weight_bytes, result.decode.kv_bytes)))
-        lines.append(decode_text(result.decode.step, result.decode.measured))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
+
+
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import Column, people_table
 from .baseline import saved_warning
@@ -31,55 +31,38 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("memory", run_memory,
+         text=lambda r: memory_text(r.memory),
+         tables=lambda r: {"KV memory, measured from the cache tensors": memory_table(r.memory)},
+         figures=lambda r: {"memory": memory_figure(r.memory, r.model)}),
+    Part("ttft", run_ttft,
+         text=lambda r: ttft_text(r.ttft),
+         tables=lambda r: {"Time to first token": ttft_table(r.ttft)},
+         figures=lambda r: {"ttft": ttft_figure(r.ttft, r.model)}),
+    Part("serving", run_serving,
+         text=lambda r: serving_text(r.serving),
+         tables=lambda r: {"Sequential vs batched serving": serving_table(r.serving)},
+         figures=lambda r: {"serving": serving_figure(r.serving, r.model)}),
+    Part("itl", run_itl,
+         text=lambda r: itl_text(r.itl),
+         tables=lambda r: {"Decode step (ITL) by context and batch": itl_table(r.itl)},
+         figures=lambda r: {"itl": itl_figure(r.itl, r.model)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`): the notebook's experiments."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "memory": lambda: run_memory(lm, sizes),
-        "ttft": lambda: run_ttft(lm, sizes),
-        "serving": lambda: run_serving(lm, sizes),
-        "itl": lambda: run_itl(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.memory:
-        lines.append(memory_text(result.memory))
-    if result.ttft:
-        lines.append(ttft_text(result.ttft))
-    if result.serving:
-        lines.append(serving_text(result.serving))
-    if result.itl:
-        lines.append(itl_text(result.itl))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.memory:
-        out["KV memory, measured from the cache tensors"] = memory_table(result.memory)
-    if result.ttft:
-        out["Time to first token"] = ttft_table(result.ttft)
-    if result.serving:
-        out["Sequential vs batched serving"] = serving_table(result.serving)
-    if result.itl:
-        out["Decode step (ITL) by context and batch"] = itl_table(result.itl)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.memory:
-        out["memory"] = memory_figure(result.memory, result.model)
-    if result.ttft:
-        out["ttft"] = ttft_figure(result.ttft, result.model)
-    if result.serving:
-        out["serving"] = serving_figure(result.serving, result.model)
-    if result.itl:
-        out["itl"] = itl_figure(result.itl, result.model)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

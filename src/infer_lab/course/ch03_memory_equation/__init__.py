@@ -40,7 +40,6 @@ from ..chapter import (  # noqa: F401 (re-exported, as the single module had it)
     ChapterResult,
     chapter_number,
     choose_size,
-    run_parts,
 )
 from ..library_code import code_block  # noqa: F401 (re-exported, as the single module had it)
 from ..notebook_code import notebook_function  # noqa: F401 (re-exported, as the single module had it)

@@ -9,7 +9,7 @@ import torch
 
 from ...analysis import memory
 from ..calculator import KVCurves, kv_curves, kv_visualizer_figure
-from ..chapter import ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part
 from .check import CheckResult, check_table, check_text, run_check
 from .fit import FitView, fit_text, fit_view, tradeoff_table
 from .kv import kv_growth_figure, kv_summary, kv_summary_text
@@ -68,51 +68,52 @@ def equation(sizes: Sizes) -> EquationResult:
     )
 
 
+def equation_paragraphs(result: Result) -> list[str]:
+    # in the page's order: KV of one model, every model's notes, MLA, the fit
+    eq = result.equation
+    notes = [models_notes(eq.models)] if eq.models and models_notes(eq.models) else []
+    return [kv_summary_text(eq.report), *notes, mla_text(eq.mla), fit_text(eq.fit)]
+
+
+def equation_tables(result: Result) -> dict[str, Any]:
+    eq = result.equation
+    first = eq.models[0]
+    return {
+        f"Every catalogued model at {first.context:,} tokens (KV in {first.kv_dtype}, weights in "
+        f"{first.weight_dtype})": models_table(eq.models),
+        f"Parameters of {eq.report.model}": params_table(eq.params),
+        f"Weights of {eq.report.model} by storage format": weight_formats_table(eq.weight_formats),
+        f"KV per token of the {eq.mla.model} shape under each attention variant": variants_table(eq.mla),
+        f"Context against users on one {eq.fit.gpu}": tradeoff_table(eq.fit),
+    }
+
+
+PAGE = Page(
+    PARTS,
+    Part("equation", lambda lm, sizes: equation(sizes),
+         text=equation_paragraphs,
+         tables=equation_tables,
+         figures=lambda r: {
+             "kv_growth": kv_growth_figure(r.equation.report.model, r.equation.report.kv_dtype,
+                                           r.equation.growth_users, r.equation.growth_max_tokens, r.equation.gpu),
+             "kv_visualizer": kv_visualizer_figure(r.equation.curves),
+         }),
+    Part("check", run_check,
+         text=lambda r: check_text(r.check),
+         tables=lambda r: {"Predicted vs measured bytes on this machine": check_table(r.check)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
-    return run_parts(result, parts, PARTS, {
-        "equation": lambda: equation(sizes),
-        "check": lambda: run_check(lm, sizes),
-    })
-
-
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.equation:
-        eq = result.equation
-        first = eq.models[0]
-        out[f"Every catalogued model at {first.context:,} tokens (KV in {first.kv_dtype}, weights in "
-            f"{first.weight_dtype})"] = models_table(eq.models)
-        out[f"Parameters of {eq.report.model}"] = params_table(eq.params)
-        out[f"Weights of {eq.report.model} by storage format"] = weight_formats_table(eq.weight_formats)
-        out[f"KV per token of the {eq.mla.model} shape under each attention variant"] = variants_table(eq.mla)
-        out[f"Context against users on one {eq.fit.gpu}"] = tradeoff_table(eq.fit)
-    if result.check:
-        out["Predicted vs measured bytes on this machine"] = check_table(result.check)
-    return out
+    return PAGE.measure(Result(size=sizes.size, model=lm.describe() if lm is not None else ""), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
-    lines = []
-    if result.equation:
-        eq = result.equation
-        lines += [kv_summary_text(eq.report), mla_text(eq.mla), fit_text(eq.fit)]
-        if eq.models and models_notes(eq.models):
-            lines.append(models_notes(eq.models))
-    if result.check:
-        lines.append(check_text(result.check))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, "")
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.equation:
-        eq = result.equation
-        out["kv_growth"] = kv_growth_figure(eq.report.model, eq.report.kv_dtype, eq.growth_users,
-                                            eq.growth_max_tokens, eq.gpu)
-        out["kv_visualizer"] = kv_visualizer_figure(eq.curves)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> None:

@@ -10,7 +10,7 @@ import torch
 from ...analysis.compare import saved_baseline_vs_roofline
 from ...units import human
 from ..ch02_feel_the_pain import saved_batch1_text, saved_warning
-from ..chapter import ChapterResult, chapter_number, run_parts
+from ..chapter import ChapterResult, Page, Part, chapter_number
 from ..saved import SavedView, load_saved
 from .compare import (
     CompareResult,
@@ -35,43 +35,38 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+def datasheet_tables(result: Result) -> dict[str, Any]:
+    v = result.datasheet
+    return {
+        f"Prefill of one {v.context:,}-token prompt, {v.model} on {v.roof.name}": ops_table(v.prefill_ops),
+        f"Decode step at batch {v.batch:,}, {v.model} on {v.roof.name}": ops_table(v.decode_ops),
+    }
+
+
+PAGE = Page(
+    PARTS,
+    Part("datasheet", lambda lm, sizes: datasheet_view(sizes.model, sizes.gpu, sizes.batch, sizes.context),
+         text=lambda r: datasheet_text(r.datasheet),
+         tables=datasheet_tables,
+         figures=lambda r: {"datasheet_roofline": datasheet_figure(r.datasheet)}),
+    Part("compare", run_compare,
+         text=lambda r: compare_text(r.compare),
+         tables=lambda r: {"Predicted vs measured on this machine": compare_table(r.compare.rows)},
+         figures=lambda r: {"measured_roofline": compare_figure(r.compare),
+                            "ratio": ratio_figure(r.compare.rows, f"{r.compare.model}: measured ÷ predicted")}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else "")
-    return run_parts(result, parts, PARTS, {
-        "datasheet": lambda: datasheet_view(sizes.model, sizes.gpu, sizes.batch, sizes.context),
-        "compare": lambda: run_compare(lm, sizes),
-    })
-
-
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.datasheet:
-        v = result.datasheet
-        out[f"Prefill of one {v.context:,}-token prompt, {v.model} on {v.roof.name}"] = ops_table(v.prefill_ops)
-        out[f"Decode step at batch {v.batch:,}, {v.model} on {v.roof.name}"] = ops_table(v.decode_ops)
-    if result.compare:
-        out["Predicted vs measured on this machine"] = compare_table(result.compare.rows)
-    return out
+    return PAGE.measure(Result(size=sizes.size, model=lm.describe() if lm is not None else ""), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
-    lines = []
-    if result.datasheet:
-        lines.append(datasheet_text(result.datasheet))
-    if result.compare:
-        lines.append(compare_text(result.compare))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, "")
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.datasheet:
-        out["datasheet_roofline"] = datasheet_figure(result.datasheet)
-    if result.compare:
-        out["measured_roofline"] = compare_figure(result.compare)
-        out["ratio"] = ratio_figure(result.compare.rows, f"{result.compare.model}: measured ÷ predicted")
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

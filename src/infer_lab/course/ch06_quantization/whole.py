@@ -9,7 +9,7 @@ import torch
 
 from ...catalog import get_gpu
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import people_table
 from .bnb import BNB_SHAPE, WEIGHT_READ_COLUMNS, bnb_text, weight_reads
@@ -41,57 +41,42 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("baseline (analytic)", text=lambda r: baseline_note(True) if r.embedded else None),
+    Part("formats", run_formats,
+         text=lambda r: formats_text(r.formats),
+         tables=lambda r: {"Reconstruction error per format, real weights": formats_table(r.formats)},
+         figures=lambda r: {"formats": formats_figure(r.formats, r.model)}),
+    Part("compare", run_compare,
+         text=lambda r: compare_text(r.compare, r.embedded),
+         tables=lambda r: {"Methods side by side": compare_table(r.compare)},
+         figures=lambda r: {"compare": compare_figure(r.compare, r.model)}),
+    Part("outliers", run_outliers,
+         text=lambda r: outliers_text(r.outliers),
+         tables=lambda r: {"Largest input features of the q projections": outliers_table(r.outliers)},
+         figures=lambda r: {"outliers": outliers_figure(r.outliers, r.model)}),
+    Part("kv", run_kv,
+         text=lambda r: kv_text(r.kv, r.embedded),
+         tables=lambda r: {"KV-cache quantization": kv_table(r.kv)} if r.kv.rows else {}),
+    Part("fit (analytic)",
+         text=lambda r: [gpt_oss_text(), scale_schemes_text(), nf4_scheme_text(), qat_vs_ptq_text()],
+         tables=lambda r: {"Which model fits one GPU (analytic)": fit_table()}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL, embedded=lm is not None and lm.source == "embedded")
-    return run_parts(result, parts, PARTS, {
-        "formats": lambda: run_formats(lm, sizes),
-        "compare": lambda: run_compare(lm, sizes),
-        "outliers": lambda: run_outliers(lm, sizes),
-        "kv": lambda: run_kv(lm, sizes),
-    })
+    result = Result(size=sizes.size, model=model_name(lm), embedded=lm is not None and lm.source == "embedded")
+    return PAGE.measure(result, lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.embedded:
-        lines.append(baseline_note(True))
-    if result.formats:
-        lines.append(formats_text(result.formats))
-    if result.compare:
-        lines.append(compare_text(result.compare, result.embedded))
-    if result.outliers:
-        lines.append(outliers_text(result.outliers))
-    if result.kv:
-        lines.append(kv_text(result.kv, result.embedded))
-    lines += [gpt_oss_text(), scale_schemes_text(), nf4_scheme_text(), qat_vs_ptq_text()]
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.formats:
-        out["Reconstruction error per format, real weights"] = formats_table(result.formats)
-    if result.compare:
-        out["Methods side by side"] = compare_table(result.compare)
-    if result.outliers:
-        out["Largest input features of the q projections"] = outliers_table(result.outliers)
-    if result.kv and result.kv.rows:
-        out["KV-cache quantization"] = kv_table(result.kv)
-    out["Which model fits one GPU (analytic)"] = fit_table()
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.formats:
-        out["formats"] = formats_figure(result.formats, result.model)
-    if result.compare:
-        out["compare"] = compare_figure(result.compare, result.model)
-    if result.outliers:
-        out["outliers"] = outliers_figure(result.outliers, result.model)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

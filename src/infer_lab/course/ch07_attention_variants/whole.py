@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...bench.attention import BackendTime, DecodeAttentionTime
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import people_table
 from .beyond_kv import dsa_reads, dsa_text, state_table
@@ -43,64 +43,58 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("equivalence", run_equivalence,
+         text=lambda r: equivalence_text(r.equivalence),
+         tables=lambda r: {"Every variant against SDPA": equivalence_table(r.equivalence)}),
+    Part("memory (analytic)",
+         text=lambda r: memory_text(memory_rows()),
+         tables=lambda r: {f"KV memory per variant on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic)":
+                           memory_table(memory_rows())},
+         figures=lambda r: {"kv": kv_figure(memory_rows(), "KV bytes per token per variant, all layers (analytic)")}),
+    Part("mla (analytic)",
+         text=lambda r: mla_text(),
+         tables=lambda r: {"The MLA ratio against each baseline (analytic)": mla_table()}),
+    Part("quality", run_quality,
+         text=lambda r: quality_text(r.quality),
+         tables=lambda r: {"Quality on real weights": quality_table(r.quality)} if r.quality.rows else {},
+         figures=lambda r: {"quality": quality_figure(r.quality, r.quality.model)} if r.quality.rows else {}),
+    # The scorecard adds the quality part's measurements when that part ran.
+    Part("scorecard (analytic)",
+         tables=lambda r: {f"Scorecard on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic memory, roofline "
+                           "speed)": scorecard_table(scorecard_rows(quality=r.quality))},
+         figures=lambda r: {"scorecard": scorecard_figure(scorecard_rows(quality=r.quality),
+                                                          f"Attention variants on {DEFAULT_GPU}, "
+                                                          f"{DEFAULT_CONTEXT:,} tokens: analytic memory, "
+                                                          "roofline speed")}),
+    Part("beyond kv (analytic)",
+         text=lambda r: dsa_text(dsa_reads()),
+         tables=lambda r: {"Architectures without a growing KV cache (analytic)": state_table()}),
+    Part("flash (analytic)",
+         text=lambda r: flash_text(flash_result()),
+         tables=lambda r: {f"Attention HBM traffic, naive vs tiled, tiles in {DEFAULT_GPU}'s shared memory per "
+                           "thread block (analytic)": flash_table()},
+         figures=lambda r: {"hbm": hbm_figure(flash_result())}),
+    Part("timing", run_timing,
+         text=lambda r: timing_text(r.timing),
+         tables=lambda r: {"SDPA backends on this machine": backend_table(r.timing),
+                           "Decode attention vs KV heads on this machine": decode_table(r.timing)},
+         figures=lambda r: {"timing": timing_figure(r.timing)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "equivalence": lambda: run_equivalence(lm, sizes),
-        "quality": lambda: run_quality(lm, sizes),
-        "timing": lambda: run_timing(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result`` or the analytic model."""
-    lines = [f"Model: {result.model}; {threads_text(result.threads)}."]
-    if result.equivalence:
-        lines.append(equivalence_text(result.equivalence))
-    lines.append(memory_text(memory_rows()))
-    lines.append(mla_text())
-    lines.append(dsa_text(dsa_reads()))
-    lines.append(flash_text(flash_result()))
-    if result.quality:
-        lines.append(quality_text(result.quality))
-    if result.timing:
-        lines.append(timing_text(result.timing))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {threads_text(result.threads)}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.equivalence:
-        out["Every variant against SDPA"] = equivalence_table(result.equivalence)
-    out[f"KV memory per variant on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic)"] = memory_table(memory_rows())
-    out["The MLA ratio against each baseline (analytic)"] = mla_table()
-    if result.quality and result.quality.rows:
-        out["Quality on real weights"] = quality_table(result.quality)
-    out[f"Scorecard on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens (analytic memory, roofline speed)"] = (
-        scorecard_table(scorecard_rows(quality=result.quality)))
-    out["Architectures without a growing KV cache (analytic)"] = state_table()
-    out[f"Attention HBM traffic, naive vs tiled, tiles in {DEFAULT_GPU}'s shared memory per thread block "
-        "(analytic)"] = flash_table()
-    if result.timing:
-        out["SDPA backends on this machine"] = backend_table(result.timing)
-        out["Decode attention vs KV heads on this machine"] = decode_table(result.timing)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {
-        "kv": kv_figure(memory_rows(), "KV bytes per token per variant, all layers (analytic)"),
-        "hbm": hbm_figure(flash_result()),
-        "scorecard": scorecard_figure(scorecard_rows(quality=result.quality),
-                                      f"Attention variants on {DEFAULT_GPU}, {DEFAULT_CONTEXT:,} tokens: "
-                                      "analytic memory, roofline speed"),
-    }
-    if result.quality and result.quality.rows:
-        out["quality"] = quality_figure(result.quality, result.quality.model)
-    if result.timing:
-        out["timing"] = timing_figure(result.timing)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

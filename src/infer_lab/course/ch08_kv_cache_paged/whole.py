@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView
 from .cache import CacheResult, cache_figure, cache_table, cache_text, run_cache
 from .fit import FitResult, fit_table, fit_text, run_fit
@@ -28,48 +28,34 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("cache", run_cache,
+         text=lambda r: cache_text(r.cache),
+         tables=lambda r: {"No cache vs KV cache, whole generation": cache_table(r.cache)},
+         figures=lambda r: {"cache": cache_figure(r.cache, r.model)}),
+    Part("waste", lambda lm, sizes: run_waste(sizes.waste),
+         text=lambda r: f"Simulated ({r.waste.settings.describe()}): " + waste_text(r.waste),
+         tables=lambda r: {"Where KV memory goes, time-averaged (simulated)": waste_table(r.waste)},
+         figures=lambda r: {"waste": waste_figure(r.waste)}),
+    Part("fit", lambda lm, sizes: run_fit(sizes.waste),
+         text=lambda r: fit_text(r.fit),
+         tables=lambda r: {"Requests that fit at once in the KV budget (the engine's allocators)": fit_table(r.fit)},
+         figures=lambda r: {"fit": fit_figure(r.fit)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's experiments in a row (``parts`` picks some of :data:`PARTS`), run from the notebook."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "cache": lambda: run_cache(lm, sizes),
-        "waste": lambda: run_waste(sizes.waste),
-        "fit": lambda: run_fit(sizes.waste),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.cache:
-        lines.append(cache_text(result.cache))
-    if result.waste:
-        lines.append(f"Simulated ({result.waste.settings.describe()}): " + waste_text(result.waste))
-    if result.fit:
-        lines.append(fit_text(result.fit))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.cache:
-        out["No cache vs KV cache, whole generation"] = cache_table(result.cache)
-    if result.waste:
-        out["Where KV memory goes, time-averaged (simulated)"] = waste_table(result.waste)
-    if result.fit:
-        out["Requests that fit at once in the KV budget (the engine's allocators)"] = fit_table(result.fit)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.cache:
-        out["cache"] = cache_figure(result.cache, result.model)
-    if result.waste:
-        out["waste"] = waste_figure(result.waste)
-    if result.fit:
-        out["fit"] = fit_figure(result.fit)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

@@ -9,7 +9,7 @@ import torch
 
 from ...units import GB, count
 from ..ch02_feel_the_pain import saved_warning
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import Column, people_table
 from .anchors import HF_BASELINE_FILE, SOL_FILE, _anchor_figure, anchor_rows
@@ -40,60 +40,41 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("steps", run_steps,
+         text=lambda r: steps_text(r.steps.runs, r.steps.slots),
+         figures=lambda r: {"steps": steps_figure(r.steps.runs, r.steps.slots, r.model)}),
+    Part("batching", run_batching,
+         text=lambda r: batching_text(r.batching),
+         tables=lambda r: {"Contenders on one workload": batching_table(r.batching)},
+         figures=lambda r: {"batching": batching_figure(r.batching, r.model)}),
+    Part("sweep", run_sweep,
+         text=lambda r: sweep_text(r.sweep),
+         tables=lambda r: {"max_num_seqs sweep (continuous batching)": sweep_table(r.sweep)},
+         figures=lambda r: {"sweep": sweep_figure(r.sweep, r.model)}),
+    Part("predicted", run_predicted,
+         text=lambda r: predicted_text(r.predicted),
+         tables=lambda r: {"Decode step: predicted vs measured": predicted_table(r.predicted)},
+         figures=lambda r: {"predicted": predicted_figure(r.predicted, r.model)}),
+    Part("paths", run_paths,
+         text=lambda r: paths_text(r.paths),
+         tables=lambda r: {"Decode paths": paths_table(r.paths)},
+         figures=lambda r: {"paths": paths_figure(r.paths, r.model)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "steps": lambda: run_steps(lm, sizes),
-        "batching": lambda: run_batching(lm, sizes),
-        "sweep": lambda: run_sweep(lm, sizes),
-        "predicted": lambda: run_predicted(lm, sizes),
-        "paths": lambda: run_paths(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.steps:
-        lines.append(steps_text(result.steps.runs, result.steps.slots))
-    if result.batching:
-        lines.append(batching_text(result.batching))
-    if result.sweep:
-        lines.append(sweep_text(result.sweep))
-    if result.predicted:
-        lines.append(predicted_text(result.predicted))
-    if result.paths:
-        lines.append(paths_text(result.paths))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.batching:
-        out["Contenders on one workload"] = batching_table(result.batching)
-    if result.sweep:
-        out["max_num_seqs sweep (continuous batching)"] = sweep_table(result.sweep)
-    if result.predicted:
-        out["Decode step: predicted vs measured"] = predicted_table(result.predicted)
-    if result.paths:
-        out["Decode paths"] = paths_table(result.paths)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.steps:
-        out["steps"] = steps_figure(result.steps.runs, result.steps.slots, result.model)
-    if result.batching:
-        out["batching"] = batching_figure(result.batching, result.model)
-    if result.sweep:
-        out["sweep"] = sweep_figure(result.sweep, result.model)
-    if result.predicted:
-        out["predicted"] = predicted_figure(result.predicted, result.model)
-    if result.paths:
-        out["paths"] = paths_figure(result.paths, result.model)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView
 from .granularity import (
     MatchResult,
@@ -38,41 +38,30 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("granularity", run_granularity,
+         text=lambda r: granularity_text(r.granularity),
+         tables=lambda r: {"Prompt tokens reused, by tokens shared": granularity_table(r.granularity)},
+         figures=lambda r: {"granularity": granularity_figure(r.granularity, r.model)}),
+    Part("workloads", run_workloads,
+         text=lambda r: [workloads_text(r.workloads), sglang_claim_text(r.workloads)],
+         tables=lambda r: {"Three workloads, no cache vs hash vs radix": workloads_table(r.workloads)},
+         figures=lambda r: {"workloads": workloads_figure(r.workloads, r.model)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's experiments in a row (``parts`` picks some of :data:`PARTS`), the notebook's own code."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "granularity": lambda: run_granularity(lm, sizes),
-        "workloads": lambda: run_workloads(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.granularity:
-        lines.append(granularity_text(result.granularity))
-    if result.workloads:
-        lines += [workloads_text(result.workloads), sglang_claim_text(result.workloads)]
-    return "\n\n".join(line for line in lines if line)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.granularity:
-        out["Prompt tokens reused, by tokens shared"] = granularity_table(result.granularity)
-    if result.workloads:
-        out["Three workloads, no cache vs hash vs radix"] = workloads_table(result.workloads)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.granularity:
-        out["granularity"] = granularity_figure(result.granularity, result.model)
-    if result.workloads:
-        out["workloads"] = workloads_figure(result.workloads, result.model)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView
 from .agents import agent_prompt_rows, agent_prompt_text
 from .chunking import (
@@ -31,30 +31,28 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("chunking", run_chunking,
+         text=lambda r: chunking_text(r.chunking),
+         tables=lambda r: {"Decoders' ITL and the long request's TTFT": runs_table(r.chunking),
+                           "Every engine step": steps_table(r.chunking)},
+         figures=lambda r: {"chunking": chunking_figure(r.chunking, r.model)}),
+    Part("agents (analytic)", text=lambda r: agent_prompt_text(agent_prompt_rows())),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's experiment (``parts`` picks from :data:`PARTS`), the notebook's own code."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {"chunking": lambda: run_chunking(lm, sizes)})
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}."]
-    if result.chunking:
-        lines.append(chunking_text(result.chunking))
-    lines.append(agent_prompt_text(agent_prompt_rows()))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    if not result.chunking:
-        return {}
-    return {"Decoders' ITL and the long request's TTFT": runs_table(result.chunking),
-            "Every engine step": steps_table(result.chunking)}
-
-
-def figures(result: Result) -> dict[str, Any]:
-    return {"chunking": chunking_figure(result.chunking, result.model)} if result.chunking else {}
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 from ...analysis.plausibility import line_fit_flags, speedup_flags
 from ...analysis.speculation import DraftMechanism
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import people_table
 from .batch import batch_figure, batch_table, batch_text, run_batch
@@ -64,16 +64,37 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("passes", run_passes,
+         text=lambda r: passes_text(r.passes),
+         tables=lambda r: {"One request, counted": passes_table(r.passes)},
+         figures=lambda r: {"passes": passes_figure(r.passes, r.model)}),
+    Part("sweep", run_sweep,
+         text=lambda r: [sweep_text(r.sweep), alpha_text(r.sweep), cost_text(r.sweep)],
+         tables=lambda r: {"Proposers x k on grounded prompts: measured vs predicted": sweep_table(r.sweep),
+                           "Why accepted/proposed is not alpha": detail_table(r.sweep)},
+         figures=lambda r: {"sweep": sweep_figure(r.sweep, r.model)}),
+    Part("workloads", run_workloads,
+         text=lambda r: workloads_text(r.workloads),
+         tables=lambda r: {"Grounded vs open-ended chat": workloads_table(r.workloads),
+                           "Per prompt": points_table(r.workloads)},
+         figures=lambda r: {"workloads": workloads_figure(r.workloads, r.model)}),
+    Part("batch", run_batch,
+         text=lambda r: batch_text(r.batch, measured_chat_tokens_per_pass(r)),
+         tables=lambda r: {"Speedup vs batch size": batch_table(r.batch)},
+         figures=lambda r: {"batch": batch_figure(r.batch, r.model)}),
+    Part("variants", lambda lm, sizes: run_variants(sizes),
+         text=lambda r: variants_text(r.variants),
+         tables=lambda r: {"EAGLE, Medusa, MTP: computed from configs": mechanisms_table(r.variants),
+                           "What the papers report (cited, not measured here)": cited_table(r.variants)},
+         figures=lambda r: {"variants": variants_figure(r.variants, r.sweep, r.model if r.sweep else "")}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "passes": lambda: run_passes(lm, sizes),
-        "sweep": lambda: run_sweep(lm, sizes),
-        "workloads": lambda: run_workloads(lm, sizes),
-        "batch": lambda: run_batch(lm, sizes),
-        "variants": lambda: run_variants(sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def implausible(result: Result) -> list[str]:
@@ -111,19 +132,8 @@ def measured_chat_tokens_per_pass(result: Result) -> float | None:
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}. Timings were taken on a machine that "
-             "may be shared; read speedups as this run's, not as constants."]
-    if result.passes:
-        lines.append(passes_text(result.passes))
-    if result.sweep:
-        lines += [sweep_text(result.sweep), alpha_text(result.sweep), cost_text(result.sweep)]
-    if result.workloads:
-        lines.append(workloads_text(result.workloads))
-    if result.batch:
-        lines.append(batch_text(result.batch, measured_chat_tokens_per_pass(result)))
-    if result.variants:
-        lines.append(variants_text(result.variants))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}. Timings were "
+                                "taken on a machine that may be shared; read speedups as this run's, not as constants.")
 
 
 def sweep_details(sweep: SweepResult, source: str, mechanisms: list[DraftMechanism]) -> dict[str, list[Any]]:
@@ -139,37 +149,7 @@ def sweep_details(sweep: SweepResult, source: str, mechanisms: list[DraftMechani
     }
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.passes:
-        out["One request, counted"] = passes_table(result.passes)
-    if result.sweep:
-        out["Proposers x k on grounded prompts: measured vs predicted"] = sweep_table(result.sweep)
-        out["Why accepted/proposed is not alpha"] = detail_table(result.sweep)
-    if result.workloads:
-        out["Grounded vs open-ended chat"] = workloads_table(result.workloads)
-        out["Per prompt"] = points_table(result.workloads)
-    if result.batch:
-        out["Speedup vs batch size"] = batch_table(result.batch)
-    if result.variants:
-        out["EAGLE, Medusa, MTP: computed from configs"] = mechanisms_table(result.variants)
-        out["What the papers report (cited, not measured here)"] = cited_table(result.variants)
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.passes:
-        out["passes"] = passes_figure(result.passes, result.model)
-    if result.sweep:
-        out["sweep"] = sweep_figure(result.sweep, result.model)
-    if result.workloads:
-        out["workloads"] = workloads_figure(result.workloads, result.model)
-    if result.batch:
-        out["batch"] = batch_figure(result.batch, result.model)
-    if result.variants:
-        out["variants"] = variants_figure(result.variants, result.sweep, result.model if result.sweep else "")
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import count
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView
 from .decision_chart import decision_figure, decision_table
 from .scale_out import scale_out_plan, scale_out_table, scale_out_text
@@ -29,47 +29,39 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("workshop (analytic)", text=lambda r: workshop_text(),
+         tables=lambda r: {WORKSHOP_TITLE: workshop_table()}),
+    Part("variants", run_variants,
+         text=lambda r: variants_text(r.variants),
+         tables=lambda r: {"Every variant under the same load": variants_table(r.variants)},
+         figures=lambda r: {"variants": variants_figure(r.variants, r.model)}),
+    Part("sweep", run_sweep,
+         text=lambda r: sweep_text(r.sweep),
+         tables=lambda r: {f"Concurrency sweep of {r.sweep.variant}": sweep_table(r.sweep)},
+         figures=lambda r: sweep_figures(r.sweep, r.model)),
+    # where the engines are compared, say that vLLM and SGLang were not measured
+    Part("vllm and sglang (analytic)", text=lambda r: gpu_note() if saved() is None else None),
+    Part("decision chart (analytic)",
+         tables=lambda r: {"The engine decision chart": decision_table(r.variants)},
+         figures=lambda r: {"decision_chart": decision_figure()}),
+    Part("scale out (analytic)", text=lambda r: scale_out_text(scale_out_plan()),
+         tables=lambda r: {"When one GPU is not enough (analytic)": scale_out_table(scale_out_plan())}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's measurements in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "variants": lambda: run_variants(lm, sizes),
-        "sweep": lambda: run_sweep(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {count(result.threads, 'torch thread')}.", workshop_text()]
-    if result.variants:
-        lines.append(variants_text(result.variants))
-    if result.sweep:
-        lines.append(sweep_text(result.sweep))
-    lines.append(scale_out_text(scale_out_plan()))
-    if saved() is None:  # where the engines are compared, say that vLLM and SGLang were not measured
-        lines.append(gpu_note())
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {count(result.threads, 'torch thread')}.")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {WORKSHOP_TITLE: workshop_table()}
-    if result.variants:
-        out["Every variant under the same load"] = variants_table(result.variants)
-    if result.sweep:
-        out[f"Concurrency sweep of {result.sweep.variant}"] = sweep_table(result.sweep)
-    out["The engine decision chart"] = decision_table(result.variants)
-    out["When one GPU is not enough (analytic)"] = scale_out_table(scale_out_plan())
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.variants:
-        out["variants"] = variants_figure(result.variants, result.model)
-    if result.sweep:
-        out.update(sweep_figures(result.sweep, result.model))
-    out["decision_chart"] = decision_figure()
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..saved import SavedView, load_saved
 from ..tables import people_table
 from .scaling import ScalingResult, run_scaling, scaling_tables
@@ -28,40 +28,31 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("tp", run_tp,
+         text=lambda r: tp_text(r.tp),
+         tables=lambda r: {"Decode step, world size 1 vs 2 (this machine)": tp_steps_table(r.tp),
+                           "All-reduce vs message size (this machine)": sweep_table(r.tp)},
+         figures=lambda r: {"tp": tp_figure(r.tp)}),
+    Part("scaling", run_scaling,
+         text=lambda r: scaling_text(r.scaling),
+         tables=lambda r: scaling_tables(r.scaling),
+         figures=lambda r: scaling_figures(r.scaling)),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "tp": lambda: run_tp(lm, sizes),
-        "scaling": lambda: run_scaling(lm, sizes),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
 
 
 def summary(result: Result) -> str:
     """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch thread(s)."]
-    texts = [(result.tp, tp_text), (result.scaling, scaling_text)]
-    lines += [fn(part) for part, fn in texts if part is not None]
-    return "\n\n".join(lines)
+    return PAGE.summary(result, f"Model: {result.model}; {result.threads} torch thread(s).")
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.tp:
-        out["Decode step, world size 1 vs 2 (this machine)"] = tp_steps_table(result.tp)
-        out["All-reduce vs message size (this machine)"] = sweep_table(result.tp)
-    if result.scaling:
-        out.update(scaling_tables(result.scaling))
-    return out
-
-
-def figures(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.tp:
-        out["tp"] = tp_figure(result.tp)
-    if result.scaling:
-        out.update(scaling_figures(result.scaling))
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> SavedView | None:

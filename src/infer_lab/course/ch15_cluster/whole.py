@@ -9,7 +9,7 @@ import torch
 
 from ...cluster.engine_check import SimVsEngine
 from ..ch14_tensor_parallel import LAYOUT_COLUMNS
-from ..chapter import NO_MODEL, ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part, model_name
 from ..tables import Column, people_table
 from .check import check_table, check_text, run_check
 from .cluster import MODE_COLUMNS, ClusterResult, cluster_figure, cluster_text, run_cluster
@@ -33,26 +33,6 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
-def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
-    """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
-    result = Result(size=sizes.size, model=lm.describe() if lm is not None else NO_MODEL)
-    return run_parts(result, parts, PARTS, {
-        "cluster": lambda: run_cluster(lm, sizes),
-        "hetero": lambda: run_hetero(lm, sizes),
-        "plan": lambda: run_plan(lm, sizes),
-        "check": lambda: run_check(lm, sizes),
-    })
-
-
-def summary(result: Result) -> str:
-    """The chapter's findings, every number from ``result``."""
-    lines = [f"Model: {result.model}; {result.threads} torch thread(s)."]
-    texts = [(result.cluster, cluster_text), (result.hetero, hetero_text), (result.plan, plan_text),
-             (result.check, check_text)]
-    lines += [fn(part) for part, fn in texts if part is not None]
-    return "\n\n".join(lines)
-
-
 def cluster_tables(c: ClusterResult) -> dict[str, Any]:
     return {f"Serving modes (simulated): {c.model} on {c.n_gpus} x {c.gpu}": people_table(
                 [m for w in c.workloads for m in w.modes], MODE_COLUMNS),
@@ -73,24 +53,31 @@ def plan_tables(p: PlanResult) -> dict[str, Any]:
     return {f"Layouts the planner considered: {p.model} on {p.gpu}": people_table(p.considered, LAYOUT_COLUMNS)}
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.cluster:
-        out.update(cluster_tables(result.cluster))
-    if result.hetero:
-        out.update(hetero_tables(result.hetero))
-    if result.plan:
-        out.update(plan_tables(result.plan))
-    if result.check:
-        out["Simulator vs our engine (this machine)"] = check_table(result.check)
-    return out
+PAGE = Page(
+    PARTS,
+    Part("cluster", run_cluster,
+         text=lambda r: cluster_text(r.cluster),
+         tables=lambda r: cluster_tables(r.cluster),
+         figures=lambda r: {"cluster_itl": cluster_figure(r.cluster)}),
+    Part("hetero", run_hetero, text=lambda r: hetero_text(r.hetero), tables=lambda r: hetero_tables(r.hetero)),
+    Part("plan", run_plan, text=lambda r: plan_text(r.plan), tables=lambda r: plan_tables(r.plan)),
+    Part("check", run_check,
+         text=lambda r: check_text(r.check),
+         tables=lambda r: {"Simulator vs our engine (this machine)": check_table(r.check)}),
+)
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if result.cluster:
-        out["cluster_itl"] = cluster_figure(result.cluster)
-    return out
+def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
+    """The chapter's parts in a row (``parts`` picks some of :data:`PARTS`)."""
+    return PAGE.measure(Result(size=sizes.size, model=model_name(lm)), lm, sizes, parts)
+
+
+def summary(result: Result) -> str:
+    """The chapter's findings, every number from ``result``."""
+    return PAGE.summary(result, f"Model: {result.model}; {result.threads} torch thread(s).")
+
+
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
 
 
 def saved() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ...units import human
-from ..chapter import ChapterResult, run_parts
+from ..chapter import ChapterResult, Page, Part
 from ..saved import SavedView, load_saved
 from ..tables import people_table
 from .four_directions import Direction, directions, directions_table, directions_text
@@ -27,13 +27,22 @@ class Result(ChapterResult):
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+PAGE = Page(
+    PARTS,
+    Part("directions", lambda lm, sizes: directions(sizes),
+         text=lambda r: directions_text(r.directions),
+         tables=lambda r: {"Where to go next, and where the course showed why": directions_table(r.directions)}),
+    Part("tiers", lambda lm, sizes: tiers(sizes.model, sizes.gpu, sizes.contexts),
+         text=lambda r: tiers_text(r.tiers),
+         tables=lambda r: {f"Recompute or fetch a prefix's KV: {r.tiers.model}, KV in {r.tiers.kv_dtype} (analytic)":
+                           tiers_table(r.tiers)},
+         figures=lambda r: {"tiers": tiers_figure(r.tiers)}),
+)
+
+
 def measure(lm: Any, sizes: Sizes, parts: list[str] | None = None) -> Result:
     """The chapter's parts in a row (``lm`` is not used: everything is analytic or saved)."""
-    result = Result(size=sizes.size, model=sizes.model)
-    return run_parts(result, parts, PARTS, {
-        "directions": lambda: directions(sizes),
-        "tiers": lambda: tiers(sizes.model, sizes.gpu, sizes.contexts),
-    })
+    return PAGE.measure(Result(size=sizes.size, model=sizes.model), lm, sizes, parts)
 
 
 def saved() -> SavedView | None:
@@ -54,27 +63,8 @@ def saved() -> SavedView | None:
     )
 
 
-def tables(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.directions:
-        out["Where to go next, and where the course showed why"] = directions_table(result.directions)
-    if result.tiers:
-        t = result.tiers
-        out[f"Recompute or fetch a prefix's KV: {t.model}, KV in {t.kv_dtype} (analytic)"] = tiers_table(t)
-    return out
-
-
 def summary(result: Result) -> str:
-    lines = []
-    if result.directions:
-        lines.append(directions_text(result.directions))
-    if result.tiers:
-        lines.append(tiers_text(result.tiers))
-    return "\n\n".join(lines)
+    return PAGE.summary(result, "")  # no header line: the parts' paragraphs only
 
 
-def figures(result: Result) -> dict[str, Any]:
-    out = {}
-    if result.tiers:
-        out["tiers"] = tiers_figure(result.tiers)
-    return out
+tables, figures = PAGE.tables, PAGE.figures  # each shown part's tables and figures, in page order
