@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from infer_lab.course import ch11_chunked_prefill as ch11
 from infer_lab.course import ch12_speculative_decoding as ch12
 from infer_lab.timing import MachineLoad
@@ -52,7 +54,7 @@ def _agent_row(chunked_step_s: float) -> ch11.AgentPromptRow:
 def test_chunking_a_huge_prompt_is_judged_against_the_per_token_target():
     slo = ch11.serving_tpot_slo_s()
     over = ch11.agent_prompt_text([_agent_row(2 * slo)])
-    assert f"At a {ch11.AGENT_CHUNK:,}-token budget" in over and "misses the target" in over
+    assert f"At a {ch11.AGENT_MAX_NUM_BATCHED_TOKENS:,}-token budget" in over and "misses the target" in over
     assert f"{2 * slo * 1e3:,.0f} ms on average" in over and f"over a {slo * 1e3:,.0f} ms per-token target" in over
     assert "disaggregation" in over and "without that trade" in over
     assert "chunking is enough" not in over
@@ -82,6 +84,16 @@ def test_a_smaller_budget_that_meets_the_target_is_named_with_its_prefill_time()
     assert f"no budget down to {min(ch11.AGENT_BUDGETS):,} tokens meets it" in text and "smaller budget" not in text
 
 
+def test_the_budget_holds_the_decoders_tokens_before_the_prompts_chunk():
+    row = ch11.AgentPromptRow("H100-SXM", 1, 200_000, 10.8, 0.0065, 10.8 / 0.0065, 0.0065, 2048, 32).at_budget(2048)
+    assert row.chunk_tokens == 2048 - 32 and row.chunks == -(-200_000 // 2016)  # 100 steps, not 98
+    assert row.chunked_step_s == pytest.approx(0.0065 + 10.8 * 2016 / 200_000)
+    assert "(32 for the decoders, 2,016 for the prompt's chunk)" in ch11.agent_prompt_text([row])
+    with pytest.raises(ValueError, match="no room for the prompt"):
+        row.at_budget(32)
+    assert all(b > 32 for b in ch11.AGENT_BUDGETS)
+
+
 def test_the_course_numbers_for_coding_agents_miss_the_target_at_the_default_budget_only():
     slo = ch11.serving_tpot_slo_s()
     rows = ch11.agent_prompt_rows("H100-SXM")
@@ -91,7 +103,7 @@ def test_the_course_numbers_for_coding_agents_miss_the_target_at_the_default_bud
     for r in rows:  # the course's own model finds a smaller budget for each prompt, and the page names it
         fit = ch11.largest_budget_meeting(r, slo)
         assert fit is not None and fit == ch11.agent_prompt_rows("H100-SXM", prompts=(r.prompt_tokens,),
-                                                                 chunk=fit.max_num_batched_tokens)[0]
+                                                                 max_num_batched_tokens=fit.max_num_batched_tokens)[0]
         assert f"the largest that meets it is {fit.max_num_batched_tokens:,} tokens per step" in text
 
 
@@ -246,7 +258,7 @@ def test_token_identity_is_claimed_for_exact_arithmetic_and_explained_when_it_fa
 
 
 def test_the_budgets_tried_are_named_as_they_are():
-    assert ch11.budgets_words(ch11.AGENT_BUDGETS) == "powers of two from 16 to 2,048"
+    assert ch11.budgets_words((16, 32, 64, 128)) == "powers of two from 16 to 128"
     assert ch11.budgets_words((16, 48, 2048)) == "16, 48, 2,048"  # not powers of two: listed
 
 

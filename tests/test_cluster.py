@@ -184,6 +184,21 @@ def test_report_percentiles_and_goodput():
     assert strict.goodput_rps == 0 and strict.slo_attainment == 0
 
 
+def test_the_report_holds_each_latency_as_stats_and_writes_them_flat():
+    res = sim.simulate([one("colocated")], [TraceRequest(i, i * 0.5, 50, 4) for i in range(4)])
+    r = report.summarize(res)
+    gaps = [g * 1e3 for q in res.requests for g in q.itl_s]
+    assert r.itl_ms.n == len(gaps) and r.itl_ms.max == pytest.approx(max(gaps)) and r.ttft_ms.n == 4
+    assert r.kv_transfer_ms is None  # colocated: nothing moves between instances
+    flat = r.as_dict()
+    assert flat["itl_ms_p50"] == r.itl_ms.p50 and flat["itl_ms_max"] == r.itl_ms.max
+    assert flat["kv_transfer_ms_p50"] is None and "itl_ms" not in flat
+    trace = scenarios.trace_for("llama-3-8b", "summarize", "H100-SXM", 4, requests=20, load=0.5)
+    split = report.summarize(scenarios.run_disaggregated("llama-3-8b", trace, 2, 2, "H100-SXM"))
+    assert split.kv_transfer_ms is not None and split.kv_transfer_ms.n == split.completed
+    assert split.kv_transfer_ms.min > 0
+
+
 def test_traces_are_seeded_and_shaped():
     a = make_trace("summarize", 50, 2.0, seed=3)
     assert a == make_trace("summarize", 50, 2.0, seed=3) != make_trace("summarize", 50, 2.0, seed=4)

@@ -41,6 +41,9 @@ def stats(values: list[float]) -> Stats | None:
     return summarize_samples(values) if values else None
 
 
+LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "kv_transfer_ms")  # the report's timing.Stats fields, in ms
+
+
 @dataclass(frozen=True)
 class ClusterReport:
     """The summary of one run. Latencies are ``timing.Stats`` in ms (``None`` when no request had
@@ -69,7 +72,15 @@ class ClusterReport:
     goodput_per_usd_hour: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Flat, as the load generator writes its rows: ``ttft_ms_p50``, ``itl_ms_max``, ... (``None`` where a
+        latency had no samples, e.g. ``kv_transfer_ms_*`` of a colocated run)."""
+        flat = asdict(self)
+        for name in LATENCIES:
+            flat.pop(name)
+            stats = getattr(self, name)
+            flat.update(stats.as_dict(prefix=f"{name}_") if stats is not None
+                        else {f"{name}_{k}": None for k in Stats.__dataclass_fields__})
+        return flat
 
 
 def summarize(result: SimResult, slo: SLO | None = None) -> ClusterReport:

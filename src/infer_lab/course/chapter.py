@@ -119,8 +119,8 @@ class Part:
 
     A measured part has ``run``: its ``key`` is its entry in the chapter's ``PARTS`` (its run button's
     label) and the attribute of the chapter's ``Result`` that holds what ``run(lm, sizes)`` returned; it
-    shows once that value is there. A part without ``run`` is analytic: nothing to measure, shown on every
-    page, its ``key`` only a name. ``text``, ``tables`` and ``figures`` take the whole result, so a part
+    shows once that value is there and not empty (``None`` or an empty list shows nothing). A part without
+    ``run`` is analytic: nothing to measure, shown on every page, its ``key`` only a name. ``text``, ``tables`` and ``figures`` take the whole result, so a part
     can quote another's numbers; ``text`` may give several paragraphs, and an empty one is left out.
     """
 

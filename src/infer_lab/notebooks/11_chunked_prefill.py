@@ -48,8 +48,9 @@ def _(mo):
     step into a long prefill, and every running request waits for it: a spike in their
     inter-token latency (ITL), the stutter users notice.
 
-    **Chunked prefill** caps the tokens of one step (the *token budget*, `max_num_batched_tokens`
-    in vLLM's and this engine's `EngineConfig`): the long prompt is
+    **Chunked prefill** caps the tokens of one step (the *token budget*: `max_num_batched_tokens`
+    in this engine's `EngineConfig`, where it applies with chunked prefill on; vLLM 0.32's
+    `--max-num-batched-tokens` caps every step): the long prompt is
     split into chunks spread over several steps, each mixed with the running decodes. The
     running requests see many slightly slower steps instead of one very slow one; the long
     request usually pays with a later first token (TTFT), since its prefill now shares steps

@@ -72,7 +72,9 @@ def equation_paragraphs(result: Result) -> list[str]:
     # in the page's order: KV of one model, every model's notes, MLA, the fit
     eq = result.equation
     notes = [models_notes(eq.models)] if eq.models and models_notes(eq.models) else []
-    return [kv_summary_text(eq.report), *notes, mla_text(eq.mla), fit_text(eq.fit)]
+    # the MLA list gets its heading (the page's "The MLA trap"), or it would run on from the notes' list
+    return [kv_summary_text(eq.report), *notes, f"**The MLA trap, {eq.mla.model}:**", mla_text(eq.mla),
+            fit_text(eq.fit)]
 
 
 def equation_tables(result: Result) -> dict[str, Any]:

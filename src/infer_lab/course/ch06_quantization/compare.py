@@ -143,7 +143,6 @@ def compare_table(comparison: Comparison):
 
 def compare_figure(comparison: Comparison, source: str):
     """Bars of exact weight MB per method, with perplexity (or top-1 agreement) on a second axis."""
-
     rows = comparison.rows
     names = [r.method for r in rows]
     fig, ax = subplots(figsize=(7, 3.6))

@@ -148,8 +148,6 @@ def formats_table(formats: FormatsResult):
 
 def formats_figure(formats: FormatsResult, source: str):
     """Relative reconstruction error of every checked layer, one marker series per format."""
-
-
     fig, ax = subplots(figsize=(8, 3.6))
     for s in formats.summary():
         rows = [r for r in formats.layers if r.method == s.method]

@@ -103,7 +103,6 @@ def outliers_table(outliers: list[OutlierRow], top: int = 8):
 
 def outliers_figure(outliers: list[OutlierRow], source: str):
     """Largest / median input feature per layer (a log axis when the ratios span a decade or more)."""
-
     ratios = [r.max_over_median for r in outliers]
     fig, ax = subplots(figsize=(7, 3))
     ax.bar(range(len(outliers)), ratios, color="#c44e52")

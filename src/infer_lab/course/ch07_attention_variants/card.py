@@ -40,7 +40,6 @@ def scorecard_table(rows: list[ScorecardRow]):
 
 def scorecard_figure(rows: list[ScorecardRow], title: str):
     """Two panels per variant: KV bytes per token (memory) and predicted decode tokens/s at max users."""
-
     names = [f"{r.model} · {r.variant}" for r in rows]
     fig, (left, right) = subplots(1, 2, figsize=(9, 0.35 * len(rows) + 1.5), sharey=True)
     left.barh(names, [r.kv_bytes_per_token for r in rows], color="#55a868")

@@ -251,7 +251,6 @@ def flash_title(f: FlashResult) -> str:
 
 def hbm_figure(f: FlashResult, title: str | None = None):
     """Naive vs tiled attention HBM traffic against sequence length (log-log), both tiled bounds."""
-
     fig, ax = subplots(figsize=(6.4, 3.8))
     x = [r.seq_len for r in f.rows]
     ax.loglog(x, [r.naive_bytes for r in f.rows], "o-", label="naive (writes and re-reads S and P)")

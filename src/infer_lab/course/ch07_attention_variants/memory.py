@@ -64,7 +64,6 @@ def memory_table(rows: list[VariantMemory]):
 
 def kv_figure(rows: list[VariantMemory], title: str):
     """Horizontal bars of KV bytes per token (all layers, log scale) per model and variant."""
-
     labels = [f"{r.model} · {r.variant}" for r in rows]
     fig, ax = subplots(figsize=(7, 0.3 * len(rows) + 1.2))
     ax.barh(labels, [r.kv_bytes_per_token for r in rows], color="#55a868")

@@ -80,7 +80,6 @@ def quality_table(quality: QualityResult):
 
 def quality_figure(quality: QualityResult, source: str):
     """Perplexity of each variant relative to the model as trained (log axis: MQA without uptraining is far off)."""
-
     rows = quality.rows
     fig, ax = subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     ratios = [r.perplexity_ratio for r in rows]

@@ -103,8 +103,6 @@ def decode_table(timing: TimingResult):
 
 def timing_figure(timing: TimingResult):
     """SDPA backend time vs length, and decode attention time vs KV heads with its bandwidth prediction."""
-
-
     plain = FuncFormatter(lambda v, _: f"{human(v, 4)}")
     fig, (left, right) = subplots(1, 2, figsize=(10, 3.6))
     for name in dict.fromkeys(b.backend for b in timing.backends):

@@ -136,7 +136,6 @@ def cache_table(cache: CacheResult):
 
 def cache_figure(cache: CacheResult, source: str):
     """Decode step time vs position, and cumulative work (2 × params × tokens) vs position, per KV mode."""
-
     fig, (left, right) = subplots(1, 2, figsize=(11, 3.8))
     unit, unit_name = (1e12, "TFLOP") if sum(p.flops for p in cache.points) > 1e13 else (1e9, "GFLOP")
     for mode, colour, label in (("nocache", "tab:red", "no cache (recompute all)"),

@@ -97,7 +97,6 @@ def paging_code() -> str:
     """The engine's real paging code, docstrings left out, as a markdown code block: the slot
     lookup through a block table (``paged_slots``), the count of new blocks a request needs, and
     the block manager growing a request's table from its free list."""
-
     code = ["# kv_store.paged_slots: position -> slot through the block table", source_without_docstring(paged_slots),
             "", "# block_manager.paged_blocks_needed: new blocks for num_new_tokens more tokens",
             source_without_docstring(paged_blocks_needed), "", "# BlockManager.grow: free blocks join a table",

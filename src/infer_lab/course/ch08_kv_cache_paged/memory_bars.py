@@ -34,7 +34,6 @@ def kv_waste_figure(rows: list[LayoutWaste] | list[AllocatorWaste] | list[FitRow
     end of each request's life) or :class:`FitRow` (the same, plus the budget left free). Each
     segment wide enough is labelled with its share of the bar, and each bar with its wasted fraction.
     """
-
     timeline = bool(rows) and isinstance(rows[0], LayoutWaste)
     filled = bool(rows) and isinstance(rows[0], FitRow)
     labels = [r.label + (f"\n{r.steps:,} steps, {r.peak_running} at once (peak)" if timeline else

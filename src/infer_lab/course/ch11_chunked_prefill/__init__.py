@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from .agents import (  # noqa: F401 (re-exported: the chapter's surface)
     AGENT_BUDGETS,
-    AGENT_CHUNK,
     AGENT_DECODER_CONTEXT,
     AGENT_DECODERS,
+    AGENT_MAX_NUM_BATCHED_TOKENS,
     AGENT_MODEL,
     AGENT_PROMPTS,
     AgentPromptRow,

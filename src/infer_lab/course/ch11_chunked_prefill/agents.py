@@ -11,8 +11,9 @@ from ..ch15_cluster import SERVING_SLO
 
 AGENT_MODEL = "qwen2.5-7b-1m"  # a catalogued model that reads a million positions
 AGENT_PROMPTS = (200_000, 1_000_000)  # a repository in the prompt: the range the talk gave for coding agents
-AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_CHUNK = 32, 4096, 2048
-AGENT_BUDGETS = tuple(2**i for i in range(4, 12))  # token budgets searched for one that meets the target: 16..2,048
+AGENT_DECODERS, AGENT_DECODER_CONTEXT, AGENT_MAX_NUM_BATCHED_TOKENS = 32, 4096, 2048
+# Token budgets searched for one that meets the target: 64..2,048 (a budget holds the decoders' tokens first).
+AGENT_BUDGETS = tuple(2**i for i in range(6, 12))
 
 
 def budgets_words(budgets: Sequence[int]) -> str:
@@ -35,12 +36,18 @@ class AgentPromptRow:
     decode_step_s: float  # the decoders' step without the prompt
     steps_missed: float  # prefill_s / decode_step_s
     chunked_step_s: float  # a decode step with one chunk of the prompt in it, on average over the chunks
-    max_num_batched_tokens: int
+    max_num_batched_tokens: int  # the step's token budget: one token per decoder first, the prompt's chunk the rest
+    decoders: int = AGENT_DECODERS
+
+    @property
+    def chunk_tokens(self) -> int:
+        """The prompt's tokens in one chunked step: the budget less one token per decoder."""
+        return self.max_num_batched_tokens - self.decoders
 
     @property
     def chunks(self) -> int:
-        """How many steps the chunked prefill takes: the prompt over the budget, rounded up."""
-        return -(-self.prompt_tokens // self.max_num_batched_tokens)
+        """How many steps the chunked prefill takes: the prompt over its share of the budget, rounded up."""
+        return -(-self.prompt_tokens // self.chunk_tokens)
 
     @property
     def chunked_prefill_s(self) -> float:
@@ -48,23 +55,33 @@ class AgentPromptRow:
         return self.chunks * self.chunked_step_s
 
     def at_budget(self, max_num_batched_tokens: int) -> AgentPromptRow:
-        """The same prompt, GPUs and decoders chunked at ``max_num_batched_tokens`` per step (same model: the step
-        without the prompt plus the chunk's share of the whole prefill)."""
-        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * max_num_batched_tokens / self.prompt_tokens,
+        """The same prompt, GPUs and decoders at a ``max_num_batched_tokens`` budget per step (same model: the
+        step without the prompt plus the chunk's share of the whole prefill). The budget must hold every
+        decoder's token and at least one of the prompt's."""
+        if max_num_batched_tokens <= self.decoders:
+            raise ValueError(f"a {max_num_batched_tokens}-token budget leaves no room for the prompt beside "
+                             f"{self.decoders} decoders")
+        chunk = max_num_batched_tokens - self.decoders
+        return replace(self, chunked_step_s=self.decode_step_s + self.prefill_s * chunk / self.prompt_tokens,
                        max_num_batched_tokens=max_num_batched_tokens)
+
+
+def usable_budgets(row: AgentPromptRow, budgets: Sequence[int]) -> list[int]:
+    """The budgets of ``budgets`` that leave room for the prompt beside ``row``'s decoders."""
+    return [b for b in budgets if b > row.decoders]
 
 
 def largest_budget_meeting(row: AgentPromptRow, tpot_slo_s: float,
                            budgets: Sequence[int] = AGENT_BUDGETS) -> AgentPromptRow | None:
     """The largest token budget of ``budgets`` whose chunked step meets ``tpot_slo_s`` (seconds per token)
     for ``row``'s prompt, as a row at that budget; ``None`` when even the smallest does not."""
-    fitting = [row.at_budget(b) for b in budgets if row.at_budget(b).chunked_step_s <= tpot_slo_s]
+    fitting = [r for r in map(row.at_budget, usable_budgets(row, budgets)) if r.chunked_step_s <= tpot_slo_s]
     return max(fitting, key=lambda r: r.max_num_batched_tokens, default=None)
 
 
 def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: tuple[int, ...] = AGENT_PROMPTS,
                       decoders: int = AGENT_DECODERS, decoder_context: int = AGENT_DECODER_CONTEXT,
-                      chunk: int = AGENT_CHUNK) -> list[AgentPromptRow]:
+                      max_num_batched_tokens: int = AGENT_MAX_NUM_BATCHED_TOKENS) -> list[AgentPromptRow]:
     """What a coding agent's prompt costs on ``gpu``: prefill time, and the decoders' stall with and without
     chunking. Each row uses the fewest GPUs (1, 2, 4, 8, tensor-parallel) whose memory holds the weights,
     the prompt's KV and the decoders' KV. Dense attention: an upper bound for models that prefill sparsely."""
@@ -81,7 +98,8 @@ def agent_prompt_rows(gpu: str = "H100-SXM", model: str = AGENT_MODEL, prompts: 
         roof = roofline.gpu_roof(gpu, n_gpus=n)
         prefill = roofline.predict_prefill(model, roof, 1, prompt).time_s
         step = roofline.predict_decode(model, roof, decoders, decoder_context).time_s
-        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step, step, chunk).at_budget(chunk))
+        rows.append(AgentPromptRow(spec.name, n, prompt, prefill, step, prefill / step, step, max_num_batched_tokens,
+                                   decoders).at_budget(max_num_batched_tokens))
     return rows
 
 
@@ -114,7 +132,8 @@ def chunking_verdict_text(rows: list[AgentPromptRow], tpot_slo_s: float,
     for r in over:
         fit = largest_budget_meeting(r, tpot_slo_s, budgets)
         if fit is None:
-            words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {min(budgets):,} tokens meets "
+            smallest = min(usable_budgets(r, budgets), default=r.decoders + 1)
+            words += (f" For the {r.prompt_tokens:,}-token prompt no budget down to {smallest:,} tokens meets "
                       "it: its share of the prefill alone is too slow.")
         else:
             words += (f" For the {r.prompt_tokens:,}-token prompt the largest that meets it is {fit.max_num_batched_tokens:,} "
@@ -136,8 +155,9 @@ def agent_prompt_text(rows: list[AgentPromptRow], decoders: int = AGENT_DECODERS
         parts.append(
             f"a **{r.prompt_tokens:,}-token** prompt on {r.n_gpus}× {r.gpu} takes at least **{r.prefill_s:,.1f} s** of "
             f"prefill; without chunking, {decoders} users decoding beside it wait that long for their next token, "
-            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. Chunked into "
-            f"{r.max_num_batched_tokens:,}-token pieces, each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
+            f"**{r.steps_missed:,.0f} decode steps** of {r.decode_step_s * 1e3:.1f} ms. With a "
+            f"{r.max_num_batched_tokens:,}-token budget per step ({r.decoders} for the decoders, {r.chunk_tokens:,} for "
+            f"the prompt's chunk), each of their steps takes about {r.chunked_step_s * 1e3:.0f} ms on average "
             f"instead while the prompt lasts")
     slo = serving_tpot_slo_s() if tpot_slo_s is None else tpot_slo_s
     return ("**Coding agents.** An agent that puts a repository into its prompt sends "

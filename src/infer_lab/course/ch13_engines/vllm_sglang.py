@@ -87,9 +87,9 @@ def gpu_note(runs: list[SavedEngineRun] | None = None) -> str:
 
     if on_gpu:
         return (f"**Saved vLLM or SGLang runs not on a CPU:** {listed(on_gpu)}. This page does not draw them; "
-                "read them with the loadgen report, and add a run of each engine with the commands above.")
+                "read them with the loadgen report, and add a run of each engine with the commands in the notebook's \"vLLM and SGLang\" section.")
     cpu = (f"The saved vLLM or SGLang numbers here are CPU runs: {listed(on_cpu)}."
            if on_cpu else "Nor is any CPU run of them saved.")
     return ("**No saved vLLM or SGLang results from a GPU exist in `src/infer_lab/results/` yet**, so nothing "
-            f"measured on a GPU is shown for them here. {cpu} Run the commands above on a GPU and save the loadgen "
+            f"measured on a GPU is shown for them here. {cpu} Run the commands of the notebook's \"vLLM and SGLang\" section on a GPU and save the loadgen "
             "JSON as `src/infer_lab/results/<gpu>-engines-<date>.json`.")

@@ -93,12 +93,10 @@ def _scaling_row(model: str, r: dict[str, Any]) -> ScalingRow:
 
 
 def _scaling_rows(model: str, gpus: tuple[str, ...], batch: int, context: int, tps=(1, 2, 4, 8)) -> list[ScalingRow]:
-
     return [_scaling_row(model, r) for r in scaling_table(model, gpus, batch, context, tps)]
 
 
 def _layout_rows(model: str, gpu: str, n: int, context: int, slo: float) -> list[LayoutRow]:
-
     return [LayoutRow(p.gpu, p.parallelism, p.n_gpus, p.interconnect or "—", p.itl_ms, p.tokens_per_s,
                       p.input_tokens_per_s, p.allreduce_ms_per_step, p.meets_slo, p.usd_per_m_output_tokens,
                       p.joules_per_output_token)
@@ -134,7 +132,6 @@ def scaling_result(model: str = SCALING_MODEL, batch: int = SCALING_BATCH, conte
                    computed: tuple[list[dict[str, Any]], list[FrontierPoint]] | None = None) -> ScalingResult:
     """TP 1/2/4/8 on H100 SXM and PCIe (``computed``: what the notebook's ``tp_scaling`` returned;
     run here when not given), next to the fixed references: a small model, TP vs replicas, fast mode."""
-
     table, points = computed or notebook_function(NUMBER, "tp_scaling")(model, batch, context, SCALING_GPUS)
     rows = [_scaling_row(model, r) for r in table]
     small_model, small_batch, small_context = "smollm2-135m", 4, 256

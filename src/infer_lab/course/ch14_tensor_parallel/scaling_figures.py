@@ -28,7 +28,6 @@ def tp_scaling_title(s: ScalingResult) -> str:
 def tp_scaling_figure(s: ScalingResult):
     """ITL per TP size and GPU (:func:`~infer_lab.course.parallel_figures.plot_tp_scaling`), with the bars
     of layouts that do not fit their memory drawn faint and labelled "does not fit"."""
-
     fig = plot_tp_scaling([vars(r) for r in s.rows], title=tp_scaling_title(s))
     ax = fig.axes[0]
     ax.title.set_fontsize(9)
@@ -52,7 +51,6 @@ def tp_scaling_figure(s: ScalingResult):
 
 def _line_span(line: Any, x0: float, x1: float) -> tuple[float, float] | None:
     """The lowest and highest y of a polyline over x0..x1 (data units); ``None`` where it does not reach there."""
-
     xs, ys = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
     lo, hi = max(x0, xs.min()), min(x1, xs.max())
     if lo > hi:
@@ -66,7 +64,6 @@ def _place_clear_of_lines(ax: Any, label: Any, top: float, lines: list[Any]) -> 
     """Move the vertical ``label`` (centred on its bar) to a height where no line of ``lines`` crosses it:
     inside its bar (0 to ``top``, data units), nearest the bar's middle, if it fits there; else the lowest
     clear place above the bar."""
-
     renderer = ax.figure.canvas.get_renderer()
     box = label.get_window_extent(renderer).transformed(ax.transData.inverted())
     half, pad = box.height / 2, box.height * 0.05
@@ -84,7 +81,6 @@ def _place_clear_of_lines(ax: Any, label: Any, top: float, lines: list[Any]) -> 
 
 
 def frontier_figure(s: ScalingResult):
-
     return plot_frontier(s.frontier, s.fast, title=f"analytic: {s.model} on H100 SXM, {s.context:,}-token "
                                                    "context: speed vs throughput per GPU")
 

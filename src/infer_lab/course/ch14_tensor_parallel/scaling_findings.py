@@ -19,7 +19,6 @@ from .scenario import TALK_FAST_MODE_COMPUTE, TALK_FAST_MODE_SPEEDUP, TALK_TP_SP
 
 def _layout_step(model: str, p: FrontierPoint) -> LayoutStep:
     """The predicted decode step behind a frontier point (the frontier's own inputs: one TP group, bf16)."""
-
     return predict_layout_decode(model, p.gpu, Layout(tp=p.tp, dp=p.replicas), p.batch, p.context)
 
 
@@ -111,7 +110,6 @@ def scaling_text(s: ScalingResult) -> str:
 def scaling_paragraphs(s: ScalingResult) -> dict[str, str]:
     """Part 2's findings, one paragraph each: 'sublinear', 'small', then 'replicas', 'fast' and
     'quote' when the layouts and the frontier allow them."""
-
     sxm1, sxm4, sxm8 = s.row("H100-SXM", 1), s.row("H100-SXM", 4), s.row("H100-SXM", 8)
     pcie4 = s.row("H100-PCIe", 4)
     small1, small2 = s.small_model_rows[0], s.small_model_rows[1]

@@ -28,7 +28,6 @@ class SplitRow:
 
 def split_rows(model: str = "smollm2-135m") -> tuple[list[SplitRow], str]:
     """Every world size the rule allows for ``model``, rank by rank, and why the next one fails."""
-
     shape = as_shape(model)
     rows = []
     for ws in range(1, shape.kv_heads + 1):
@@ -47,7 +46,6 @@ def split_rows(model: str = "smollm2-135m") -> tuple[list[SplitRow], str]:
 
 def split_text(model: str = "smollm2-135m", world_size: int = 2) -> str:
     """The rule applied to ``model`` at ``world_size``, in words, every number from the shape."""
-
     shape = as_shape(model)
     plan = plan_shards(shape, world_size)
 
@@ -80,7 +78,6 @@ def collectives_per_step(layers: int, vocab_parallel: bool) -> int:
 def replicated_vocab_text(model: str = "smollm2-135m") -> str:
     """Why this engine's TP step makes no message besides the layers' all-reduces, and the two more a
     production engine makes because it shards the vocabulary; the counts from ``model``'s shape."""
-
     layers = as_shape(model).layers
     ours, theirs = collectives_per_step(layers, False), collectives_per_step(layers, True)
     return (f"The embedding, the LM head and the norms are **replicated** in this engine: every rank computes the "
@@ -106,14 +103,12 @@ def split_table(model: str = "smollm2-135m"):
 def layer_code() -> str:
     """The tensor-parallel decoder layer, the library's real code (its docstring left out: the
     words around it on the page say the same), as a markdown code block."""
-
     return code_block(tp_decoder_layer)
 
 
 def model_shape_of(model: Any) -> Any:
     """The shape of ``model``: a catalog name or shape as it is; a loaded model by its catalog entry,
     or by its own config when the catalog does not know it."""
-
     if not hasattr(model, "model"):
         return as_shape(model)
     try:

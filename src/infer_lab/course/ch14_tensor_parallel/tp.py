@@ -113,7 +113,6 @@ class TPResult:
 def tp_model(lm: Any) -> Any:
     """The model the TP part splits: ``lm`` when it is a Llama-family model on the CPU, else the
     embedded SmolLM2 (the demonstration runs on CPU processes, whatever device the page uses)."""
-
     if lm is None or lm.device.type != "cpu" or lm.config.model_type not in ("llama", "mistral", "qwen2"):
         lm = load_model("smollm2-135m", device="cpu")
     return lm
@@ -218,8 +217,6 @@ def sweep_table(tp: TPResult):
 def tp_figure(tp: TPResult):
     """Left: all-reduce time vs message size (measured, fitted, and NVLink's model for scale).
     Right: the decode step split into compute and all-reduces, per run, and the prediction."""
-
-
     fig, (ax, bx) = subplots(1, 2, figsize=(11, 3.9))
     pts = tp.sweep.points
     x = np.array([p.message_bytes for p in pts], dtype=float)

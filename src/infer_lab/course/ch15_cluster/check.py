@@ -41,7 +41,6 @@ def run_check(lm: Any, sizes: Sizes, slots: int = CHECK_SLOTS) -> SimVsEngine:
 def check_text(c: SimVsEngine) -> str:
     """Part 4 in words: what the check can show (the same steps as the engine's) first, then the
     times, with a verdict on them only when the fitted step cost explains the steps."""
-
     r = c.ratios()
     flags = line_fit_flags("the engine's step time", c.fit.a_s, c.fit.b_s_per_token, c.fit.r2, r2_floor=R2_FLOOR)
     schedule = ("the simulator's scheduler made **the same steps as the engine's, step for step**"

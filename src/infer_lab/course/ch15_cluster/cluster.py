@@ -81,7 +81,6 @@ QUANTILES = 101
 
 
 def _itl_quantiles(res: Any) -> list[float]:
-
     gaps = [g * 1e3 for r in res.requests for g in r.itl_s]
     return [float(v) for v in np.quantile(gaps, np.linspace(0, 1, QUANTILES))] if gaps else []
 
@@ -183,8 +182,6 @@ MODE_COLUMNS = [
 
 def cluster_figure(c: ClusterResult):
     """ITL CDFs per workload and mode: prefill interference is the tail."""
-
-
     fig, axes = subplots(1, len(c.workloads), figsize=(11, 3.8))
     q = np.linspace(0, 1, QUANTILES)
     for ax, w in zip(np.atleast_1d(axes), c.workloads, strict=True):

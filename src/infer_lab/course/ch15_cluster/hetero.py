@@ -77,7 +77,6 @@ class HeteroResult:
 
 def wafer_point(model: str = "llama-3-70b") -> WaferPoint:
     """The cited wafer-scale claims and what the vendor's figures compute (:func:`infer_lab.cluster.hetero.wafer_scale_data_point`)."""
-
     gpu = get_gpu("H100-SXM")
     w = hetero.wafer_scale_data_point(model, gpu=gpu.name)
     claims = w["talk_claims"]
@@ -141,7 +140,6 @@ def run_hetero(lm: Any, sizes: Sizes) -> HeteroResult:
 def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> str:
     """The talk's heterogeneous claims (cited, from ``data/cited_chips.json``), each with its speaker and
     baseline, beside what the course computes."""
-
     c = get_cited_chip(chip)
     pair = c.talk_claims["pairing"]
     mixed = get_cited_system_claim("heterogeneous-vs-homogeneous")
@@ -164,7 +162,6 @@ def cited_pairing_text(chip: str = "Cerebras-WSE-3", gpu: str = "H100-SXM") -> s
 
 def cluster_usd_per_hour(gpus: dict[str, int]) -> float:
     """$ per hour of a cluster of ``{gpu: count}`` at the catalog's indicative prices."""
-
     return sum(get_gpu(g).price_usd_per_hour * n for g, n in gpus.items())
 
 

@@ -59,7 +59,6 @@ def pd_commands(hub_id: str, tp: int, context: int) -> dict[str, str]:
     """The disaggregated deployment as commands to run in order, on one node with 2 x ``tp`` GPUs: for vLLM
     the prefill server, the decode server and the proxy that sends each request to the first then the second;
     for SGLang the two servers and its router. Keys are "engine role"."""
-
     out = {}
     for eng in launchers.ENGINES:
         for i, role in enumerate(launchers.DISAGGREGATION_ROLES):
@@ -98,7 +97,6 @@ def plan_result(sizes: Sizes, rec: Any, scale_out: dict[str, Any], users: int | 
     """What the notebook's ``plan_cluster`` returned (the planner's recommendation and its launch
     commands), with the same deployment written for this course's launcher and as P/D servers.
     ``users``: the users asked for, when the page changed them from ``sizes.plan_users``."""
-
     model, ctx = sizes.plan_model, sizes.plan_context
     hub = load_model_config(model).get("_infer_lab", {}).get("hf_id", model)
     tp = rec.plan.tp if rec.plan else 8
